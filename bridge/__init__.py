@@ -1,0 +1,1 @@
+"""plateau bridge: the Kafka side (config, consumer workers, CLI)."""

@@ -1,0 +1,346 @@
+"""A single-node Apache Kafka broker (KRaft, combined broker+controller) run from its jars.
+
+It serves development and the test suite: it listens on 127.0.0.1 only, on free ports
+picked at start, and keeps its data in one folder so that a stopped broker can be started
+again on the same ports with the same data.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+from confluent_kafka.admin import AdminClient
+
+from bridge.errors import LocalKafkaError
+from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+
+log = structlog.get_logger(__name__)
+
+STATE_FILE = "broker.json"
+LOG_FILE = "broker.log"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """How a local broker is run; the defaults suit a 2-core test machine."""
+
+    kafka_version: str = DEFAULT_KAFKA_VERSION
+    cache_dir: Path | None = None
+    heap: str = "512m"
+    start_timeout_s: float = 90.0
+    stop_timeout_s: float = 30.0
+    # Extra server.properties entries (for example SASL listeners in security tests).
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What `plateau kafka status/stop` need to find a broker started by another process."""
+
+    pid: int
+    bootstrap_servers: str
+    controller_port: int
+    kafka_version: str
+    started_at: float
+
+    def write(self, work_dir: Path) -> None:
+        (work_dir / STATE_FILE).write_text(json.dumps(self.__dict__, indent=2) + "\n")
+
+    @classmethod
+    def read(cls, work_dir: Path) -> BrokerState | None:
+        path = work_dir / STATE_FILE
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(
+            pid=int(raw["pid"]),
+            bootstrap_servers=str(raw["bootstrap_servers"]),
+            controller_port=int(raw["controller_port"]),
+            kafka_version=str(raw["kafka_version"]),
+            started_at=float(raw["started_at"]),
+        )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_broker_process(pid: int) -> bool:
+    """True when `pid` is a running Kafka broker (guards against a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"kafka.Kafka" in cmdline
+
+
+def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
+    """True when the broker answers a metadata request with itself in it."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 2000})
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except Exception:  # any client error means "not answering yet"
+        return False
+    return len(metadata.brokers) > 0
+
+
+class LocalKafka:
+    """One local broker whose configuration, data and log live under `work_dir`."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        settings: BrokerSettings | None = None,
+        *,
+        port: int | None = None,
+        controller_port: int | None = None,
+        tie_to_parent: bool = False,
+    ) -> None:
+        self.work_dir = work_dir.resolve()
+        self.settings = settings or BrokerSettings()
+        self.port = port
+        self.controller_port = controller_port
+        # When the owning process dies (a test run killed hard), the kernel kills the broker
+        # too, so no java process is left behind.
+        self.tie_to_parent = tie_to_parent
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / LOG_FILE
+
+    @property
+    def data_dir(self) -> Path:
+        return self.work_dir / "data"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        if self.port is None:
+            raise LocalKafkaError("the broker has not been started yet")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    def __enter__(self) -> LocalKafka:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        """Start the broker (formatting its storage on first use); return bootstrap servers."""
+        if self._pid is not None and pid_alive(self._pid):
+            return self.bootstrap_servers
+        java = shutil.which("java")
+        if java is None:
+            raise LocalKafkaError("java is not on PATH; the local Kafka broker needs Java 17+")
+        libs = kafka_libs(self.settings.kafka_version, self.settings.cache_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        self.controller_port = self.controller_port or free_port()
+        properties = self._write_config()
+        classpath = f"{libs}/*"
+        log4j = f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}"
+        if not (self.data_dir / "meta.properties").exists():
+            self._format(java, classpath, log4j, properties)
+        cmd = [
+            java,
+            f"-Xmx{self.settings.heap}",
+            f"-Xms{self.settings.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            log4j,
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(properties),
+        ]
+        started = time.monotonic()
+        with (self.work_dir / "broker.stdout").open("ab") as out:
+            self._process = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self.tie_to_parent else None,  # noqa: PLW1509
+            )
+        self._pid = self._process.pid
+        BrokerState(
+            pid=self._pid,
+            bootstrap_servers=self.bootstrap_servers,
+            controller_port=self.controller_port,
+            kafka_version=self.settings.kafka_version,
+            started_at=time.time(),
+        ).write(self.work_dir)
+        self._wait_ready(started)
+        log.info(
+            "kafka_started",
+            bootstrap_servers=self.bootstrap_servers,
+            pid=self._pid,
+            seconds=round(time.monotonic() - started, 2),
+        )
+        return self.bootstrap_servers
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL once the stop deadline passes. Safe to call twice."""
+        pid = self._pid
+        if pid is None:
+            return
+        stop_pid(pid, self.settings.stop_timeout_s, self._process)
+        self._pid = None
+        self._process = None
+        (self.work_dir / STATE_FILE).unlink(missing_ok=True)
+        log.info("kafka_stopped", bootstrap_servers=self.bootstrap_servers, pid=pid)
+
+    def running(self) -> bool:
+        return self._pid is not None and pid_alive(self._pid) and self._exit_code() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        chunks = []
+        for path in (self.log_path, self.work_dir / "broker.stdout"):
+            if path.exists():
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                chunks.append(f"--- {path} ---\n" + "\n".join(text))
+        return "\n".join(chunks) or f"(no broker log under {self.work_dir})"
+
+    def _exit_code(self) -> int | None:
+        return None if self._process is None else self._process.poll()
+
+    def _wait_ready(self, started: float) -> None:
+        deadline = started + self.settings.start_timeout_s
+        while time.monotonic() < deadline:
+            code = self._exit_code()
+            if code is not None:
+                self._pid = None
+                raise LocalKafkaError(
+                    f"the Kafka broker exited with code {code} while starting\n{self.log_tail()}"
+                )
+            if broker_answers(self.bootstrap_servers):
+                return
+            time.sleep(0.25)
+        self.stop()
+        raise LocalKafkaError(
+            f"the Kafka broker did not answer on {self.bootstrap_servers} within "
+            f"{self.settings.start_timeout_s:.0f}s\n{self.log_tail()}"
+        )
+
+    def _format(self, java: str, classpath: str, log4j: str, properties: Path) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cmd = [java, log4j, "-cp", classpath, "kafka.tools.StorageTool", "format"]
+        cmd += ["-t", cluster_id, "-c", str(properties)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise LocalKafkaError(
+                f"formatting KRaft storage in {self.data_dir} failed (exit {done.returncode}):\n"
+                f"{done.stdout}{done.stderr}"
+            )
+
+    def _write_config(self) -> Path:
+        props: dict[str, str] = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            # Tests form consumer groups constantly; the default 3 s delay would dominate.
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+        }
+        props.update(self.settings.properties)
+        path = self.work_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.work_dir / "log4j2.properties").write_text(_LOG4J_TEMPLATE.format(log=self.log_path))
+        return path
+
+
+def stop_pid(pid: int, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Stop a broker process: SIGTERM for a clean shutdown, SIGKILL past the deadline."""
+
+    def gone() -> bool:
+        if process is not None:
+            return process.poll() is not None
+        return not pid_alive(pid)
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if gone():
+            return
+        time.sleep(0.1)
+    log.warning("kafka_stop_forced", pid=pid, timeout_s=timeout_s)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if process is not None:
+        process.wait(timeout=10)
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_LOG4J_TEMPLATE = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""

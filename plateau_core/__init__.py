@@ -1,0 +1,1 @@
+"""plateau storage engine: segments, manifest, retention and reading. Never imports Kafka."""

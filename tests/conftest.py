@@ -1,0 +1,70 @@
+"""Shared fixtures: one real Kafka broker per test session, and helpers around it.
+
+The broker is Apache Kafka run from its jars (bridge.local_kafka). If it cannot start,
+every test that needs it fails with the broker's log tail; nothing skips. Set
+PLATEAU_TEST_BOOTSTRAP to run the suite against a broker you already have instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import LocalKafkaError
+from bridge.local_kafka import LocalKafka
+from bridge.topics import create_topic
+
+# Fixtures whose use makes a test an integration test (selected out by -m "not integration").
+_INTEGRATION_FIXTURES = {"kafka", "kafka_broker"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka | None]:
+    """The session's broker; None when PLATEAU_TEST_BOOTSTRAP names an external one."""
+    if os.environ.get("PLATEAU_TEST_BOOTSTRAP"):
+        yield None
+        return
+    broker = LocalKafka(Path(tmp_path_factory.mktemp("kafka")), tie_to_parent=True)
+    try:
+        broker.start()
+    except LocalKafkaError as exc:
+        pytest.fail(f"the local Kafka broker could not start: {exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(kafka_broker: LocalKafka | None) -> str:
+    """Bootstrap servers of a real Kafka broker."""
+    if kafka_broker is None:
+        return os.environ["PLATEAU_TEST_BOOTSTRAP"]
+    return kafka_broker.bootstrap_servers
+
+
+_topic_counter = itertools.count()
+
+
+@pytest.fixture
+def topic_factory(kafka: str, request: pytest.FixtureRequest) -> Callable[..., str]:
+    """Create a fresh, uniquely named topic: `topic_factory(partitions=3)`."""
+
+    def make(partitions: int = 1, **config: str) -> str:
+        base = request.node.name.replace("[", "-").replace("]", "")[:80]
+        name = f"{base}-{next(_topic_counter)}-{uuid.uuid4().hex[:6]}"
+        create_topic(kafka, name, partitions, config=config)
+        return name
+
+    return make

@@ -1,0 +1,91 @@
+"""The local broker's lifecycle: restart on the same port with the same data, the CLI, failures."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from bridge.errors import LocalKafkaError
+from bridge.local_kafka import LocalKafka
+from bridge.local_kafka.broker import is_broker_process, pid_alive
+from bridge.topics import create_topic
+
+pytestmark = pytest.mark.integration
+
+
+def test_restart_keeps_port_and_data(tmp_path: Path) -> None:
+    broker = LocalKafka(tmp_path / "kafka", tie_to_parent=True)
+    try:
+        first = broker.start()
+        pid = broker.pid
+        assert pid is not None
+        create_topic(first, "survives-restart", 2)
+        broker.stop()
+        assert not pid_alive(pid), "the broker process is still there after stop()"
+
+        second = broker.start()
+        assert second == first
+        topics = AdminClient({"bootstrap.servers": second}).list_topics(timeout=20).topics
+        assert len(topics["survives-restart"].partitions) == 2
+    finally:
+        broker.stop()
+    assert broker.pid is None
+
+
+def test_cli_start_status_stop(tmp_path: Path) -> None:
+    work_dir = tmp_path / "cli-kafka"
+
+    def plateau(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "bridge.cli", "kafka", "--dir", str(work_dir), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+
+    started = plateau("start")
+    assert started.returncode == 0, started.stderr
+    bootstrap = started.stdout.strip().splitlines()[-1]
+    assert bootstrap.startswith("127.0.0.1:")
+    state = (work_dir / "broker.json").read_text()
+    try:
+        status = plateau("status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert f"running: {bootstrap}" in status.stdout
+        assert plateau("start").stdout.startswith("already running")
+    finally:
+        stopped = plateau("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    pid = int(stopped.stdout.split("pid ")[1].rstrip(")\n"))
+    assert f'"pid": {pid}' in state
+    assert not is_broker_process(pid), "a java broker process survived `plateau kafka stop`"
+    after = plateau("status")
+    assert after.returncode == 1
+    assert after.stdout.strip() == "not running"
+
+
+def test_start_failure_reports_the_broker_log(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = LocalKafka(tmp_path / "kafka", port=port, tie_to_parent=True)
+        with pytest.raises(LocalKafkaError) as failure:
+            broker.start()
+    message = str(failure.value)
+    assert "exited with code" in message
+    assert "broker.log" in message or "broker.stdout" in message
+    assert "Address already in use" in message
+    assert broker.pid is None
+
+
+def test_session_broker_is_tied_to_this_process(kafka_broker: LocalKafka | None) -> None:
+    if kafka_broker is None:
+        pytest.fail("this test checks the local broker; unset PLATEAU_TEST_BOOTSTRAP")
+    pid = kafka_broker.pid
+    assert pid is not None and is_broker_process(pid)
+    # The broker runs in its own session, so a Ctrl-C at the terminal does not reach it
+    # before the fixture stops it cleanly.
+    assert os.getsid(pid) != os.getsid(0)

@@ -1,0 +1,70 @@
+"""Local broker set-up that needs no broker: state files, caches, ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import LocalKafkaError
+from bridge.local_kafka import BrokerState, default_cache_dir, free_port, kafka_libs
+from bridge.local_kafka.broker import is_broker_process
+
+
+def test_state_round_trip(tmp_path: Path) -> None:
+    state = BrokerState(
+        pid=123,
+        bootstrap_servers="127.0.0.1:9092",
+        controller_port=9093,
+        kafka_version="4.1.2",
+        started_at=1.5,
+    )
+    state.write(tmp_path)
+    assert BrokerState.read(tmp_path) == state
+    assert BrokerState.read(tmp_path / "elsewhere") is None
+
+
+def test_cache_dir_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PLATEAU_CACHE_DIR", str(tmp_path / "c"))
+    assert default_cache_dir() == (tmp_path / "c").resolve()
+    monkeypatch.delenv("PLATEAU_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == (tmp_path / "xdg" / "plateau").resolve()
+
+
+def test_libs_override_must_hold_kafka(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PLATEAU_KAFKA_LIBS", str(tmp_path))
+    with pytest.raises(LocalKafkaError, match=r"holds no kafka_2\.13"):
+        kafka_libs()
+    (tmp_path / "kafka_2.13-4.1.2.jar").write_bytes(b"")
+    assert kafka_libs() == tmp_path
+
+
+def test_cached_libs_are_not_fetched_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PLATEAU_KAFKA_LIBS", raising=False)
+    root = tmp_path / "kafka" / "9.9.9"
+    (root / "libs").mkdir(parents=True)
+    (root / ".complete").write_text("9.9.9\n")
+    # No Maven on PATH: a fetch would fail, so success proves the cache was used.
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert kafka_libs("9.9.9", tmp_path) == root / "libs"
+
+
+def test_missing_maven_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("PLATEAU_KAFKA_LIBS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(LocalKafkaError, match=r"Maven \(mvn\) is not on PATH"):
+        kafka_libs("9.9.8", tmp_path)
+
+
+def test_free_port_is_bindable() -> None:
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_only_brokers_count_as_brokers() -> None:
+    assert not is_broker_process(os.getpid())
+    assert not is_broker_process(2**22 + 1)
