@@ -104,7 +104,10 @@ def is_broker_process(pid: int) -> bool:
 
 def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
     """True when the broker answers a metadata request with itself in it."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 2000})
+    # log_level 0: refused connections are expected while the broker starts; keep stderr quiet.
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 2000, "log_level": 0}
+    )
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except Exception:  # any client error means "not answering yet"
