@@ -1,5 +1,48 @@
 """The storage engine's error hierarchy: every error it raises on purpose is a PlateauError."""
 
+from __future__ import annotations
+
 
 class PlateauError(Exception):
     """Root of the errors plateau_core raises on purpose."""
+
+
+class InvalidInputError(PlateauError, ValueError):
+    """A topic name, batch, offset or argument was refused; nothing stored was touched."""
+
+
+class ManifestConflictError(PlateauError):
+    """A manifest change contradicts what is recorded (overlapping segment, lost race)."""
+
+
+class SealError(PlateauError):
+    """Writing a segment or recording it failed; its records stay buffered for a retry."""
+
+
+class FlushTimeoutError(PlateauError):
+    """Some partitions were not sealed before the flush deadline."""
+
+    def __init__(self, pending: list[tuple[str, int]], timeout_s: float) -> None:
+        names = ", ".join(f"{t}[{p}]" for t, p in pending)
+        super().__init__(f"not sealed within {timeout_s:.1f}s: {names}")
+        self.pending = pending
+
+
+class PartitionLockedError(PlateauError):
+    """Another writer (process or handle) owns the partition."""
+
+
+class BackpressureError(PlateauError):
+    """An append was refused before anything changed; pause and retry when accepting() says so.
+
+    `reason` is one of "partition_busy" (its buffer is full while its previous seal is still
+    being written), "memory_budget" (the store-wide budget of buffered plus in-flight bytes
+    is reached) or "disk_full" (free disk is below min_free_disk).
+    """
+
+    def __init__(self, topic: str, partition: int, reason: str, detail: str) -> None:
+        super().__init__(f"{topic}[{partition}] refused ({reason}): {detail}")
+        self.topic = topic
+        self.partition = partition
+        self.reason = reason
+        self.detail = detail

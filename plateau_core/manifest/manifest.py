@@ -1,0 +1,474 @@
+"""The manifest: which segments exist, their spans, and each partition's watermark."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import (
+    Engine,
+    and_,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from plateau_core.errors import ManifestConflictError
+from plateau_core.manifest.migrations import migrate
+from plateau_core.manifest.models import (
+    READABLE_STATES,
+    PartitionRow,
+    SchemaRow,
+    SegmentRow,
+    SegmentState,
+)
+from plateau_core.segment_file import SegmentStats
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """One manifest row, detached from the database session."""
+
+    id: int
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    record_count: int
+    time_min: int
+    time_max: int
+    size_bytes: int
+    path: str
+    schema_fingerprint: str
+    state: SegmentState
+    created_at: int
+    replicated_at: int | None
+    deleting_at: int | None
+    problem: str | None
+
+    @property
+    def stats(self) -> SegmentStats:
+        return SegmentStats(
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+            record_count=self.record_count,
+            time_min=self.time_min,
+            time_max=self.time_max,
+            size_bytes=self.size_bytes,
+            schema_fingerprint=self.schema_fingerprint,
+        )
+
+    @classmethod
+    def of(cls, row: SegmentRow) -> SegmentRecord:
+        return cls(
+            id=row.id,
+            topic=row.topic,
+            partition=row.partition,
+            start_offset=row.start_offset,
+            end_offset=row.end_offset,
+            record_count=row.record_count,
+            time_min=row.time_min,
+            time_max=row.time_max,
+            size_bytes=row.size_bytes,
+            path=row.path,
+            schema_fingerprint=row.schema_fingerprint,
+            state=SegmentState(row.state),
+            created_at=row.created_at,
+            replicated_at=row.replicated_at,
+            deleting_at=row.deleting_at,
+            problem=row.problem,
+        )
+
+
+@dataclass(frozen=True)
+class PartitionSpan:
+    """A partition's watermark and what its readable segments cover."""
+
+    topic: str
+    partition: int
+    next_offset: int
+    replicated_offset: int
+    segments: int
+    records: int
+    bytes: int
+    start_offset: int | None
+    time_min: int | None
+    time_max: int | None
+
+
+class Manifest:
+    """Typed access to the manifest database; every change is one short transaction."""
+
+    def __init__(self, url: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+        self.url = url
+        self._sqlite = make_url(url).get_backend_name() == "sqlite"
+        self._write_lock = threading.Lock()
+        if self._sqlite:
+            self.engine = _sqlite_engine(url, busy_timeout_s, immediate=True)
+            self._read_engine = _sqlite_engine(url, busy_timeout_s, immediate=False)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True)
+            self._read_engine = self.engine
+        self.schema_version = migrate(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self._read_engine.dispose()
+
+    def database_files(self) -> list[Path]:
+        """The files the manifest occupies on local disk (for the store's footprint)."""
+        database = make_url(self.url).database
+        if not self._sqlite or not database or database == ":memory:":
+            return []
+        base = Path(database)
+        return [p for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists()]
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        # One writer at a time inside this process; other processes wait on SQLite's lock.
+        with self._write_lock, Session(self.engine) as session, session.begin():
+            yield session
+
+    def _read(self) -> Session:
+        return Session(self._read_engine)
+
+    # --- the seal commit -------------------------------------------------------------------
+
+    def commit_segment(
+        self, topic: str, partition: int, stats: SegmentStats, path: str, schema: pa.Schema
+    ) -> bool:
+        """Record a sealed segment and advance the watermark in one transaction.
+
+        Returns True when recorded now, False when this exact segment was already recorded
+        (a re-commit of the same seal is a no-op). Raises ManifestConflictError when the segment
+        overlaps what the partition already holds.
+        """
+        stamp = now_ms()
+        with self._write() as session:
+            existing = session.scalars(
+                select(SegmentRow).where(
+                    SegmentRow.topic == topic,
+                    SegmentRow.partition == partition,
+                    SegmentRow.start_offset == stats.start_offset,
+                )
+            ).one_or_none()
+            if existing is not None:
+                if (
+                    existing.end_offset == stats.end_offset
+                    and existing.record_count == stats.record_count
+                ):
+                    return False
+                raise ManifestConflictError(
+                    f"{topic}[{partition}] already has a segment at offset {stats.start_offset} "
+                    f"ending at {existing.end_offset} ({existing.record_count} rows); refusing "
+                    f"one ending at {stats.end_offset} ({stats.record_count} rows)"
+                )
+            current = session.get(PartitionRow, (topic, partition))
+            if current is None:
+                session.add(
+                    PartitionRow(
+                        topic=topic,
+                        partition=partition,
+                        next_offset=stats.end_offset,
+                        replicated_offset=0,
+                        updated_at=stamp,
+                    )
+                )
+            else:
+                if stats.start_offset < current.next_offset:
+                    raise ManifestConflictError(
+                        f"{topic}[{partition}] segment [{stats.start_offset}, {stats.end_offset}) "
+                        f"overlaps the watermark {current.next_offset}"
+                    )
+                # Compare-and-swap: the row count proves nobody moved the watermark meanwhile.
+                moved = session.execute(
+                    update(PartitionRow)
+                    .where(
+                        PartitionRow.topic == topic,
+                        PartitionRow.partition == partition,
+                        PartitionRow.next_offset == current.next_offset,
+                    )
+                    .values(next_offset=stats.end_offset, updated_at=stamp)
+                    .execution_options(synchronize_session=False)
+                )
+                if _rowcount(moved) != 1:
+                    raise ManifestConflictError(
+                        f"{topic}[{partition}] watermark moved concurrently"
+                    )
+            session.add(
+                SegmentRow(
+                    topic=topic,
+                    partition=partition,
+                    start_offset=stats.start_offset,
+                    end_offset=stats.end_offset,
+                    record_count=stats.record_count,
+                    time_min=stats.time_min,
+                    time_max=stats.time_max,
+                    size_bytes=stats.size_bytes,
+                    path=path,
+                    schema_fingerprint=stats.schema_fingerprint,
+                    state=SegmentState.SEALED.value,
+                    created_at=stamp,
+                )
+            )
+            if session.get(SchemaRow, (topic, stats.schema_fingerprint)) is None:
+                session.add(
+                    SchemaRow(
+                        topic=topic,
+                        fingerprint=stats.schema_fingerprint,
+                        arrow_schema=schema.remove_metadata().serialize().to_pybytes(),
+                        first_seen=stamp,
+                    )
+                )
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                raise ManifestConflictError(
+                    f"{topic}[{partition}] segment at {stats.start_offset} was recorded "
+                    "concurrently"
+                ) from exc
+        return True
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def watermark(self, topic: str, partition: int) -> int | None:
+        with self._read() as session:
+            row = session.get(PartitionRow, (topic, partition))
+            return None if row is None else row.next_offset
+
+    def has_segment(self, topic: str, partition: int, stats: SegmentStats) -> bool:
+        """Whether exactly this segment is recorded (to tell a lost commit from a failed one)."""
+        with self._read() as session:
+            found = session.scalar(
+                select(func.count(SegmentRow.id)).where(
+                    SegmentRow.topic == topic,
+                    SegmentRow.partition == partition,
+                    SegmentRow.start_offset == stats.start_offset,
+                    SegmentRow.end_offset == stats.end_offset,
+                )
+            )
+            return bool(found)
+
+    def topics(self) -> list[str]:
+        with self._read() as session:
+            return list(session.scalars(select(PartitionRow.topic).distinct().order_by("topic")))
+
+    def spans(self, topic: str | None = None) -> list[PartitionSpan]:
+        readable = [s.value for s in READABLE_STATES]
+        seg = SegmentRow
+        counts = (
+            select(
+                seg.topic,
+                seg.partition,
+                func.count(seg.id).label("segments"),
+                func.coalesce(func.sum(seg.record_count), 0).label("records"),
+                func.coalesce(func.sum(seg.size_bytes), 0).label("bytes"),
+                func.min(seg.start_offset).label("start_offset"),
+                func.min(seg.time_min).label("time_min"),
+                func.max(seg.time_max).label("time_max"),
+            )
+            .where(seg.state.in_(readable))
+            .group_by(seg.topic, seg.partition)
+            .subquery()
+        )
+        query = (
+            select(PartitionRow, counts)
+            .outerjoin(
+                counts,
+                and_(
+                    counts.c.topic == PartitionRow.topic,
+                    counts.c.partition == PartitionRow.partition,
+                ),
+            )
+            .order_by(PartitionRow.topic, PartitionRow.partition)
+        )
+        if topic is not None:
+            query = query.where(PartitionRow.topic == topic)
+        with self._read() as session:
+            return [
+                PartitionSpan(
+                    topic=row.PartitionRow.topic,
+                    partition=row.PartitionRow.partition,
+                    next_offset=row.PartitionRow.next_offset,
+                    replicated_offset=row.PartitionRow.replicated_offset,
+                    segments=row.segments or 0,
+                    records=int(row.records or 0),
+                    bytes=int(row.bytes or 0),
+                    start_offset=row.start_offset,
+                    time_min=row.time_min,
+                    time_max=row.time_max,
+                )
+                for row in session.execute(query)
+            ]
+
+    def segments(
+        self,
+        topic: str | None = None,
+        *,
+        partitions: Iterable[int] | None = None,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        time_start: int | None = None,
+        time_end: int | None = None,
+        states: Sequence[SegmentState] = READABLE_STATES,
+    ) -> list[SegmentRecord]:
+        """Segments overlapping the offset range [start, end) and time range [start, end)."""
+        query = select(SegmentRow).where(SegmentRow.state.in_([s.value for s in states]))
+        if topic is not None:
+            query = query.where(SegmentRow.topic == topic)
+        if partitions is not None:
+            query = query.where(SegmentRow.partition.in_(list(partitions)))
+        if start_offset is not None:
+            query = query.where(SegmentRow.end_offset > start_offset)
+        if end_offset is not None:
+            query = query.where(SegmentRow.start_offset < end_offset)
+        if time_start is not None:
+            query = query.where(SegmentRow.time_max >= time_start)
+        if time_end is not None:
+            query = query.where(SegmentRow.time_min < time_end)
+        query = query.order_by(SegmentRow.topic, SegmentRow.partition, SegmentRow.start_offset)
+        with self._read() as session:
+            return [SegmentRecord.of(row) for row in session.scalars(query)]
+
+    def schemas(self, topic: str) -> dict[str, pa.Schema]:
+        with self._read() as session:
+            rows = session.scalars(
+                select(SchemaRow).where(SchemaRow.topic == topic).order_by(SchemaRow.first_seen)
+            )
+            return {r.fingerprint: pa.ipc.read_schema(pa.py_buffer(r.arrow_schema)) for r in rows}
+
+    # --- state transitions -----------------------------------------------------------------
+
+    def quarantine(self, segment_id: int, problem: str) -> bool:
+        return self._transition(
+            [segment_id],
+            (SegmentState.SEALED, SegmentState.REPLICATED),
+            SegmentState.QUARANTINED,
+            problem=problem,
+        ) == [segment_id]
+
+    def mark_replicated(self, segment_ids: Sequence[int]) -> list[int]:
+        """sealed → replicated; advances each partition's replicated_offset past them."""
+        moved = self._transition(
+            segment_ids,
+            (SegmentState.SEALED,),
+            SegmentState.REPLICATED,
+            replicated_at=now_ms(),
+        )
+        if moved:
+            with self._write() as session:
+                ends = session.execute(
+                    select(SegmentRow.topic, SegmentRow.partition, func.max(SegmentRow.end_offset))
+                    .where(SegmentRow.id.in_(moved))
+                    .group_by(SegmentRow.topic, SegmentRow.partition)
+                ).all()
+                for topic, partition, end in ends:
+                    session.execute(
+                        update(PartitionRow)
+                        .where(
+                            PartitionRow.topic == topic,
+                            PartitionRow.partition == partition,
+                            PartitionRow.replicated_offset < end,
+                        )
+                        .values(replicated_offset=end, updated_at=now_ms())
+                    )
+        return moved
+
+    def mark_deleting(self, segment_ids: Sequence[int], at: int | None = None) -> list[int]:
+        """sealed/replicated/quarantined → deleting (at epoch ms `at`); returns the ids moved."""
+        return self._transition(
+            segment_ids,
+            (SegmentState.SEALED, SegmentState.REPLICATED, SegmentState.QUARANTINED),
+            SegmentState.DELETING,
+            deleting_at=now_ms() if at is None else at,
+        )
+
+    def remove(self, segment_ids: Sequence[int]) -> int:
+        """Drop rows of segments already marked deleting (their files are gone)."""
+        if not segment_ids:
+            return 0
+        with self._write() as session:
+            result = session.execute(
+                delete(SegmentRow).where(
+                    SegmentRow.id.in_(list(segment_ids)),
+                    SegmentRow.state == SegmentState.DELETING.value,
+                )
+            )
+            return _rowcount(result)
+
+    def _transition(
+        self,
+        segment_ids: Sequence[int],
+        from_states: Sequence[SegmentState],
+        to_state: SegmentState,
+        **values: Any,
+    ) -> list[int]:
+        if not segment_ids:
+            return []
+        allowed = [s.value for s in from_states]
+        with self._write() as session:
+            ids = list(
+                session.scalars(
+                    select(SegmentRow.id).where(
+                        SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(allowed)
+                    )
+                )
+            )
+            if ids:
+                session.execute(
+                    update(SegmentRow)
+                    .where(SegmentRow.id.in_(ids), SegmentRow.state.in_(allowed))
+                    .values(state=to_state.value, **values)
+                    .execution_options(synchronize_session=False)
+                )
+            return ids
+
+
+def _rowcount(result: Any) -> int:
+    return int(result.rowcount)
+
+
+def _sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engine:
+    connect_args = {"timeout": busy_timeout_s, "check_same_thread": False}
+    engine = create_engine(url, connect_args=connect_args)
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin hook below decide how transactions start.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # FULL: the commit that precedes a Kafka offset commit must survive power loss.
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        # IMMEDIATE takes the write lock up front, so a read-then-write transaction waits
+        # for another process instead of failing with "database is locked" on upgrade.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"

@@ -1,0 +1,67 @@
+"""Versioned manifest schema migrations, applied in order, each in its own transaction.
+
+A migration is never edited once released: a change to the tables is a new entry at the
+end. Version 1 creates the tables as the models declared them at that version.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, insert, inspect, select
+
+from plateau_core.errors import PlateauError
+from plateau_core.manifest.models import Base, SchemaVersion
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _v1_create_tables(conn: Connection) -> None:
+    Base.metadata.create_all(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "partitions, segments, schemas", _v1_create_tables),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+def current_version(engine: Engine) -> int:
+    if not inspect(engine).has_table(SchemaVersion.__tablename__):
+        return 0
+    with engine.connect() as conn:
+        versions = conn.execute(select(SchemaVersion.version)).scalars().all()
+    return max(versions, default=0)
+
+
+def migrate(engine: Engine) -> int:
+    """Bring the manifest to the latest version; returns the version it is at."""
+    version = current_version(engine)
+    if version > LATEST:
+        raise PlateauError(
+            f"the manifest is at schema version {version}, newer than this plateau "
+            f"understands ({LATEST}); upgrade plateau"
+        )
+    for migration in MIGRATIONS:
+        if migration.version <= version:
+            continue
+        with engine.begin() as conn:
+            if migration.version == 1:
+                Base.metadata.tables[SchemaVersion.__tablename__].create(conn, checkfirst=True)
+            migration.apply(conn)
+            conn.execute(
+                insert(SchemaVersion).values(
+                    version=migration.version,
+                    description=migration.description,
+                    applied_at=int(time.time() * 1000),
+                )
+            )
+        version = migration.version
+    return version

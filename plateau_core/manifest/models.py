@@ -1,0 +1,89 @@
+"""The manifest's tables as typed SQLAlchemy 2 models.
+
+Times are epoch milliseconds in BIGINT columns: exact, portable between SQLite and
+PostgreSQL, and directly comparable with the segments' `timestamp` column.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from sqlalchemy import BigInteger, Index, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class SegmentState(StrEnum):
+    """A segment's life; it only moves forward: sealed → replicated → deleting → row removed.
+
+    `quarantined` is a side exit: the file disagrees with its row (missing, truncated,
+    unreadable), so the segment is excluded from reads until an operator repairs it.
+    """
+
+    SEALED = "sealed"
+    REPLICATED = "replicated"
+    DELETING = "deleting"
+    QUARANTINED = "quarantined"
+
+
+READABLE_STATES = (SegmentState.SEALED, SegmentState.REPLICATED)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersion(Base):
+    __tablename__ = "schema_version"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    description: Mapped[str] = mapped_column(String(200))
+    applied_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class PartitionRow(Base):
+    __tablename__ = "partitions"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # The watermark: end (exclusive) of the last sealed segment. Never goes backwards.
+    next_offset: Mapped[int] = mapped_column(BigInteger)
+    replicated_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class SegmentRow(Base):
+    __tablename__ = "segments"
+    __table_args__ = (
+        UniqueConstraint("topic", "partition", "start_offset", name="uq_segment_start"),
+        Index("ix_segments_span", "topic", "partition", "end_offset"),
+        Index("ix_segments_time", "topic", "time_max"),
+        Index("ix_segments_state", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249))
+    partition: Mapped[int] = mapped_column(Integer)
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    record_count: Mapped[int] = mapped_column(BigInteger)
+    time_min: Mapped[int] = mapped_column(BigInteger)
+    time_max: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(String(400))
+    schema_fingerprint: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[int] = mapped_column(BigInteger)
+    replicated_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    deleting_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    problem: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SchemaRow(Base):
+    """Each distinct segment schema once, so readers can merge schemas without opening files."""
+
+    __tablename__ = "schemas"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
+    arrow_schema: Mapped[bytes] = mapped_column(LargeBinary)
+    first_seen: Mapped[int] = mapped_column(BigInteger)

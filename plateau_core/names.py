@@ -1,0 +1,55 @@
+"""Topic names and the on-disk layout they turn into."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from plateau_core.errors import InvalidInputError
+
+MAX_TOPIC_LENGTH = 249
+_TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+SEGMENT_SUFFIX = ".arrow"
+TEMP_MARKER = ".tmp-"
+
+
+def validate_topic(name: object) -> str:
+    """Return `name` if it is a usable topic name; topic names become directory names."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"topic name must be a non-empty string, got {name!r}")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise InvalidInputError(
+            f"topic name is {len(name)} characters long; at most {MAX_TOPIC_LENGTH} are allowed"
+        )
+    if name in {".", ".."}:
+        raise InvalidInputError(f"topic name {name!r} is reserved")
+    if not _TOPIC_PATTERN.fullmatch(name):
+        raise InvalidInputError(f"topic name {name!r} may only hold the characters [A-Za-z0-9._-]")
+    return name
+
+
+def validate_partition(partition: object) -> int:
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise InvalidInputError(f"partition must be a non-negative integer, got {partition!r}")
+    return partition
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
+    return data_dir / "topics" / validate_topic(topic) / str(validate_partition(partition))
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def segment_start(name: str) -> int | None:
+    """The start offset a segment file name encodes, or None for any other file."""
+    stem = name.removesuffix(SEGMENT_SUFFIX)
+    if stem == name or len(stem) != 20 or not stem.isdigit():
+        return None
+    return int(stem)
+
+
+def relative_segment_path(topic: str, partition: int, start_offset: int) -> str:
+    """The path stored in the manifest: relative to data_dir, '/'-separated."""
+    return f"topics/{validate_topic(topic)}/{partition}/{segment_name(start_offset)}"

@@ -1,0 +1,84 @@
+"""Policies as frozen dataclasses, validated when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plateau_core.errors import InvalidInputError
+from plateau_core.segment_file import COMPRESSIONS, Compression
+
+MiB = 1024 * 1024
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise InvalidInputError(f"{name} must be positive, got {value}")
+
+
+@dataclass(frozen=True)
+class RollPolicy:
+    """When a partition's buffer becomes a segment. Whichever limit is reached first."""
+
+    max_rows: int = 1_000_000
+    max_bytes: int = 64 * MiB
+    max_age_s: float = 10.0  # since the first buffered record arrived
+
+    def __post_init__(self) -> None:
+        _positive("roll.max_rows", self.max_rows)
+        _positive("roll.max_bytes", self.max_bytes)
+        _positive("roll.max_age_s", self.max_age_s)
+
+
+@dataclass(frozen=True)
+class WriterPolicy:
+    """How a writer buffers and seals, across all the partitions it owns."""
+
+    memory_budget_bytes: int = 512 * MiB  # buffered + being written, all partitions together
+    writer_threads: int = 4
+    compression: Compression = "lz4"
+    min_free_disk_bytes: int = 0
+    fsync: bool = True
+    retry_backoff_s: float = 0.5  # first retry after a failed seal; doubles up to 30 s
+    tick_s: float = 0.1  # how often the max_age timer and retries are checked
+
+    def __post_init__(self) -> None:
+        _positive("memory_budget_bytes", self.memory_budget_bytes)
+        _positive("writer_threads", self.writer_threads)
+        _positive("retry_backoff_s", self.retry_backoff_s)
+        _positive("tick_s", self.tick_s)
+        if self.compression not in COMPRESSIONS:
+            raise InvalidInputError(
+                f"compression must be one of {', '.join(COMPRESSIONS)}, got {self.compression!r}"
+            )
+        if self.min_free_disk_bytes < 0:
+            raise InvalidInputError("min_free_disk_bytes must not be negative")
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Per-topic limits; the oldest segments go first. None means no limit."""
+
+    max_bytes: int | None = None
+    max_age_s: float | None = None  # by the segment's newest record (time_max)
+    max_segments: int | None = None
+    require_replicated: bool = False
+
+    def __post_init__(self) -> None:
+        _positive("retention.max_bytes", self.max_bytes)
+        _positive("retention.max_age_s", self.max_age_s)
+        _positive("retention.max_segments", self.max_segments)
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """Store-wide limits: the fixed footprint."""
+
+    max_bytes: int | None = None  # segments plus the manifest's files
+    min_free_disk_bytes: int | None = None
+    deletion_grace_s: float = 300.0  # how long a deleting segment stays for running readers
+
+    def __post_init__(self) -> None:
+        _positive("max_bytes", self.max_bytes)
+        _positive("min_free_disk_bytes", self.min_free_disk_bytes)
+        if self.deletion_grace_s < 0:
+            raise InvalidInputError("deletion_grace_s must not be negative")

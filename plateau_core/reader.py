@@ -1,0 +1,201 @@
+"""Reading a topic: the manifest picks the segments, the batches are filtered and conformed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from plateau_core.errors import InvalidInputError, PlateauError
+from plateau_core.manifest import SegmentRecord
+from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
+from plateau_core.segment_file import open_segment
+
+if TYPE_CHECKING:
+    from plateau_core.store import Store
+
+Order = Literal["asc", "desc"]
+
+
+class SegmentUnavailableError(PlateauError):
+    """A segment in the read snapshot cannot be read; it is reported, never skipped."""
+
+
+def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return int(aware.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InvalidInputError(f"{name} must be a datetime or epoch milliseconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    topic: str
+    partitions: tuple[int, ...] | None
+    start_offset: int | None
+    end_offset: int | None
+    time_start: int | None  # epoch ms, inclusive
+    time_end: int | None  # epoch ms, exclusive
+    columns: tuple[str, ...] | None
+    limit: int | None
+    order: Order
+
+    @classmethod
+    def build(
+        cls,
+        topic: str,
+        *,
+        partitions: list[int] | None,
+        start_offset: int | None,
+        end_offset: int | None,
+        time_start: datetime | int | None,
+        time_end: datetime | int | None,
+        columns: list[str] | None,
+        limit: int | None,
+        order: Order,
+    ) -> ReadRequest:
+        if order not in ("asc", "desc"):
+            raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
+        if limit is not None and limit < 0:
+            raise InvalidInputError(f"limit must not be negative, got {limit}")
+        return cls(
+            topic=topic,
+            partitions=None if partitions is None else tuple(partitions),
+            start_offset=start_offset,
+            end_offset=end_offset,
+            time_start=to_epoch_ms(time_start, "time_start"),
+            time_end=to_epoch_ms(time_end, "time_end"),
+            columns=None if columns is None else tuple(columns),
+            limit=limit,
+            order=order,
+        )
+
+    def covers(self, segment: SegmentRecord) -> bool:
+        """True when every row of the segment passes the filters (no row mask needed)."""
+        return (
+            (self.start_offset is None or segment.start_offset >= self.start_offset)
+            and (self.end_offset is None or segment.end_offset <= self.end_offset)
+            and (self.time_start is None or segment.time_min >= self.time_start)
+            and (self.time_end is None or segment.time_max < self.time_end)
+        )
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array | None:
+        conditions = []
+        offsets = batch.column(OFFSET)
+        if self.start_offset is not None:
+            conditions.append(pc.greater_equal(offsets, self.start_offset))
+        if self.end_offset is not None:
+            conditions.append(pc.less(offsets, self.end_offset))
+        if self.time_start is not None or self.time_end is not None:
+            times = batch.column(TIMESTAMP).cast(pa.int64())
+            if self.time_start is not None:
+                conditions.append(pc.greater_equal(times, self.time_start))
+            if self.time_end is not None:
+                conditions.append(pc.less(times, self.time_end))
+        if not conditions:
+            return None
+        combined = conditions[0]
+        for condition in conditions[1:]:
+            combined = pc.and_(combined, condition)
+        return combined
+
+
+class ReadResult:
+    """An iterator of RecordBatches over a snapshot of the manifest.
+
+    The segment list is fixed when the result is made; retention leaves those files in
+    place for its grace period, so a reader that starts within it sees all of them.
+    `opened` lists the segment files actually opened, in order.
+    """
+
+    def __init__(self, store: Store, request: ReadRequest) -> None:
+        self.store = store
+        self.request = request
+        segments = store.manifest.segments(
+            request.topic,
+            partitions=request.partitions,
+            start_offset=request.start_offset,
+            end_offset=request.end_offset,
+            time_start=request.time_start,
+            time_end=request.time_end,
+        )
+        segments.sort(key=lambda s: (s.time_min, s.partition, s.start_offset))
+        if request.order == "desc":
+            segments.reverse()
+        self.segments: list[SegmentRecord] = segments
+        self.schema = self._schema()
+        self.opened: list[str] = []
+
+    def _schema(self) -> pa.Schema:
+        known = self.store.manifest.schemas(self.request.topic)
+        merged = (
+            merge_schemas(known[s.schema_fingerprint] for s in self.segments)
+            if (self.segments)
+            else merge_schemas(known.values())
+        )
+        if self.request.columns is None:
+            return merged
+        missing = [c for c in self.request.columns if c not in merged.names]
+        if missing and known:
+            raise InvalidInputError(
+                f"topic {self.request.topic!r} has no column(s) {missing}; it has {merged.names}"
+            )
+        return pa.schema([merged.field(c) for c in self.request.columns if c in merged.names])
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        remaining = self.request.limit
+        if remaining == 0:
+            return
+        for segment in self.segments:
+            for batch in self._segment_batches(segment):
+                if remaining is not None:
+                    if batch.num_rows >= remaining:
+                        yield batch.slice(0, remaining)
+                        return
+                    remaining -= batch.num_rows
+                yield batch
+
+    def _segment_batches(self, segment: SegmentRecord) -> Iterator[pa.RecordBatch]:
+        path = self.store.segment_path(segment)
+        try:
+            reader = open_segment(path, self._needed_fields(path))
+        except (OSError, pa.ArrowException) as exc:
+            raise SegmentUnavailableError(
+                f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
+                f"[{segment.start_offset}, {segment.end_offset})) cannot be read: {exc}"
+            ) from exc
+        self.opened.append(segment.path)
+        filtered = not self.request.covers(segment)
+        count = reader.num_record_batches
+        indices = range(count - 1, -1, -1) if self.request.order == "desc" else range(count)
+        for i in indices:
+            batch = reader.get_batch(i)
+            if filtered:
+                mask = self.request.mask(batch)
+                if mask is not None:
+                    batch = batch.filter(mask)
+            if batch.num_rows == 0:
+                continue
+            if self.request.order == "desc":
+                batch = batch.take(pa.array(range(batch.num_rows - 1, -1, -1), pa.int64()))
+            yield conform(batch, self.schema)
+
+    def _needed_fields(self, path: Path) -> list[int] | None:
+        """Indices of the columns to decode: the projection plus what the filters need."""
+        if self.request.columns is None:
+            return None
+        names = open_segment(path).schema.names
+        wanted = {*self.request.columns, OFFSET, TIMESTAMP}
+        return [i for i, name in enumerate(names) if name in wanted]
+
+    def to_table(self) -> pa.Table:
+        return pa.Table.from_batches(list(self), schema=self.schema)

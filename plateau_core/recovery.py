@@ -1,0 +1,60 @@
+"""Startup recovery of one partition's folder against the manifest (run on acquire).
+
+- temp files of interrupted seals are removed;
+- segment files the manifest does not know are removed: their records were never
+  acknowledged, so the consumer replays them from Kafka;
+- a manifest row whose file is missing, unreadable or disagrees with it is quarantined:
+  reported loudly and excluded from reads, never served silently.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from plateau_core.manifest import READABLE_STATES, SegmentState
+from plateau_core.names import TEMP_MARKER, partition_dir, segment_start
+from plateau_core.segment_file import quick_check
+
+if TYPE_CHECKING:
+    from plateau_core.store import Store
+
+log = structlog.get_logger(__name__)
+
+
+def recover_partition(store: Store, topic: str, partition: int) -> int | None:
+    """Make the folder agree with the manifest; return the partition's watermark."""
+    directory = partition_dir(store.data_dir, topic, partition)
+    rows = store.manifest.segments(topic, partitions=[partition], states=tuple(SegmentState))
+    known = {store.data_dir / row.path for row in rows}
+    if directory.exists():
+        for entry in sorted(directory.iterdir()):
+            if TEMP_MARKER in entry.name:
+                entry.unlink(missing_ok=True)
+                log.warning("temp_file_removed", topic=topic, partition=partition, path=str(entry))
+            elif segment_start(entry.name) is not None and entry not in known:
+                entry.unlink(missing_ok=True)
+                log.warning(
+                    "orphan_segment_removed",
+                    topic=topic,
+                    partition=partition,
+                    start_offset=segment_start(entry.name),
+                    path=str(entry),
+                    reason="not in the manifest; its records are replayed from Kafka",
+                )
+    for row in rows:
+        if row.state not in READABLE_STATES:
+            continue
+        problem = quick_check(store.data_dir / row.path, row.stats)
+        if problem is not None and store.manifest.quarantine(row.id, problem):
+            log.error(
+                "segment_quarantined",
+                topic=topic,
+                partition=partition,
+                start_offset=row.start_offset,
+                end_offset=row.end_offset,
+                path=row.path,
+                problem=problem,
+            )
+    return store.manifest.watermark(topic, partition)

@@ -1,0 +1,239 @@
+"""Retention: keep the store inside its fixed footprint, oldest segments first.
+
+Deleting is crash-safe and reader-safe: a segment is first marked `deleting` (committed),
+its file is unlinked only after the grace period (readers holding a snapshot finish), and
+the row goes last. A crash between steps is completed by the next run. Partition
+watermarks are never touched, so a deleted range is never ingested again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
+from plateau_core.policies import RetentionPolicy, StoreLimits
+
+if TYPE_CHECKING:
+    from plateau_core.store import Store
+
+log = structlog.get_logger(__name__)
+
+DiskFree = Callable[[], int]
+
+
+@dataclass
+class RetentionReport:
+    marked: list[SegmentRecord] = field(default_factory=list)  # by a topic's own policy
+    forced: list[SegmentRecord] = field(default_factory=list)  # unreplicated, by a hard limit
+    global_marked: list[SegmentRecord] = field(default_factory=list)  # by a store-wide limit
+    deleted: list[SegmentRecord] = field(default_factory=list)  # unlinked and row removed
+
+    @property
+    def marked_bytes(self) -> int:
+        return sum(s.size_bytes for s in [*self.marked, *self.global_marked, *self.forced])
+
+
+def _age_key(segment: SegmentRecord) -> tuple[int, int, int]:
+    return (segment.time_max, segment.partition, segment.start_offset)
+
+
+class Retention:
+    """Applies per-topic policies and the store-wide limits; call `run()` or `start()`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        default: RetentionPolicy | None = None,
+        topics: Mapping[str, RetentionPolicy] | None = None,
+        limits: StoreLimits | None = None,
+        disk_free: DiskFree | None = None,
+    ) -> None:
+        self.store = store
+        self.default = default or RetentionPolicy()
+        self.topics = dict(topics or {})
+        self.limits = limits or StoreLimits()
+        self._disk_free = disk_free or (lambda: shutil.disk_usage(store.data_dir).free)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.forced_total = 0
+
+    def policy(self, topic: str) -> RetentionPolicy:
+        return self.topics.get(topic, self.default)
+
+    # --- one pass ---------------------------------------------------------------------------
+
+    def run(self, now: int | None = None) -> RetentionReport:
+        """One retention pass; `now` is epoch ms (tests pass their own clock)."""
+        with self._lock:
+            stamp = now_ms() if now is None else now
+            report = RetentionReport()
+            report.deleted += self._finish_deletions(stamp)
+            live = self.store.manifest.segments()
+            chosen: set[int] = set()
+            for topic in sorted({s.topic for s in live}):
+                segments = sorted((s for s in live if s.topic == topic), key=_age_key)
+                report.marked += self._by_topic_policy(topic, segments, stamp, chosen)
+            self._by_store_limits(live, chosen, report)
+            for group in (report.marked, report.global_marked, report.forced):
+                moved = set(self.store.manifest.mark_deleting([s.id for s in group], at=stamp))
+                group[:] = [s for s in group if s.id in moved]
+            self._log_marks(report)
+            report.deleted += self._finish_deletions(stamp)
+            return report
+
+    def _by_topic_policy(
+        self, topic: str, segments: list[SegmentRecord], now: int, chosen: set[int]
+    ) -> list[SegmentRecord]:
+        policy = self.policy(topic)
+        eligible = [
+            s
+            for s in segments
+            if not policy.require_replicated or s.state == SegmentState.REPLICATED
+        ]
+        picked: list[SegmentRecord] = []
+
+        def pick(segment: SegmentRecord) -> None:
+            if segment.id not in chosen:
+                chosen.add(segment.id)
+                picked.append(segment)
+
+        if policy.max_age_s is not None:
+            cutoff = now - int(policy.max_age_s * 1000)
+            for s in eligible:
+                if s.time_max < cutoff:
+                    pick(s)
+        if policy.max_segments is not None:
+            excess = sum(1 for s in segments if s.id not in chosen) - policy.max_segments
+            for s in eligible:
+                if excess <= 0:
+                    break
+                if s.id not in chosen:
+                    pick(s)
+                    excess -= 1
+        if policy.max_bytes is not None:
+            total = sum(s.size_bytes for s in segments if s.id not in chosen)
+            for s in eligible:
+                if total <= policy.max_bytes:
+                    break
+                if s.id not in chosen:
+                    pick(s)
+                    total -= s.size_bytes
+        return picked
+
+    def _by_store_limits(
+        self, live: list[SegmentRecord], chosen: set[int], report: RetentionReport
+    ) -> None:
+        remaining = sorted((s for s in live if s.id not in chosen), key=_age_key)
+        need = self._bytes_to_free(remaining)
+        if need <= 0:
+            return
+        # Replicated (or unconstrained) segments go first; unreplicated ones of topics that
+        # require replication go only when nothing else is left: a forced deletion.
+        soft = [s for s in remaining if self._deletable_without_force(s)]
+        hard = [s for s in remaining if not self._deletable_without_force(s)]
+        for segment, bucket in [
+            *((s, report.global_marked) for s in soft),
+            *((s, report.forced) for s in hard),
+        ]:
+            if need <= 0:
+                break
+            bucket.append(segment)
+            chosen.add(segment.id)
+            need -= segment.size_bytes
+
+    def _deletable_without_force(self, segment: SegmentRecord) -> bool:
+        return (
+            not self.policy(segment.topic).require_replicated
+            or segment.state == SegmentState.REPLICATED
+        )
+
+    def _bytes_to_free(self, remaining: Iterable[SegmentRecord]) -> int:
+        need = 0
+        if self.limits.max_bytes is not None:
+            manifest = sum(p.stat().st_size for p in self.store.manifest.database_files())
+            used = sum(s.size_bytes for s in remaining) + manifest
+            need = max(need, used - self.limits.max_bytes)
+        if self.limits.min_free_disk_bytes is not None:
+            need = max(need, self.limits.min_free_disk_bytes - self._disk_free())
+        return need
+
+    def _finish_deletions(self, now: int) -> list[SegmentRecord]:
+        cutoff = now - int(self.limits.deletion_grace_s * 1000)
+        due = [
+            s
+            for s in self.store.manifest.segments(states=(SegmentState.DELETING,))
+            if s.deleting_at is not None and s.deleting_at <= cutoff
+        ]
+        for segment in due:
+            self.store.segment_path(segment).unlink(missing_ok=True)
+        self.store.manifest.remove([s.id for s in due])
+        for segment in due:
+            log.info(
+                "segment_deleted",
+                topic=segment.topic,
+                partition=segment.partition,
+                start_offset=segment.start_offset,
+                end_offset=segment.end_offset,
+                bytes=segment.size_bytes,
+            )
+        return due
+
+    def _log_marks(self, report: RetentionReport) -> None:
+        for reason, group in (("policy", report.marked), ("store_limit", report.global_marked)):
+            for s in group:
+                log.info(
+                    "segment_retired",
+                    topic=s.topic,
+                    partition=s.partition,
+                    start_offset=s.start_offset,
+                    end_offset=s.end_offset,
+                    bytes=s.size_bytes,
+                    reason=reason,
+                )
+        for s in report.forced:
+            self.forced_total += 1
+            log.error(
+                "segment_retired_unreplicated",
+                topic=s.topic,
+                partition=s.partition,
+                start_offset=s.start_offset,
+                end_offset=s.end_offset,
+                bytes=s.size_bytes,
+                reason="store hard limit reached; deleting a segment not yet replicated",
+            )
+
+    # --- in the background ------------------------------------------------------------------
+
+    def start(self, interval_s: float = 30.0) -> None:
+        """Run a pass every `interval_s` on a daemon thread until `stop()`."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, args=(interval_s,), name="retention", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run()
+            except Exception as exc:  # a failed pass is retried on the next tick
+                log.error("retention_failed", error=str(exc), error_type=type(exc).__name__)
+            self._stop.wait(max(0.0, interval_s - (time.monotonic() - started)))

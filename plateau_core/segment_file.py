@@ -1,0 +1,150 @@
+"""Segment files: durable writes (temp → fsync → rename → fsync dir) and inspection."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyarrow import ipc
+
+from plateau_core.errors import InvalidInputError
+from plateau_core.names import TEMP_MARKER, segment_name
+from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
+
+Compression = Literal["lz4", "zstd", "none"]
+COMPRESSIONS: tuple[Compression, ...] = ("lz4", "zstd", "none")
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What the manifest records about a segment file."""
+
+    start_offset: int
+    end_offset: int  # exclusive: last offset + 1
+    record_count: int
+    time_min: int  # epoch milliseconds
+    time_max: int
+    size_bytes: int
+    schema_fingerprint: str
+
+
+def table_stats(table: pa.Table) -> tuple[int, int, int, int]:
+    """(start_offset, end_offset, time_min, time_max) of a non-empty segment table."""
+    offsets = table.column(OFFSET)
+    times = pc.min_max(table.column(TIMESTAMP).cast(pa.int64()))
+    start = offsets[0].as_py()
+    end = offsets[len(offsets) - 1].as_py() + 1
+    return start, end, times["min"].as_py(), times["max"].as_py()
+
+
+def write_segment(
+    directory: Path, table: pa.Table, compression: Compression = "lz4", *, fsync: bool = True
+) -> tuple[Path, SegmentStats]:
+    """Write `table` as `{start_offset:020d}.arrow` in `directory`, durably.
+
+    The file appears under its final name only when complete; a crash leaves at most a
+    temp file that recovery removes. Writing the same segment again replaces it.
+    """
+    if table.num_rows == 0:
+        raise InvalidInputError("a segment needs at least one row")
+    start, end, time_min, time_max = table_stats(table)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / segment_name(start)
+    temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
+    options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    try:
+        with pa.OSFile(str(temp), "wb") as sink:
+            with ipc.new_file(sink, table.schema, options=options) as writer:
+                writer.write_table(table)
+            if fsync:
+                sink.flush()
+        if fsync:
+            _fsync_path(temp)
+        temp.rename(final)
+        if fsync:
+            _fsync_path(directory)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    stats = SegmentStats(
+        start_offset=start,
+        end_offset=end,
+        record_count=table.num_rows,
+        time_min=time_min,
+        time_max=time_max,
+        size_bytes=final.stat().st_size,
+        schema_fingerprint=fingerprint(table.schema),
+    )
+    return final, stats
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_segment(path: Path, fields: list[int] | None = None) -> ipc.RecordBatchFileReader:
+    """A reader over a memory-mapped segment file; `fields` limits the columns decoded."""
+    options = None if fields is None else ipc.IpcReadOptions(included_fields=fields)
+    return ipc.open_file(pa.memory_map(str(path), "r"), options=options)
+
+
+def inspect_segment(path: Path) -> SegmentStats:
+    """Read a segment file's own facts; raises on a file that is not a readable segment."""
+    reader = open_segment(path)
+    table = reader.read_all()
+    if table.num_rows == 0:
+        raise InvalidInputError(f"{path} holds no rows")
+    table.validate(full=True)
+    start, end, time_min, time_max = table_stats(table)
+    return SegmentStats(
+        start_offset=start,
+        end_offset=end,
+        record_count=table.num_rows,
+        time_min=time_min,
+        time_max=time_max,
+        size_bytes=path.stat().st_size,
+        schema_fingerprint=fingerprint(table.schema),
+    )
+
+
+def quick_check(path: Path, expected: SegmentStats) -> str | None:
+    """Cheap consistency check of a file against its manifest row; a problem or None.
+
+    Reads the footer and the offset column only, so startup stays fast on large stores.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "file is missing"
+    if size != expected.size_bytes:
+        return f"size is {size} bytes, the manifest says {expected.size_bytes}"
+    try:
+        reader = open_segment(path)
+        rows = 0
+        first = last = None
+        for i in range(reader.num_record_batches):
+            offsets = reader.get_batch(i).column(OFFSET)
+            if len(offsets) == 0:
+                continue
+            rows += len(offsets)
+            first = offsets[0].as_py() if first is None else first
+            last = offsets[len(offsets) - 1].as_py()
+    except (OSError, pa.ArrowException) as exc:
+        return f"unreadable: {exc}"
+    if rows != expected.record_count:
+        return f"holds {rows} rows, the manifest says {expected.record_count}"
+    if first != expected.start_offset or last is None or last + 1 != expected.end_offset:
+        return (
+            f"offsets {first}..{last} do not match the manifest's "
+            f"[{expected.start_offset}, {expected.end_offset})"
+        )
+    return None

@@ -1,0 +1,114 @@
+"""The Store: a data folder of segments plus the manifest that describes them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from sqlalchemy.engine import make_url
+
+from plateau_core.errors import InvalidInputError
+from plateau_core.manifest import Manifest, PartitionSpan, SegmentRecord, sqlite_url
+from plateau_core.names import validate_topic
+from plateau_core.policies import WriterPolicy
+from plateau_core.reader import ReadRequest, ReadResult
+from plateau_core.writer import Writer, WriterListener
+
+MANIFEST_FILE = "manifest.db"
+TimeBound = datetime | int | None
+
+
+class Store:
+    """Open with `Store.open(data_dir)`; several processes may open the same store."""
+
+    def __init__(self, data_dir: Path, manifest: Manifest) -> None:
+        self.data_dir = data_dir
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, location: str | Path | None = None, *, manifest_url: str | None = None) -> Store:
+        """Open (creating if needed) the store in `location`.
+
+        `location` is the data folder; the manifest defaults to SQLite at
+        `{data_dir}/manifest.db`. Given only a SQLite `manifest_url`, the data folder is
+        the one holding that database file.
+        """
+        if location is None:
+            if manifest_url is None:
+                raise InvalidInputError("Store.open needs a data folder or a manifest URL")
+            url = make_url(manifest_url)
+            if url.get_backend_name() != "sqlite" or not url.database:
+                raise InvalidInputError(
+                    f"with a {url.get_backend_name()} manifest, give the data folder too"
+                )
+            location = Path(url.database).parent
+        data_dir = Path(location).expanduser().resolve()
+        # Owner-only: segments hold whatever the producers wrote.
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        url_text = manifest_url or sqlite_url(data_dir / MANIFEST_FILE)
+        manifest = Manifest(url_text)
+        for path in manifest.database_files():
+            if path.is_relative_to(data_dir):
+                path.chmod(0o600)
+        return cls(data_dir, manifest)
+
+    def close(self) -> None:
+        self.manifest.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- what is stored ---------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return self.manifest.topics()
+
+    def spans(self, topic: str | None = None) -> list[PartitionSpan]:
+        return self.manifest.spans(None if topic is None else validate_topic(topic))
+
+    def segment_path(self, segment: SegmentRecord) -> Path:
+        return self.data_dir / segment.path
+
+    def footprint_bytes(self) -> int:
+        """Bytes of readable segments plus the manifest's own files."""
+        segments = sum(s.bytes for s in self.spans())
+        return segments + sum(p.stat().st_size for p in self.manifest.database_files())
+
+    # --- reading and writing ----------------------------------------------------------------
+
+    def read(
+        self,
+        topic: str,
+        *,
+        partitions: list[int] | None = None,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        time_start: TimeBound = None,
+        time_end: TimeBound = None,
+        columns: list[str] | None = None,
+        limit: int | None = None,
+        order: Literal["asc", "desc"] = "asc",
+    ) -> ReadResult:
+        """Rows of `topic` with start_offset <= offset < end_offset and
+        time_start <= timestamp < time_end, as RecordBatches of one merged schema."""
+        request = ReadRequest.build(
+            validate_topic(topic),
+            partitions=partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            time_start=time_start,
+            time_end=time_end,
+            columns=columns,
+            limit=limit,
+            order=order,
+        )
+        return ReadResult(self, request)
+
+    def writer(
+        self, policy: WriterPolicy | None = None, listener: WriterListener | None = None
+    ) -> Writer:
+        return Writer(self, policy, listener)
