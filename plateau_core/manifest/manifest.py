@@ -37,6 +37,7 @@ from plateau_core.manifest.models import (
 from plateau_core.segment_file import SegmentStats
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
 
 
 def now_ms() -> int:
@@ -459,6 +460,8 @@ def _sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engin
         # FULL: the commit that precedes a Kafka offset commit must survive power loss.
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        # The WAL counts towards the store's fixed footprint: truncate it after checkpoints.
+        cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -1,0 +1,81 @@
+"""The manifest database: migrations, durability settings, permissions, opening by URL."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from plateau_core import PlateauError, Store, WriterPolicy
+from plateau_core.manifest import Manifest, sqlite_url
+from plateau_core.manifest.migrations import LATEST, current_version
+from tests.support import batch
+
+
+def test_fresh_manifest_is_migrated_and_durable(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "d")
+    try:
+        assert store.manifest.schema_version == LATEST
+        with store.manifest.engine.connect() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(text("PRAGMA synchronous")).scalar() == 2  # FULL
+            assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30_000
+    finally:
+        store.close()
+
+
+def test_reopening_does_not_migrate_again(tmp_path: Path) -> None:
+    Store.open(tmp_path).close()
+    manifest = Manifest(sqlite_url(tmp_path / "manifest.db"))
+    try:
+        with manifest.engine.connect() as conn:
+            rows = conn.execute(text("SELECT version FROM schema_version")).scalars().all()
+        assert rows == list(range(1, LATEST + 1))
+        assert current_version(manifest.engine) == LATEST
+    finally:
+        manifest.close()
+
+
+def test_a_newer_manifest_is_refused(tmp_path: Path) -> None:
+    Store.open(tmp_path).close()
+    manifest = Manifest(sqlite_url(tmp_path / "manifest.db"))
+    with manifest.engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO schema_version VALUES (:v, 'future', 0)"), {"v": LATEST + 1}
+        )
+    manifest.close()
+    with pytest.raises(PlateauError, match="newer than this plateau understands"):
+        Store.open(tmp_path)
+
+
+def test_store_files_are_private(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "d")
+    writer = store.writer(WriterPolicy())
+    writer.acquire("t", 0)
+    writer.append("t", 0, batch([0, 1]))
+    writer.close()
+    try:
+        assert stat.S_IMODE((tmp_path / "d").stat().st_mode) == 0o700
+        assert stat.S_IMODE((tmp_path / "d" / "manifest.db").stat().st_mode) == 0o600
+    finally:
+        store.close()
+
+
+def test_open_by_manifest_url_finds_the_data(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    writer = store.writer(WriterPolicy(fsync=False))
+    writer.acquire("t", 0)
+    writer.append("t", 0, batch([0, 1, 2]))
+    writer.close()
+    store.close()
+    by_url = Store.open(manifest_url=sqlite_url(tmp_path / "manifest.db"))
+    try:
+        assert by_url.data_dir == tmp_path.resolve()
+        assert by_url.read("t").to_table().num_rows == 3
+        assert by_url.topics() == ["t"]
+    finally:
+        by_url.close()
+    with pytest.raises(PlateauError, match="give the data folder too"):
+        Store.open(manifest_url="postgresql://localhost/plateau")

@@ -1,0 +1,206 @@
+"""Retention keeps the footprint fixed: oldest first, crash-safe, reader-safe."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from plateau_core import (
+    Retention,
+    RetentionPolicy,
+    RollPolicy,
+    SegmentState,
+    Store,
+    StoreLimits,
+    WriterPolicy,
+)
+from tests.support import BASE_MS, batch
+
+HOUR_MS = 3_600_000
+
+
+def _fill(store: Store, partition: int, segments: int, rows: int = 10, *, topic: str = "t") -> None:
+    """`segments` sealed segments of `rows` rows, segment i timestamped at BASE_MS + i hours."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        start = writer.acquire(topic, partition, roll=RollPolicy(max_age_s=3600)) or 0
+        for i in range(segments):
+            offsets = range(start + i * rows, start + (i + 1) * rows)
+            times = [BASE_MS + i * HOUR_MS + j for j in range(rows)]
+            writer.append(topic, partition, batch(offsets, times=times))
+            writer.flush()
+    finally:
+        writer.close()
+
+
+def _starts(store: Store, topic: str = "t", states: Sequence[SegmentState] | None = None) -> list:
+    if states is None:
+        return [s.start_offset for s in store.manifest.segments(topic)]
+    return [s.start_offset for s in store.manifest.segments(topic, states=states)]
+
+
+def _now_after(hours: float) -> int:
+    return BASE_MS + int(hours * HOUR_MS)
+
+
+def test_max_age_deletes_segments_whose_newest_record_is_too_old(store: Store) -> None:
+    _fill(store, 0, 5)
+    retention = Retention(
+        store,
+        default=RetentionPolicy(max_age_s=2.5 * 3600),
+        limits=StoreLimits(deletion_grace_s=0),
+    )
+    report = retention.run(now=_now_after(5))
+    # Segment i's newest record is at i hours; at 5 h, those older than 2.5 h are 0, 1, 2.
+    assert [s.start_offset for s in report.deleted] == [0, 10, 20]
+    assert _starts(store) == [30, 40]
+
+
+def test_max_segments_and_max_bytes_keep_the_newest(store: Store) -> None:
+    _fill(store, 0, 6)
+    _fill(store, 0, 1, topic="other")
+    size = store.manifest.segments("t")[0].size_bytes
+    retention = Retention(
+        store,
+        topics={
+            "t": RetentionPolicy(max_segments=4),
+            "other": RetentionPolicy(max_bytes=1),
+        },
+        limits=StoreLimits(deletion_grace_s=0),
+    )
+    retention.run(now=_now_after(6))
+    assert _starts(store) == [20, 30, 40, 50]
+    assert _starts(store, "other") == []
+
+    retention.topics["t"] = RetentionPolicy(max_bytes=size * 2 + size // 2)
+    retention.run(now=_now_after(6))
+    assert _starts(store) == [40, 50]
+
+
+def test_oldest_first_across_partitions(store: Store) -> None:
+    _fill(store, 0, 3)
+    _fill(store, 1, 3)
+    retention = Retention(
+        store, default=RetentionPolicy(max_segments=3), limits=StoreLimits(deletion_grace_s=0)
+    )
+    retention.run(now=_now_after(3))
+    remaining = [(s.partition, s.start_offset) for s in store.manifest.segments("t")]
+    # The three oldest (hours 0, 0, 1) go; ties broken by partition.
+    assert remaining == [(0, 20), (1, 10), (1, 20)]
+
+
+def test_watermark_survives_deleting_everything(store: Store) -> None:
+    _fill(store, 0, 3)
+    Retention(
+        store, default=RetentionPolicy(max_age_s=1), limits=StoreLimits(deletion_grace_s=0)
+    ).run(now=_now_after(100))
+    assert _starts(store) == []
+    assert store.manifest.watermark("t", 0) == 30
+    [span] = store.spans("t")
+    assert (span.next_offset, span.segments, span.records) == (30, 0, 0)
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        assert writer.acquire("t", 0) == 30
+    finally:
+        writer.close()
+
+
+def test_grace_period_keeps_files_for_running_readers(store: Store) -> None:
+    _fill(store, 0, 3)
+    retention = Retention(
+        store, default=RetentionPolicy(max_segments=1), limits=StoreLimits(deletion_grace_s=60)
+    )
+    snapshot = store.read("t")  # a reader that started before retention ran
+    report = retention.run(now=_now_after(3))
+    assert [s.start_offset for s in report.marked] == [0, 10]
+    assert report.deleted == []
+    assert _starts(store, states=(SegmentState.DELETING,)) == [0, 10]
+    assert store.read("t").to_table().num_rows == 10  # new readers no longer see them
+    assert snapshot.to_table().num_rows == 30  # the running reader still reads them all
+    later = retention.run(now=_now_after(3) + 61_000)
+    assert sorted(s.start_offset for s in later.deleted) == [0, 10]
+    assert not (store.data_dir / "topics/t/0/00000000000000000000.arrow").exists()
+    assert _starts(store, states=tuple(SegmentState)) == [20]
+
+
+def test_interrupted_deletion_is_completed(store: Store) -> None:
+    _fill(store, 0, 2)
+    first = store.manifest.segments("t")[0]
+    # A crash after the mark (and maybe after the unlink) but before the row went.
+    store.manifest.mark_deleting([first.id], at=_now_after(0))
+    store.segment_path(first).unlink()
+    report = Retention(store, limits=StoreLimits(deletion_grace_s=0)).run(now=_now_after(2))
+    assert [s.id for s in report.deleted] == [first.id]
+    assert _starts(store, states=tuple(SegmentState)) == [10]
+
+
+def test_require_replicated_keeps_unreplicated_segments(store: Store) -> None:
+    _fill(store, 0, 4)
+    segments = store.manifest.segments("t")
+    assert store.manifest.mark_replicated([segments[1].id]) == [segments[1].id]
+    retention = Retention(
+        store,
+        default=RetentionPolicy(max_segments=1, require_replicated=True),
+        limits=StoreLimits(deletion_grace_s=0),
+    )
+    retention.run(now=_now_after(4))
+    # Only the replicated one may go; the unreplicated ones stay although over the limit.
+    assert _starts(store) == [0, 20, 30]
+    assert retention.forced_total == 0
+    [span] = store.spans("t")
+    assert span.replicated_offset == 20
+
+
+def test_global_hard_limit_forces_unreplicated_deletion(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fill(store, 0, 4)
+    _fill(store, 0, 2, topic="loose")
+    size = store.manifest.segments("t")[0].size_bytes
+    manifest_bytes = sum(p.stat().st_size for p in store.manifest.database_files())
+    retention = Retention(
+        store,
+        topics={"t": RetentionPolicy(require_replicated=True)},
+        limits=StoreLimits(max_bytes=manifest_bytes + size * 3, deletion_grace_s=0),
+    )
+    report = retention.run(now=_now_after(6))
+    # Topics that allow it give up their oldest first; only then is "t" forced.
+    assert [s.topic for s in report.global_marked] == ["loose", "loose"]
+    assert [s.start_offset for s in report.forced] == [0]
+    assert retention.forced_total == 1
+    assert "segment_retired_unreplicated" in capsys.readouterr().out
+    assert sum(s.bytes for s in store.spans()) <= size * 3
+
+
+def test_min_free_disk_frees_the_oldest(store: Store) -> None:
+    _fill(store, 0, 4)
+    first, second = store.manifest.segments("t")[:2]
+    free = {"bytes": 1000}
+    retention = Retention(
+        store,
+        limits=StoreLimits(
+            min_free_disk_bytes=1000 + first.size_bytes + second.size_bytes, deletion_grace_s=0
+        ),
+        disk_free=lambda: free["bytes"],
+    )
+    report = retention.run(now=_now_after(4))
+    assert [s.start_offset for s in report.global_marked] == [0, 10]
+    assert _starts(store) == [20, 30]
+
+
+def test_background_retention_runs_periodically(store: Store) -> None:
+    _fill(store, 0, 3)
+    retention = Retention(
+        store, default=RetentionPolicy(max_segments=1), limits=StoreLimits(deletion_grace_s=0)
+    )
+    retention.start(interval_s=0.05)
+    try:
+        import time
+
+        deadline = time.monotonic() + 5
+        while len(_starts(store, states=tuple(SegmentState))) > 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        retention.stop()
+    assert _starts(store, states=tuple(SegmentState)) == [20]

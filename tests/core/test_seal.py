@@ -1,0 +1,174 @@
+"""Seals: durable files, one manifest transaction, idempotence, and failures that lose nothing."""
+
+from __future__ import annotations
+
+import errno
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+from plateau_core import (
+    FlushTimeoutError,
+    ManifestConflictError,
+    RollPolicy,
+    SealedSegment,
+    Store,
+    WriterListener,
+    WriterPolicy,
+)
+from plateau_core.segment_file import SegmentStats, write_segment
+from tests.support import batch
+
+
+class Recorder(WriterListener):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.sealed: list[SealedSegment] = []
+        self.failed: list[Exception] = []
+        self.recorded_before_callback: list[bool] = []
+
+    def on_sealed(self, segment: SealedSegment) -> None:
+        watermark = self.store.manifest.watermark(segment.topic, segment.partition)
+        self.recorded_before_callback.append(watermark == segment.end_offset)
+        self.sealed.append(segment)
+
+    def on_seal_failed(self, topic: str, partition: int, error: Exception) -> None:
+        self.failed.append(error)
+
+
+def test_seal_writes_a_named_file_and_one_manifest_row(store: Store) -> None:
+    recorder = Recorder(store)
+    writer = store.writer(WriterPolicy(), recorder)
+    try:
+        assert writer.acquire("events", 2) is None
+        writer.append("events", 2, batch([7, 8, 9]))
+        writer.flush()
+    finally:
+        writer.close()
+    path = store.data_dir / "topics/events/2/00000000000000000007.arrow"
+    assert path.exists()
+    table = ipc.open_file(pa.memory_map(str(path))).read_all()
+    assert table.column("offset").to_pylist() == [7, 8, 9]
+    [row] = store.manifest.segments("events")
+    assert (row.start_offset, row.end_offset, row.record_count) == (7, 10, 3)
+    assert row.size_bytes == path.stat().st_size
+    assert store.manifest.watermark("events", 2) == 10
+    # The listener (which commits Kafka offsets) hears of a seal only after the manifest has it.
+    assert recorder.recorded_before_callback == [True]
+    assert recorder.sealed[0].end_offset == 10
+    assert not [p for p in path.parent.iterdir() if ".tmp-" in p.name]
+
+
+def test_recommitting_the_same_seal_is_a_noop(store: Store, tmp_path: Path) -> None:
+    table = pa.Table.from_batches([batch([0, 1, 2])])
+    path, stats = write_segment(tmp_path, table)
+    relative = "topics/t/0/00000000000000000000.arrow"
+    assert store.manifest.commit_segment("t", 0, stats, relative, table.schema) is True
+    assert store.manifest.commit_segment("t", 0, stats, relative, table.schema) is False
+    assert len(store.manifest.segments("t")) == 1
+    assert store.manifest.watermark("t", 0) == 3
+
+
+def test_overlapping_segments_are_refused(store: Store, tmp_path: Path) -> None:
+    first = pa.Table.from_batches([batch([0, 1, 2])])
+    _, stats = write_segment(tmp_path, first)
+    store.manifest.commit_segment("t", 0, stats, "a", first.schema)
+    longer = SegmentStats(0, 5, 5, 0, 0, 1, stats.schema_fingerprint)
+    with pytest.raises(ManifestConflictError, match="already has a segment at offset 0"):
+        store.manifest.commit_segment("t", 0, longer, "b", first.schema)
+    inside = SegmentStats(2, 4, 2, 0, 0, 1, stats.schema_fingerprint)
+    with pytest.raises(ManifestConflictError, match="overlaps the watermark 3"):
+        store.manifest.commit_segment("t", 0, inside, "c", first.schema)
+    assert store.manifest.watermark("t", 0) == 3
+
+
+class FlakyDisk:
+    """Fails the first `failures` segment writes with ENOSPC after writing half a temp file."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def __call__(
+        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+    ) -> tuple[Path, SegmentStats]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            directory.mkdir(parents=True, exist_ok=True)
+            temp = directory / ".00000000000000000000.arrow.tmp-flaky"
+            temp.write_bytes(b"ARROW1" * 10)
+            temp.unlink()  # what write_segment does on failure
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+
+
+def test_failed_seal_keeps_the_data_and_retries(store: Store) -> None:
+    recorder = Recorder(store)
+    disk = FlakyDisk(failures=2)
+    writer = store.writer(WriterPolicy(retry_backoff_s=0.05, tick_s=0.01), recorder)
+    writer._write_segment = disk  # the injection point for fault tests
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0, 1, 2]))
+        with pytest.raises(FlushTimeoutError, match="not sealed within"):
+            writer.flush(timeout_s=0.02)
+        assert len(recorder.failed) >= 1
+        assert "No space left" in str(recorder.failed[0])
+        assert store.manifest.segments("t") == []
+        stats = writer.stats()
+        assert stats.buffered_rows == 3 or stats.seals_in_flight == 1
+        # Appends keep landing behind the failed seal, in order.
+        writer.append("t", 0, batch([3, 4]))
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert disk.calls >= 3
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    assert store.manifest.watermark("t", 0) == 5
+    assert writer.stats().failing == {}
+
+
+def test_failed_manifest_commit_leaves_no_visible_file(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = store.manifest.commit_segment
+    failures = {"left": 1}
+
+    def broken(*args: object, **kwargs: object) -> bool:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError("manifest unavailable")
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_segment", broken)
+    recorder = Recorder(store)
+    writer = store.writer(WriterPolicy(retry_backoff_s=10, tick_s=0.01), recorder)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0, 1]))
+        with pytest.raises(FlushTimeoutError, match=r"t\[0\]"):
+            writer.flush(timeout_s=0.5)
+        assert [str(e) for e in recorder.failed] == ["manifest unavailable"]
+        folder = store.data_dir / "topics/t/0"
+        assert [p.name for p in folder.iterdir() if p.suffix == ".arrow"] == []
+        writer.flush(timeout_s=10)  # an explicit flush retries at once
+    finally:
+        writer.close()
+    assert store.read("t").to_table().num_rows == 2
+
+
+def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
+    writer = store.writer(WriterPolicy(writer_threads=2, fsync=False))
+    try:
+        for p in range(32):
+            writer.acquire("t", p, roll=RollPolicy(max_rows=2, max_age_s=3600))
+            writer.append("t", p, batch([0, 1]))
+        writer.flush()
+        names = {t.name for t in threading.enumerate() if t.name.startswith("seal")}
+        assert 1 <= len(names) <= 2
+    finally:
+        writer.close()
+    assert len(store.manifest.segments("t")) == 32
