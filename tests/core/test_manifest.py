@@ -42,9 +42,7 @@ def test_a_newer_manifest_is_refused(tmp_path: Path) -> None:
     Store.open(tmp_path).close()
     manifest = Manifest(sqlite_url(tmp_path / "manifest.db"))
     with manifest.engine.begin() as conn:
-        conn.execute(
-            text("INSERT INTO schema_version VALUES (:v, 'future', 0)"), {"v": LATEST + 1}
-        )
+        conn.execute(text("INSERT INTO schema_version VALUES (:v, 'future', 0)"), {"v": LATEST + 1})
     manifest.close()
     with pytest.raises(PlateauError, match="newer than this plateau understands"):
         Store.open(tmp_path)

@@ -95,7 +95,7 @@ def test_a_file_lost_after_the_snapshot_is_an_error_not_a_gap(store: Store) -> N
     _seal(store, range(0, 5))
     result = store.read("t")
     (_folder(store) / "00000000000000000000.arrow").unlink()
-    with pytest.raises(SegmentUnavailableError, match="00000000000000000000.arrow"):
+    with pytest.raises(SegmentUnavailableError, match=r"00000000000000000000\.arrow"):
         result.to_table()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -196,8 +197,6 @@ def test_background_retention_runs_periodically(store: Store) -> None:
     )
     retention.start(interval_s=0.05)
     try:
-        import time
-
         deadline = time.monotonic() + 5
         while len(_starts(store, states=tuple(SegmentState))) > 1 and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -64,7 +64,7 @@ def test_seal_writes_a_named_file_and_one_manifest_row(store: Store) -> None:
 
 def test_recommitting_the_same_seal_is_a_noop(store: Store, tmp_path: Path) -> None:
     table = pa.Table.from_batches([batch([0, 1, 2])])
-    path, stats = write_segment(tmp_path, table)
+    _, stats = write_segment(tmp_path, table)
     relative = "topics/t/0/00000000000000000000.arrow"
     assert store.manifest.commit_segment("t", 0, stats, relative, table.schema) is True
     assert store.manifest.commit_segment("t", 0, stats, relative, table.schema) is False

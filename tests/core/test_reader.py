@@ -1,0 +1,108 @@
+"""The reader: the manifest decides which files are opened; results keep one merged schema."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+
+from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from tests.support import BASE_MS, append_patiently, batch
+
+MINUTE_MS = 60_000
+
+
+@pytest.fixture
+def ten_segments(store: Store) -> Store:
+    """Partition 0: ten segments of 100 rows; segment i spans minute i."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_rows=100, max_age_s=3600))
+        for i in range(10):
+            offsets = range(i * 100, (i + 1) * 100)
+            times = [BASE_MS + i * MINUTE_MS + j for j in range(100)]
+            append_patiently(writer, "t", 0, batch(offsets, times=times))
+        writer.flush()
+    finally:
+        writer.close()
+    return store
+
+
+def _name(start: int) -> str:
+    return f"topics/t/0/{start:020d}.arrow"
+
+
+def test_time_range_opens_only_overlapping_segments(ten_segments: Store) -> None:
+    result = ten_segments.read(
+        "t", time_start=BASE_MS + 3 * MINUTE_MS + 50, time_end=BASE_MS + 4 * MINUTE_MS + 10
+    )
+    table = result.to_table()
+    assert result.opened == [_name(300), _name(400)]
+    assert table.column("offset").to_pylist() == list(range(350, 410))
+
+
+def test_offset_range_opens_only_overlapping_segments(ten_segments: Store) -> None:
+    result = ten_segments.read("t", start_offset=250, end_offset=300)
+    assert result.to_table().column("offset").to_pylist() == list(range(250, 300))
+    assert result.opened == [_name(200)]
+
+
+def test_datetime_bounds(ten_segments: Store) -> None:
+    start = datetime.fromtimestamp((BASE_MS + 9 * MINUTE_MS) / 1000, tz=UTC)
+    result = ten_segments.read("t", time_start=start.replace(tzinfo=None))
+    assert result.to_table().num_rows == 100
+    assert result.opened == [_name(900)]
+
+
+def test_desc_with_limit_reads_the_newest_segment_only(ten_segments: Store) -> None:
+    result = ten_segments.read("t", order="desc", limit=30)
+    assert result.to_table().column("offset").to_pylist() == list(range(999, 969, -1))
+    assert result.opened == [_name(900)]
+
+
+def test_asc_with_limit_stops_early(ten_segments: Store) -> None:
+    result = ten_segments.read("t", limit=150)
+    assert result.to_table().column("offset").to_pylist() == list(range(150))
+    assert result.opened == [_name(0), _name(100)]
+
+
+def test_columns_are_projected(ten_segments: Store) -> None:
+    table = ten_segments.read("t", columns=["value", "offset"], limit=3).to_table()
+    assert table.schema.names == ["value", "offset"]
+    with pytest.raises(InvalidInputError, match=r"no column\(s\) \['nope'\]"):
+        ten_segments.read("t", columns=["nope"])
+
+
+def test_schema_evolution_merges_and_widens(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0], extra={"n": pa.array([1], pa.int32())}))
+        writer.flush()
+        writer.append("t", 0, batch([1], extra={"n": pa.array([2**40], pa.int64())}))
+        writer.flush()
+        writer.append("t", 0, batch([2], extra={"s": pa.array(["x"])}))
+        writer.flush()
+    finally:
+        writer.close()
+    table = store.read("t").to_table()
+    assert table.schema.field("n").type == pa.int64()
+    assert table.column("n").to_pylist() == [1, 2**40, None]
+    assert table.column("s").to_pylist() == [None, None, "x"]
+    assert len(store.manifest.schemas("t")) == 3
+
+
+def test_spans_describe_partitions(ten_segments: Store) -> None:
+    [span] = ten_segments.spans("t")
+    assert (span.partition, span.next_offset, span.segments, span.records) == (0, 1000, 10, 1000)
+    assert span.time_min == BASE_MS
+    assert span.time_max == BASE_MS + 9 * MINUTE_MS + 99
+    assert span.bytes == sum(s.size_bytes for s in ten_segments.manifest.segments("t"))
+    assert ten_segments.topics() == ["t"]
+
+
+def test_unknown_topic_reads_empty(store: Store) -> None:
+    result = store.read("nothing-here")
+    assert result.to_table().num_rows == 0
+    assert result.opened == []
