@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
-from bridge import demo
+from bridge import commands, demo
 from bridge.errors import BridgeError
 from bridge.local_kafka import commands as kafka_commands
 from bridge.logs import configure_logging
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parsers(subparsers)
     demo.add_parser(subparsers)
     kafka_commands.add_parser(subparsers)
     return parser
@@ -30,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
+    os.environ.setdefault("PLATEAU_LOG_LEVEL", args.log_level)  # for worker processes
     handler: Handler = args.handler
     try:
         return handler(args)

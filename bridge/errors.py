@@ -7,3 +7,11 @@ class BridgeError(Exception):
 
 class LocalKafkaError(BridgeError):
     """The local development broker could not be set up, started or stopped."""
+
+
+class ConfigError(BridgeError):
+    """The configuration file or its overrides are invalid; nothing was started."""
+
+
+class DecodeError(BridgeError):
+    """A record could not be decoded per its topic's format."""

@@ -55,6 +55,7 @@ class Retention:
         topics: Mapping[str, RetentionPolicy] | None = None,
         limits: StoreLimits | None = None,
         disk_free: DiskFree | None = None,
+        resolve: Callable[[str], RetentionPolicy | None] | None = None,
     ) -> None:
         self.store = store
         self.default = default or RetentionPolicy()
@@ -65,9 +66,14 @@ class Retention:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.forced_total = 0
+        self._resolve = resolve
 
     def policy(self, topic: str) -> RetentionPolicy:
-        return self.topics.get(topic, self.default)
+        """`topics[topic]`, else what `resolve(topic)` says, else the default."""
+        if topic in self.topics:
+            return self.topics[topic]
+        resolved = self._resolve(topic) if self._resolve is not None else None
+        return resolved or self.default
 
     # --- one pass ---------------------------------------------------------------------------
 

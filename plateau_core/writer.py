@@ -362,16 +362,6 @@ class Writer:
             path=path,
             seconds=seconds,
         )
-        with self._cond:
-            slog = self._logs.get((topic, partition))
-            self._in_flight -= job.nbytes
-            follow: list[SealJob] = []
-            if slog is not None:
-                slog.sealed()
-                if slog.due(time.monotonic()):
-                    follow.append(self._take(slog))
-            self._submit(follow)
-            self._cond.notify_all()
         log.info(
             "segment_sealed",
             topic=topic,
@@ -382,7 +372,18 @@ class Writer:
             bytes=stats.size_bytes,
             seconds=round(seconds, 4),
         )
+        # Before the seal counts as finished, so a flush() that returns has told the listener.
         self.listener.on_sealed(sealed)
+        with self._cond:
+            slog = self._logs.get((topic, partition))
+            self._in_flight -= job.nbytes
+            follow: list[SealJob] = []
+            if slog is not None:
+                slog.sealed()
+                if slog.due(time.monotonic()):
+                    follow.append(self._take(slog))
+            self._submit(follow)
+            self._cond.notify_all()
         self.listener.on_capacity()
 
     def _record(self, job: SealJob, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:

@@ -29,6 +29,7 @@ from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest.migrations import migrate
 from plateau_core.manifest.models import (
     READABLE_STATES,
+    GapRow,
     PartitionRow,
     SchemaRow,
     SegmentRow,
@@ -267,6 +268,28 @@ class Manifest:
                 )
             )
             return bool(found)
+
+    def record_gap(self, topic: str, partition: int, from_offset: int, to_offset: int) -> None:
+        with self._write() as session:
+            session.add(
+                GapRow(
+                    topic=topic,
+                    partition=partition,
+                    from_offset=from_offset,
+                    to_offset=to_offset,
+                    detected_at=now_ms(),
+                )
+            )
+
+    def gaps(self, topic: str) -> list[tuple[int, int, int]]:
+        """(partition, from_offset, to_offset) of every recorded gap of a topic."""
+        with self._read() as session:
+            rows = session.execute(
+                select(GapRow.partition, GapRow.from_offset, GapRow.to_offset)
+                .where(GapRow.topic == topic)
+                .order_by(GapRow.partition, GapRow.from_offset)
+            )
+            return [(p, lo, hi) for p, lo, hi in rows]
 
     def topics(self) -> list[str]:
         with self._read() as session:

@@ -1,7 +1,7 @@
 """Versioned manifest schema migrations, applied in order, each in its own transaction.
 
 A migration is never edited once released: a change to the tables is a new entry at the
-end. Version 1 creates the tables as the models declared them at that version.
+end, creating or altering only what it names.
 """
 
 from __future__ import annotations
@@ -23,12 +23,21 @@ class Migration:
     apply: Callable[[Connection], None]
 
 
+_V1_TABLES = ("schema_version", "partitions", "segments", "schemas")
+
+
 def _v1_create_tables(conn: Connection) -> None:
-    Base.metadata.create_all(conn)
+    tables = [Base.metadata.tables[name] for name in _V1_TABLES]
+    Base.metadata.create_all(conn, tables=tables)
+
+
+def _v2_gaps(conn: Connection) -> None:
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables["gaps"]])
 
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
+    Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -87,3 +87,17 @@ class SchemaRow(Base):
     fingerprint: Mapped[str] = mapped_column(String(32), primary_key=True)
     arrow_schema: Mapped[bytes] = mapped_column(LargeBinary)
     first_seen: Mapped[int] = mapped_column(BigInteger)
+
+
+class GapRow(Base):
+    """Offsets that were never ingested because Kafka no longer had them (its retention
+    removed them while plateau was behind)."""
+
+    __tablename__ = "gaps"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(249))
+    partition: Mapped[int] = mapped_column(Integer)
+    from_offset: Mapped[int] = mapped_column(BigInteger)
+    to_offset: Mapped[int] = mapped_column(BigInteger)  # exclusive
+    detected_at: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,110 @@
+"""Load the YAML configuration, apply `PLATEAU__SECTION__KEY` overrides, validate it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from bridge.config.models import Config
+from bridge.errors import ConfigError
+
+ENV_PREFIX = "PLATEAU__"
+
+
+def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
+    """The validated configuration, or ConfigError naming the file, the key path and why."""
+    source = Path(path)
+    try:
+        text = source.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    apply_env_overrides(raw, os.environ if env is None else env, source)
+    config = parse_config(raw, source)
+    return resolve_paths(config, source)
+
+
+def parse_config(raw: dict[str, Any], source: Path | str = "<config>") -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_errors(exc, source)) from None
+
+
+def resolve_paths(config: Config, source: Path) -> Config:
+    """A relative data_dir is relative to the config file's folder, not the shell's."""
+    data_dir = config.storage.data_dir
+    if data_dir.is_absolute():
+        return config
+    storage = config.storage.model_copy(update={"data_dir": (source.parent / data_dir).resolve()})
+    return config.model_copy(update={"storage": storage})
+
+
+def format_errors(exc: ValidationError, source: Path | str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        message = message.removeprefix("Value error, ")
+        lines.append(f"  {where}: {message}")
+    return "\n".join(lines)
+
+
+def apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str], source: Path) -> None:
+    """`PLATEAU__STORAGE__DATA_DIR=/x` sets storage.data_dir; list items by index
+    (`PLATEAU__TOPICS__0__FORMAT=json`); under kafka, `SASL_PASSWORD` is `sasl.password`."""
+    for name, value in sorted(env.items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = [p.lower() for p in name.removeprefix(ENV_PREFIX).split("__") if p]
+        if not parts:
+            continue
+        if parts[0] == "kafka" and len(parts) == 2 and parts[1] not in _KAFKA_FIELDS:
+            parts[1] = parts[1].replace("_", ".")
+        try:
+            parsed = yaml.safe_load(value) if value else value
+        except yaml.YAMLError:
+            parsed = value
+        _set(raw, parts, parsed, name, source)
+
+
+_KAFKA_FIELDS = {
+    "bootstrap_servers",
+    "group_id",
+    "auto_offset_reset",
+    "isolation_level",
+    "poll_batch",
+}
+
+
+def _set(node: Any, parts: list[str], value: Any, env_name: str, source: Path) -> None:
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"{env_name}: {source} has no list item {part!r} there")
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"{env_name}: cannot set {part!r} inside a scalar")
+        if last:
+            node[part] = value
+        else:
+            node = node.setdefault(part, {})

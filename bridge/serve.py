@@ -1,0 +1,155 @@
+"""`plateau serve`: N consumer workers in one group, sharing this node's store.
+
+With one worker it runs in this process. With more, each worker is a child process (its
+own GIL, its own consumer, its own writer) and this process supervises them: it runs
+retention, forwards the stop signal, and restarts a worker that died unexpectedly.
+SIGTERM or SIGINT stop gracefully (seal, commit, close within shutdown_timeout); a second
+signal exits at once, which recovery on the next start handles.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+import structlog
+
+from bridge.config.models import Config
+from bridge.logs import configure_logging
+from bridge.worker import PoisonStopError, Worker
+from plateau_core import Retention, RetentionPolicy, Store, StoreLimits
+
+log = structlog.get_logger(__name__)
+
+EXIT_POISON = 3
+EXIT_ERROR = 1
+
+
+def open_store(config: Config) -> Store:
+    return Store.open(config.storage.data_dir, manifest_url=config.storage.manifest_url)
+
+
+def retention_for(config: Config, store: Store) -> Retention:
+    storage = config.storage
+
+    def resolve(topic: str) -> RetentionPolicy | None:
+        mapping = config.mapping_for_plateau_topic(topic)
+        return None if mapping is None else config.retention_policy(mapping)
+
+    return Retention(
+        store,
+        default=config.defaults.retention.apply(RetentionPolicy()),
+        limits=StoreLimits(
+            max_bytes=storage.max_bytes,
+            min_free_disk_bytes=storage.min_free_disk,
+            deletion_grace_s=storage.deletion_grace,
+        ),
+        resolve=resolve,
+    )
+
+
+def install_stop_handlers(stop: threading.Event) -> None:
+    def handle(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("exit_now", signal=signal.Signals(signum).name)
+            os._exit(130)
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+
+
+def serve(config: Config, workers: int = 1, stop: threading.Event | None = None) -> int:
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        install_stop_handlers(stop)
+    store = open_store(config)
+    retention = retention_for(config, store)
+    retention.run()  # completes deletions a crash interrupted
+    retention.start(config.storage.retention_interval)
+    log.info(
+        "serve_started",
+        workers=workers,
+        data_dir=str(store.data_dir),
+        bootstrap_servers=config.kafka.bootstrap_servers,
+        group_id=config.kafka.group_id,
+    )
+    try:
+        if workers == 1:
+            return run_worker(config, store, stop, "worker-0")
+        return _supervise(config, workers, stop)
+    finally:
+        retention.stop()
+        store.close()
+
+
+def run_worker(config: Config, store: Store, stop: threading.Event, name: str) -> int:
+    try:
+        Worker(config, store, stop, name=name).run()
+    except PoisonStopError as exc:
+        log.error("worker_stopped_on_poison", worker=name, error=str(exc))
+        return EXIT_POISON
+    return 0
+
+
+def _child(config: Config, name: str, log_level: str) -> None:
+    configure_logging(log_level)
+    stop = threading.Event()
+    install_stop_handlers(stop)
+    store = open_store(config)
+    try:
+        code = run_worker(config, store, stop, name)
+    finally:
+        store.close()
+    raise SystemExit(code)
+
+
+def _supervise(config: Config, workers: int, stop: threading.Event) -> int:
+    context = multiprocessing.get_context("spawn")
+    level = os.environ.get("PLATEAU_LOG_LEVEL", "INFO")
+    children: dict[str, BaseProcess] = {}
+    restarts: dict[str, float] = {}
+    finished: dict[str, int] = {}
+
+    def start(name: str) -> None:
+        process = context.Process(target=_child, args=(config, name, level), name=name)
+        process.start()
+        children[name] = process
+        log.info("worker_process_started", worker=name, pid=process.pid)
+
+    for i in range(workers):
+        start(f"worker-{i}")
+    while not stop.is_set() and children:
+        time.sleep(0.2)
+        for name, process in list(children.items()):
+            if process.is_alive():
+                continue
+            code = process.exitcode or 0
+            del children[name]
+            if code in (0, EXIT_POISON):
+                finished[name] = code
+                continue
+            # Crashed: recovery on acquire makes a restart safe; back off if it keeps dying.
+            delay = 1.0 if time.monotonic() - restarts.get(name, 0.0) > 60 else 10.0
+            log.error("worker_process_died", worker=name, exit_code=code, restart_in_s=delay)
+            restarts[name] = time.monotonic()
+            if not stop.wait(delay):
+                start(name)
+    for process in children.values():
+        if process.is_alive() and process.pid is not None:
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + config.shutdown_timeout + 5
+    for name, process in children.items():
+        process.join(max(0.1, deadline - time.monotonic()))
+        if process.is_alive():
+            log.error("worker_process_killed", worker=name, pid=process.pid)
+            process.kill()
+            process.join(5)
+        finished[name] = process.exitcode or 0
+    return max(finished.values(), default=0)

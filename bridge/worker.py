@@ -1,0 +1,458 @@
+"""One consumer worker: Kafka partitions in, sealed plateau segments out, offsets committed
+only after the manifest recorded them.
+
+The loop: poll a batch, group it by partition, decode, append to the writer. An append the
+writer refuses pauses that partition and seeks it back to the first refused record; it is
+resumed when the writer accepts again. Sealed segments come back through the listener and
+their end offsets are committed to Kafka from this thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import structlog
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from bridge.config.models import Config, TopicMapping
+from bridge.decode import Decoder, Poison, decoder_for
+from bridge.decode.common import offset_of
+from bridge.dlq import DeadLetters
+from bridge.errors import BridgeError
+from bridge.kafka_client import ENFORCED_CONSUMER, client_config
+from bridge.worker_status import StatusFile
+from plateau_core import (
+    BackpressureError,
+    FlushTimeoutError,
+    SealedSegment,
+    Store,
+    Writer,
+    WriterListener,
+    WriterPolicy,
+)
+
+log = structlog.get_logger(__name__)
+
+Key = tuple[str, int]  # (source topic, partition)
+
+
+class PoisonStopError(BridgeError):
+    """A record failed to decode on a topic with `on_error: fail`."""
+
+
+@dataclass
+class Route:
+    """How records of one source topic land."""
+
+    mapping: TopicMapping
+    plateau_topic: str
+    decoder: Decoder
+
+
+@dataclass
+class PartitionState:
+    plateau_topic: str
+    next_offset: int  # the next offset to append; earlier ones are duplicates of a re-fetch
+    paused_reason: str | None = None
+    paused_since: float = 0.0
+
+
+@dataclass
+class WorkerStats:
+    records: int = 0
+    poison: int = 0
+    pauses: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    resumes: int = 0
+    commits: int = 0
+
+
+class _Listener(WriterListener):
+    def __init__(self, sealed: queue.SimpleQueue[SealedSegment], wake: threading.Event) -> None:
+        self.sealed = sealed
+        self.wake = wake
+
+    def on_sealed(self, segment: SealedSegment) -> None:
+        self.sealed.put(segment)
+
+    def on_capacity(self) -> None:
+        self.wake.set()
+
+
+class Worker:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        stop: threading.Event,
+        *,
+        name: str = "worker-0",
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.stop = stop
+        self.name = name
+        self.stats = WorkerStats()
+        self._sealed: queue.SimpleQueue[SealedSegment] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        storage = config.storage
+        self.writer: Writer = store.writer(
+            WriterPolicy(
+                memory_budget_bytes=storage.memory_budget,
+                writer_threads=storage.writer_threads,
+                compression=storage.compression,
+                min_free_disk_bytes=storage.min_free_disk or 0,
+            ),
+            _Listener(self._sealed, self._wake),
+        )
+        self._routes: dict[str, Route] = {}
+        self._partitions: dict[Key, PartitionState] = {}
+        self._plateau_to_source: dict[str, str] = {}
+        self._dead_letters = DeadLetters(self._producer_config())
+        self._status = StatusFile(storage.data_dir, name)
+        self.consumer = Consumer(self._consumer_config(), logger=None)
+
+    # --- configuration --------------------------------------------------------------------
+
+    def _consumer_config(self) -> dict[str, str | int]:
+        kafka = self.config.kafka
+        defaults: dict[str, str | int] = {
+            "partition.assignment.strategy": "cooperative-sticky",
+            # Regex mappings see topics created later within this interval.
+            "topic.metadata.refresh.interval.ms": 10_000,
+            "client.id": f"plateau-{self.name}",
+        }
+        enforced: dict[str, str | int] = {
+            "group.id": kafka.group_id,
+            "auto.offset.reset": kafka.auto_offset_reset,
+            "isolation.level": kafka.isolation_level,
+            **ENFORCED_CONSUMER,
+        }
+        return client_config(self.config, defaults, enforced)
+
+    def _producer_config(self) -> dict[str, str | int]:
+        return client_config(self.config, {"linger.ms": 5}, {"enable.idempotence": "true"})
+
+    def subscriptions(self) -> list[str]:
+        return [
+            f"^({m.source.removeprefix('regex:')})$" if m.is_regex else m.source
+            for m in self.config.topics
+        ]
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Consume until `stop` is set; then seal, commit and close within the deadline."""
+        self.consumer.subscribe(
+            self.subscriptions(),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info("worker_started", worker=self.name, subscriptions=self.subscriptions())
+        batch_size = self.config.kafka.poll_batch
+        try:
+            while not self.stop.is_set():
+                self._resume_ready()
+                paused = any(s.paused_reason for s in self._partitions.values())
+                messages = self.consumer.consume(batch_size, timeout=0.05 if paused else 0.5)
+                self._commit_sealed()
+                if messages:
+                    self._ingest(messages)
+                self._status.write(self._partitions)
+        finally:
+            self._shutdown()
+
+    def _ingest(self, messages: Sequence[Message]) -> None:
+        grouped: dict[Key, list[Message]] = defaultdict(list)
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._consumer_error(error, message)
+                continue
+            topic, partition = message.topic(), message.partition()
+            if topic is None or partition is None:
+                continue
+            grouped[(topic, partition)].append(message)
+        for key, batch in grouped.items():
+            state = self._partitions.get(key)
+            if state is None or state.paused_reason is not None:
+                continue  # fetched before a revoke or a pause: it is fetched again later
+            fresh = [m for m in batch if offset_of(m) >= state.next_offset]
+            if fresh:
+                self._land(key, state, fresh)
+
+    def _land(self, key: Key, state: PartitionState, messages: list[Message]) -> None:
+        route = self._routes[key[0]]
+        decoded = route.decoder.decode(messages)
+        poison = decoded.poison
+        batches = decoded.batches
+        stop_at: int | None = None
+        if poison and route.mapping.on_error == "fail":
+            stop_at = offset_of(poison[0].message)
+            batches = [_before(b, stop_at) for b in batches]
+        refused_at: int | None = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            try:
+                self.writer.append(state.plateau_topic, key[1], batch)
+            except BackpressureError as exc:
+                refused_at = batch.column("offset")[0].as_py()
+                self._pause(key, state, refused_at, exc)
+                break
+            state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
+            self.stats.records += batch.num_rows
+        if stop_at is not None and refused_at is None:
+            bad = poison[0]
+            raise PoisonStopError(
+                f"{key[0]}[{key[1]}] offset {stop_at} cannot be decoded ({bad.error}); "
+                "on_error is fail, so the worker stops before it"
+            )
+        limit = refused_at if refused_at is not None else None
+        handled = [p for p in poison if limit is None or offset_of(p.message) < limit]
+        if handled:
+            self._handle_poison(route, key, handled)
+            if refused_at is None:
+                last = max(offset_of(p.message) for p in handled)
+                state.next_offset = max(state.next_offset, last + 1)
+
+    def _handle_poison(self, route: Route, key: Key, poison: list[Poison]) -> None:
+        self.stats.poison += len(poison)
+        if route.mapping.on_error == "dlq" and route.mapping.dlq:
+            self._dead_letters.send(route.mapping.dlq, poison)
+            return
+        for item in poison:
+            log.warning(
+                "record_skipped",
+                topic=key[0],
+                partition=key[1],
+                offset=offset_of(item.message),
+                error=item.error,
+            )
+
+    # --- pause and resume ---------------------------------------------------------------------
+
+    def _pause(self, key: Key, state: PartitionState, offset: int, exc: BackpressureError) -> None:
+        tp = TopicPartition(key[0], key[1], offset)
+        self.consumer.pause([tp])
+        self.consumer.seek(tp)
+        state.paused_reason = exc.reason
+        state.paused_since = time.monotonic()
+        state.next_offset = offset
+        self.stats.pauses[exc.reason] += 1
+        log.info(
+            "partition_paused",
+            topic=key[0],
+            partition=key[1],
+            offset=offset,
+            reason=exc.reason,
+            detail=exc.detail,
+        )
+
+    def _resume_ready(self) -> None:
+        if not self._wake.is_set() and not any(s.paused_reason for s in self._partitions.values()):
+            return
+        self._wake.clear()
+        for key, state in self._partitions.items():
+            if state.paused_reason is None:
+                continue
+            if not self.writer.accepting(state.plateau_topic, key[1]):
+                continue
+            self.consumer.resume([TopicPartition(key[0], key[1])])
+            log.info(
+                "partition_resumed",
+                topic=key[0],
+                partition=key[1],
+                offset=state.next_offset,
+                reason=state.paused_reason,
+                paused_s=round(time.monotonic() - state.paused_since, 3),
+            )
+            state.paused_reason = None
+            self.stats.resumes += 1
+
+    # --- offsets -------------------------------------------------------------------------------
+
+    def _commit_sealed(self, *, only: set[Key] | None = None, sync: bool = False) -> None:
+        ends: dict[Key, int] = {}
+        keep: list[SealedSegment] = []
+        while True:
+            try:
+                segment = self._sealed.get_nowait()
+            except queue.Empty:
+                break
+            source = self._plateau_to_source.get(segment.topic)
+            if source is None:
+                continue
+            key = (source, segment.partition)
+            if only is not None and key not in only:
+                keep.append(segment)
+                continue
+            ends[key] = max(ends.get(key, 0), segment.end_offset)
+        for segment in keep:
+            self._sealed.put(segment)
+        if not ends:
+            return
+        offsets = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]
+        try:
+            if sync:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            self.stats.commits += 1
+        except KafkaException as exc:
+            # The manifest already holds these segments; the next commit carries them.
+            log.warning("offset_commit_failed", error=str(exc), offsets=_describe(offsets))
+            return
+        for tp in offsets:
+            log.debug("offsets_committed", topic=tp.topic, partition=tp.partition, offset=tp.offset)
+
+    # --- rebalance callbacks --------------------------------------------------------------
+
+    def _route(self, source: str) -> Route:
+        route = self._routes.get(source)
+        if route is None:
+            mapping = self.config.mapping_for(source)
+            if mapping is None:
+                raise BridgeError(f"no topic mapping matches the assigned topic {source!r}")
+            route = Route(mapping, mapping.plateau_topic(source), decoder_for(mapping))
+            self._routes[source] = route
+            self._plateau_to_source[route.plateau_topic] = source
+        return route
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            route = self._route(tp.topic)
+            watermark = self.writer.acquire(
+                route.plateau_topic,
+                tp.partition,
+                roll=self.config.roll_policy(route.mapping),
+                timeout_s=self.config.shutdown_timeout + 10,
+            )
+            tp.offset = self._start_offset(consumer, tp, route, watermark)
+            self._partitions[(tp.topic, tp.partition)] = PartitionState(
+                route.plateau_topic, watermark or 0
+            )
+            log.info(
+                "partition_assigned",
+                topic=tp.topic,
+                partition=tp.partition,
+                plateau_topic=route.plateau_topic,
+                next_offset=watermark,
+                worker=self.name,
+            )
+        consumer.incremental_assign(partitions)
+
+    def _start_offset(
+        self, consumer: Consumer, tp: TopicPartition, route: Route, watermark: int | None
+    ) -> int:
+        """The manifest is the source of truth; Kafka's committed offset is for lag tools."""
+        if watermark is None:
+            return (
+                OFFSET_BEGINNING
+                if self.config.kafka.auto_offset_reset == "earliest"
+                else OFFSET_END
+            )
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(tp.topic, tp.partition), timeout=10
+        )
+        if low > watermark:
+            self.store.manifest.record_gap(route.plateau_topic, tp.partition, watermark, low)
+            log.warning(
+                "offset_gap",
+                topic=tp.topic,
+                partition=tp.partition,
+                next_offset=watermark,
+                earliest_available=low,
+                missing=low - watermark,
+                reason="Kafka's retention removed these records before plateau read them",
+            )
+            return int(low)
+        return watermark
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = {(tp.topic, tp.partition) for tp in partitions}
+        for topic, partition in sorted(keys):
+            state = self._partitions.pop((topic, partition), None)
+            if state is None:
+                continue
+            try:
+                self.writer.release(
+                    state.plateau_topic, partition, timeout_s=self.config.shutdown_timeout
+                )
+            except FlushTimeoutError as exc:
+                log.error("revoke_flush_timeout", topic=topic, partition=partition, error=str(exc))
+                self.writer.release(state.plateau_topic, partition, seal=False)
+            log.info("partition_revoked", topic=topic, partition=partition, worker=self.name)
+        self._commit_sealed(only=keys, sync=True)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            state = self._partitions.pop((tp.topic, tp.partition), None)
+            if state is not None:
+                self.writer.release(state.plateau_topic, tp.partition, seal=False)
+            log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
+        # Nothing is committed for lost partitions: another member owns them now; their
+        # sealed segments stay in the queue and are dropped with the unknown source below.
+
+    # --- errors and shutdown ----------------------------------------------------------------
+
+    def _consumer_error(self, error: KafkaError, message: Message) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal():
+            raise BridgeError(f"fatal Kafka error: {error}")
+        log.warning(
+            "consumer_error",
+            topic=message.topic(),
+            partition=message.partition(),
+            error=str(error),
+            code=error.name(),
+        )
+
+    def _shutdown(self) -> None:
+        deadline = self.config.shutdown_timeout
+        started = time.monotonic()
+        try:
+            self.writer.flush(timeout_s=deadline)
+        except FlushTimeoutError as exc:
+            log.error("shutdown_flush_timeout", error=str(exc))
+        self._commit_sealed(sync=True)
+        try:
+            self.consumer.close()  # revokes: partitions are released and committed
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("consumer_close_failed", error=str(exc))
+        remaining = max(1.0, deadline - (time.monotonic() - started))
+        self.writer.close(timeout_s=remaining)
+        self._dead_letters.close()
+        self._status.remove()
+        log.info(
+            "worker_stopped",
+            worker=self.name,
+            records=self.stats.records,
+            poison=self.stats.poison,
+            commits=self.stats.commits,
+        )
+
+
+def _before(batch: pa.RecordBatch, offset: int) -> pa.RecordBatch:
+    offsets = batch.column("offset")
+    keep = sum(1 for o in offsets.to_pylist() if o < offset)
+    return batch.slice(0, keep)
+
+
+def _describe(offsets: list[TopicPartition]) -> list[str]:
+    return [f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in offsets]
