@@ -1,0 +1,109 @@
+"""Running the bridge inside a test: configs, a serve thread, waiting until records landed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, TopicPartition
+
+from bridge.config import Config, parse_config
+from bridge.serve import serve
+from plateau_core import Store
+
+
+def make_config(
+    kafka: str,
+    data_dir: Path,
+    topics: list[dict[str, Any]],
+    *,
+    group: str,
+    storage: Mapping[str, Any] | None = None,
+    roll: Mapping[str, Any] | None = None,
+    kafka_extra: Mapping[str, Any] | None = None,
+) -> Config:
+    return parse_config(
+        {
+            "kafka": {"bootstrap_servers": kafka, "group_id": group, **(kafka_extra or {})},
+            "storage": {"data_dir": str(data_dir), **(storage or {})},
+            "defaults": {"roll": {"max_age": "300ms", **(roll or {})}},
+            "topics": topics,
+            "shutdown_timeout": "20s",
+        }
+    )
+
+
+@contextmanager
+def serving(config: Config, workers: int = 1) -> Iterator[threading.Event]:
+    """`plateau serve` on a thread; stopped (gracefully) when the block ends."""
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["code"] = serve(config, workers, stop)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="serve", daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "serve did not stop within 60 s"
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+def end_offsets(kafka: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "plateau-test-probe"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in metadata.topics[topic].partitions
+        }
+    finally:
+        consumer.close()
+
+
+def wait_landed(
+    data_dir: Path, topic: str, expected: Mapping[int, int], timeout_s: float = 60.0
+) -> None:
+    """Until every partition's watermark reaches its expected end offset."""
+    deadline = time.monotonic() + timeout_s
+    seen: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        with Store.open(data_dir) as store:
+            seen = {s.partition: s.next_offset for s in store.spans(topic)}
+        if all(seen.get(p, 0) >= end for p, end in expected.items()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{topic}: watermarks {seen}, expected {dict(expected)}")
+
+
+def stored(data_dir: Path, topic: str) -> pa.Table:
+    with Store.open(data_dir) as store:
+        tables = [_with_partition(store, topic, s.partition) for s in store.spans(topic)]
+    return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+
+
+def _with_partition(store: Store, topic: str, partition: int) -> pa.Table:
+    table = store.read(topic, partitions=[partition]).to_table()
+    return table.append_column("partition", pa.array([partition] * table.num_rows, pa.int32()))
+
+
+def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": group})
+    try:
+        done = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in done}
+    finally:
+        consumer.close()

@@ -1,0 +1,207 @@
+"""Poison records per on_error, regex mappings picking up new topics, check and status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+
+from bridge.dlq import ERROR_HEADERS
+from bridge.produce import Record, produce
+from bridge.serve import EXIT_POISON, serve
+from bridge.topics import create_topic
+from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
+
+GOOD = [json.dumps({"n": i}).encode() for i in range(10)]
+BAD = {3: b"{not json", 7: b"\xff\xfe\x00garbage"}
+
+
+def _records() -> list[Record]:
+    return [
+        Record(
+            value=BAD.get(i, GOOD[i]),
+            key=f"key-{i}".encode(),
+            headers=(("origin", f"h{i}".encode()),),
+            partition=0,
+        )
+        for i in range(10)
+    ]
+
+
+def _read_all(kafka: str, topic: str) -> list:
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": f"read-{uuid.uuid4().hex}"})
+    ends = end_offsets(kafka, topic)
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    out = []
+    deadline = time.monotonic() + 30
+    while len(out) < sum(ends.values()) and time.monotonic() < deadline:
+        out += [m for m in consumer.consume(100, timeout=1) if m.error() is None]
+    consumer.close()
+    return out
+
+
+def test_poison_goes_to_the_dlq_with_original_bytes(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    dlq = topic_factory(partitions=1)
+    produce(kafka, topic, _records())
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic, "format": "json", "on_error": "dlq", "dlq": dlq}],
+        group=f"g-{topic}",
+    )
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 9})  # offset 9 is good: the watermark passes 3 and 7
+        deadline = time.monotonic() + 30
+        while sum(end_offsets(kafka, dlq).values()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert sorted(stored(tmp_path, topic).column("n").to_pylist()) == [0, 1, 2, 4, 5, 6, 8, 9]
+    letters = _read_all(kafka, dlq)
+    assert [m.value() for m in letters] == [BAD[3], BAD[7]]
+    assert [m.key() for m in letters] == [b"key-3", b"key-7"]
+    for message, offset in zip(letters, (3, 7), strict=True):
+        headers = dict(message.headers())
+        assert headers["origin"] == f"h{offset}".encode()
+        assert headers[ERROR_HEADERS[0]] == topic.encode()
+        assert headers[ERROR_HEADERS[1]] == b"0"
+        assert headers[ERROR_HEADERS[2]] == str(offset).encode()
+        assert headers[ERROR_HEADERS[3]]
+
+
+def test_poison_is_skipped_and_logged(
+    kafka: str,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(kafka, topic, _records())
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic, "format": "json", "on_error": "skip"}],
+        group=f"g-{topic}",
+    )
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 10})
+    assert sorted(stored(tmp_path, topic).column("n").to_pylist()) == [0, 1, 2, 4, 5, 6, 8, 9]
+    assert capsys.readouterr().out.count("record_skipped") == 2
+
+
+def test_poison_stops_the_worker_before_it(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(kafka, topic, _records())
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic, "format": "json", "on_error": "fail"}],
+        group=f"g-{topic}",
+    )
+    assert serve(config, 1) == EXIT_POISON
+    table = stored(tmp_path, topic)
+    # Everything before the poison record landed; nothing after it did.
+    assert table.column("n").to_pylist() == [0, 1, 2]
+    from plateau_core import Store
+
+    with Store.open(tmp_path) as store:
+        assert store.manifest.watermark(topic, 0) == 3
+
+
+def test_regex_mapping_picks_up_a_topic_created_later(kafka: str, tmp_path: Path) -> None:
+    prefix = f"feed-{uuid.uuid4().hex[:8]}"
+    early = f"{prefix}-a"
+    create_topic(kafka, early, 1)
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": f"regex:{prefix}-.*", "name": "landed-{source}"}],
+        group=f"g-{prefix}",
+        kafka_extra={"topic.metadata.refresh.interval.ms": 1000},
+    )
+    produce(kafka, early, [Record(value=b"early")])
+    with serving(config):
+        wait_landed(tmp_path, f"landed-{early}", {0: 1})
+        late = f"{prefix}-b"
+        create_topic(kafka, late, 2)
+        produce(kafka, late, [Record(value=f"late{i}".encode()) for i in range(20)])
+        wait_landed(tmp_path, f"landed-{late}", end_offsets(kafka, late), timeout_s=60)
+    assert stored(tmp_path, f"landed-{late}").num_rows == 20
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def test_check_and_status_commands(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=2)
+    produce(kafka, topic, (Record(value=b"v", partition=i % 2) for i in range(100)))
+    config_file = tmp_path / "plateau.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka, "group_id": f"g-{topic}"},
+                "storage": {"data_dir": "data"},
+                "defaults": {"roll": {"max_age": "200ms"}},
+                "topics": [{"source": topic}],
+            }
+        )
+    )
+    checked = _cli("check", "--config", str(config_file))
+    assert checked.returncode == 0, checked.stderr
+    assert f"topic {topic}: found {topic}" in checked.stdout
+
+    config = make_config(kafka, tmp_path / "data", [{"source": topic}], group=f"g-{topic}")
+    with serving(config):
+        wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic))
+    status = _cli("status", "--config", str(config_file), "--json")
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    partitions = document["topics"][topic]["partitions"]
+    assert set(partitions) == {"0", "1"}
+    for row in partitions.values():
+        assert row["next_offset"] == row["end_offset"] == row["committed_offset"] == 50
+        assert row["lag"] == 0
+        assert row["records"] == 50
+        assert row["segments"] >= 1
+        assert row["time_min"].endswith("+00:00")
+        assert row["paused"] is None
+    table = _cli("status", "--config", str(config_file))
+    assert table.returncode == 0
+    assert topic in table.stdout
+
+
+def test_check_fails_when_brokers_do_not_answer(tmp_path: Path) -> None:
+    config_file = tmp_path / "plateau.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": "127.0.0.1:1", "socket.timeout.ms": 1000},
+                "storage": {"data_dir": str(tmp_path / "data")},
+                "topics": [{"source": "anything"}],
+            }
+        )
+    )
+    checked = _cli("check", "--config", str(config_file))
+    assert checked.returncode != 0
+    assert "no answer from 127.0.0.1:1" in checked.stderr
