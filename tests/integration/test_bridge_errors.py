@@ -18,6 +18,7 @@ from bridge.dlq import ERROR_HEADERS
 from bridge.produce import Record, produce
 from bridge.serve import EXIT_POISON, serve
 from bridge.topics import create_topic
+from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
 
 GOOD = [json.dumps({"n": i}).encode() for i in range(10)]
@@ -113,8 +114,6 @@ def test_poison_stops_the_worker_before_it(
     table = stored(tmp_path, topic)
     # Everything before the poison record landed; nothing after it did.
     assert table.column("n").to_pylist() == [0, 1, 2]
-    from plateau_core import Store
-
     with Store.open(tmp_path) as store:
         assert store.manifest.watermark(topic, 0) == 3
 
