@@ -268,7 +268,8 @@ class LocalKafka:
     def _format(self, java: str, classpath: str, log4j: str, properties: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         cmd = [java, log4j, "-cp", classpath, "kafka.tools.StorageTool", "format"]
-        cmd += ["-t", cluster_id, "-c", str(properties)]
+        # `--cluster-id=` form: a random id may start with "-" and read as an option.
+        cmd += [f"--cluster-id={cluster_id}", f"--config={properties}"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise LocalKafkaError(

@@ -1,0 +1,126 @@
+"""The real `plateau serve` process: SIGTERM drains and commits; kill -9 loses nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from bridge.produce import Record, produce
+from tests.bridge_support import committed, end_offsets, stored, wait_landed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write_config(path: Path, kafka: str, topic: str, workers_group: str) -> None:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka, "group_id": workers_group},
+                "storage": {"data_dir": "data"},
+                "defaults": {"roll": {"max_rows": 3000, "max_age": "200ms"}},
+                "topics": [{"source": topic}],
+                "shutdown_timeout": "20s",
+            }
+        )
+    )
+
+
+def _serve(config: Path, workers: int = 1) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bridge.cli",
+            "--log-level",
+            "WARNING",
+            "serve",
+            "--config",
+            str(config),
+            "--workers",
+            str(workers),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _check_exactly_once(data_dir: Path, topic: str, total: int) -> None:
+    table = stored(data_dir, topic)
+    counts = Counter(table.column("value").to_pylist())
+    assert [v for v, n in counts.items() if n > 1] == []
+    assert len(counts) == total, f"{total - len(counts)} records missing"
+    assert table.num_rows == total
+
+
+def test_sigterm_drains_and_commits(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=3)
+    group = f"g-{topic}"
+    config = tmp_path / "plateau.yaml"
+    _write_config(config, kafka, topic, group)
+    produce(kafka, topic, (Record(value=f"r{i}".encode()) for i in range(20_000)))
+    process = _serve(config, workers=2)
+    try:
+        wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=90)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr[-3000:]
+    ends = end_offsets(kafka, topic)
+    assert committed(kafka, group, topic, 3) == ends
+    _check_exactly_once(tmp_path / "data", topic, 20_000)
+    assert not list((tmp_path / "data" / "run").glob("*.json")), "status files left behind"
+
+
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "5")))
+    topic = topic_factory(partitions=4)
+    config = tmp_path / "plateau.yaml"
+    _write_config(config, kafka, topic, f"g-{topic}")
+    total, chunks = 100_000, 50
+
+    def load() -> None:
+        per = total // chunks
+        for c in range(chunks):
+            produce(
+                kafka,
+                topic,
+                (Record(value=f"r{i}".encode()) for i in range(c * per, (c + 1) * per)),
+            )
+            time.sleep(0.15)
+
+    producer = threading.Thread(target=load)
+    producer.start()
+    kills = 0
+    try:
+        for _ in range(6):
+            process = _serve(config)
+            time.sleep(rng.uniform(1.5, 4.0))
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+            kills += 1
+    finally:
+        producer.join(timeout=180)
+    process = _serve(config)
+    try:
+        wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=120)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+    assert kills == 6
+    _check_exactly_once(tmp_path / "data", topic, total)
