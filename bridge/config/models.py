@@ -32,11 +32,25 @@ class KafkaConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    bootstrap_servers: str = "127.0.0.1:9092"
-    group_id: str = "plateau"
-    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
-    poll_batch: int = Field(default=10_000, ge=1, le=1_000_000)
+    bootstrap_servers: str = Field(
+        default="127.0.0.1:9092", description="Comma-separated host:port list of brokers."
+    )
+    group_id: str = Field(
+        default="plateau",
+        description="Consumer group; every worker of every node of one deployment shares it.",
+    )
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a partition plateau has never stored starts. Once stored, the "
+        "manifest's watermark decides.",
+    )
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        default="read_committed",
+        description="read_committed: records of aborted transactions never land.",
+    )
+    poll_batch: int = Field(
+        default=10_000, ge=1, le=1_000_000, description="Messages fetched per poll, at most."
+    )
 
     @model_validator(mode="after")
     def _check_passthrough(self) -> KafkaConfig:
@@ -59,21 +73,52 @@ class KafkaConfig(BaseModel):
 
 
 class StorageConfig(Strict):
-    data_dir: Path = Path("data")
-    manifest_url: str | None = None
-    max_bytes: Size | None = None
-    min_free_disk: Size | None = None
-    memory_budget: Size = 512 * MiB
-    writer_threads: int = Field(default=4, ge=1, le=64)
-    compression: Literal["lz4", "zstd", "none"] = "lz4"
-    deletion_grace: Duration = 300.0
-    retention_interval: Duration = 30.0
+    data_dir: Path = Field(
+        default=Path("data"),
+        description="Segments and the default manifest; relative to the config file.",
+    )
+    manifest_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the manifest; default SQLite at data_dir/manifest.db.",
+    )
+    max_bytes: Size | None = Field(
+        default=None, description="Footprint of the whole store (segments plus manifest)."
+    )
+    min_free_disk: Size | None = Field(
+        default=None,
+        description="Free disk to keep: retention deletes below it and ingestion pauses.",
+    )
+    memory_budget: Size = Field(
+        default=512 * MiB,
+        description="Bytes buffered plus being written, over all partitions of a worker.",
+    )
+    writer_threads: int = Field(
+        default=4, ge=1, le=64, description="Threads sealing segments, shared by all partitions."
+    )
+    compression: Literal["lz4", "zstd", "none"] = Field(
+        default="lz4", description="Arrow IPC compression of segment files."
+    )
+    deletion_grace: Duration = Field(
+        default=300.0,
+        description="How long a segment retention removed stays on disk for running readers.",
+    )
+    retention_interval: Duration = Field(
+        default=30.0, description="How often retention runs while serving."
+    )
 
 
 class RollConfig(Strict):
-    max_rows: int | None = Field(default=None, ge=1)
-    max_bytes: Size | None = None
-    max_age: Duration | None = None
+    max_rows: int | None = Field(
+        default=None, ge=1, description="Seal when this many rows are buffered (1000000)."
+    )
+    max_bytes: Size | None = Field(
+        default=None, description="Seal when this many bytes are buffered (64MiB)."
+    )
+    max_age: Duration | None = Field(
+        default=None,
+        description="Seal this long after the first buffered record arrived (10s): how fresh "
+        "queries are.",
+    )
 
     def apply(self, base: RollPolicy) -> RollPolicy:
         return RollPolicy(
@@ -84,10 +129,14 @@ class RollConfig(Strict):
 
 
 class RetentionConfig(Strict):
-    max_bytes: Size | None = None
-    max_age: Duration | None = None
-    max_segments: int | None = Field(default=None, ge=1)
-    require_replicated: bool | None = None
+    max_bytes: Size | None = Field(default=None, description="Bytes of the topic's segments.")
+    max_age: Duration | None = Field(default=None, description="Age of a segment's newest record.")
+    max_segments: int | None = Field(default=None, ge=1, description="Number of segments.")
+    require_replicated: bool | None = Field(
+        default=None,
+        description="Keep segments not yet replicated (false), unless the store's hard "
+        "limits force them out.",
+    )
 
     def apply(self, base: RetentionPolicy) -> RetentionPolicy:
         return RetentionPolicy(
@@ -101,24 +150,53 @@ class RetentionConfig(Strict):
 
 
 class Defaults(Strict):
-    roll: RollConfig = RollConfig()
-    retention: RetentionConfig = RetentionConfig()
+    roll: RollConfig = Field(default=RollConfig(), description="When segments are sealed.")
+    retention: RetentionConfig = Field(
+        default=RetentionConfig(), description="What each topic keeps (none: no limit)."
+    )
 
 
 class TopicMapping(Strict):
     """One source (a Kafka topic or `regex:<pattern>`) landed as one plateau topic each."""
 
-    source: str
-    name: str | None = None
-    format: Literal["raw", "json", "arrow"] = "raw"
-    schema_: dict[str, str] | None = Field(default=None, alias="schema")
-    timestamp: str = "kafka"
-    key: Literal["keep", "drop"] = "keep"
-    headers: Literal["keep", "drop"] = "keep"
-    roll: RollConfig = RollConfig()
-    retention: RetentionConfig = RetentionConfig()
-    on_error: Literal["dlq", "skip", "fail"] = "fail"
-    dlq: str | None = None
+    source: str = Field(
+        description="A Kafka topic, or regex:<pattern> (also matches topics created later)."
+    )
+    name: str | None = Field(
+        default=None,
+        description="The plateau topic (default: the source). For a regex, a template "
+        "with {source}.",
+    )
+    format: Literal["raw", "json", "arrow"] = Field(
+        default="raw",
+        description="raw: value bytes; json: one object per message; arrow: an Arrow IPC "
+        "stream of rows per message.",
+    )
+    schema_: dict[str, str] | None = Field(
+        default=None,
+        alias="schema",
+        description="json only: field -> string|int|float|bool|timestamp. Omitted: "
+        "inferred and widened.",
+    )
+    timestamp: str = Field(
+        default="kafka",
+        description="kafka (the record's timestamp) or field:<name> (epoch ms or a "
+        "timestamp in the data).",
+    )
+    key: Literal["keep", "drop"] = Field(default="keep", description="Keep the record key.")
+    headers: Literal["keep", "drop"] = Field(default="keep", description="Keep the record headers.")
+    roll: RollConfig = Field(default=RollConfig(), description="Overrides defaults.roll.")
+    retention: RetentionConfig = Field(
+        default=RetentionConfig(), description="Overrides defaults.retention."
+    )
+    on_error: Literal["dlq", "skip", "fail"] = Field(
+        default="fail",
+        description="A record that does not decode: send to dlq, skip (logged), or stop "
+        "the worker before it.",
+    )
+    dlq: str | None = Field(
+        default=None, description="Dead-letter topic for on_error: dlq (original bytes kept)."
+    )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -191,18 +269,14 @@ class TopicMapping(Strict):
         return self.name.replace("{source}", source_topic)
 
 
-class MetricsConfig(Strict):
-    address: str = "127.0.0.1:9108"
-    enabled: bool = True
-
-
 class Config(Strict):
-    kafka: KafkaConfig = KafkaConfig()
-    storage: StorageConfig = StorageConfig()
-    defaults: Defaults = Defaults()
-    topics: list[TopicMapping] = Field(min_length=1)
-    metrics: MetricsConfig = MetricsConfig()
-    shutdown_timeout: Duration = 30.0
+    kafka: KafkaConfig = Field(default=KafkaConfig(), description="The Kafka cluster.")
+    storage: StorageConfig = Field(default=StorageConfig(), description="The local store.")
+    defaults: Defaults = Field(default=Defaults(), description="Roll and retention for all topics.")
+    topics: list[TopicMapping] = Field(min_length=1, description="What to land, and how.")
+    shutdown_timeout: Duration = Field(
+        default=30.0, description="Deadline to seal, commit and close on SIGTERM or a revoke."
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Config:

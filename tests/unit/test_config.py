@@ -1,0 +1,185 @@
+"""Configuration: every bad config is refused at load with the file, the key path and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.config import load_config
+from bridge.config.reference import render_reference
+from bridge.config.units import parse_duration, parse_size
+from bridge.errors import ConfigError
+
+MINIMAL = {"topics": [{"source": "events"}]}
+
+
+def _write(tmp_path: Path, body: object) -> Path:
+    path = tmp_path / "plateau.yaml"
+    path.write_text(body if isinstance(body, str) else yaml.safe_dump(body))
+    return path
+
+
+def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, MINIMAL), env={})
+    assert config.kafka.group_id == "plateau"
+    assert config.storage.data_dir == (tmp_path / "data").resolve()
+    mapping = config.topics[0]
+    assert (mapping.format, mapping.on_error, mapping.plateau_topic("events")) == (
+        "raw",
+        "fail",
+        "events",
+    )
+    assert config.roll_policy(mapping).max_age_s == 10.0
+
+
+def test_the_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "config" / "plateau.yaml"
+    config = load_config(example, env={})
+    assert {m.source for m in config.topics} >= {"app-logs", "clicks"}
+    assert config.storage.max_bytes == 20 * 1024**3
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "why"),
+    [
+        ({"topics": [{"source": "a", "colour": "red"}]}, "topics.0.colour", "unknown key"),
+        ({"storage": {"max_bytes": "lots"}, **MINIMAL}, "storage.max_bytes", "expected a size"),
+        (
+            {"defaults": {"roll": {"max_age": "soon"}}, **MINIMAL},
+            "defaults.roll.max_age",
+            "duration",
+        ),
+        ({"topics": [{"source": "regex:([a-"}]}, "topics.0.source", "bad regex"),
+        ({"topics": [{"source": "a/b"}]}, "topics.0.source", "[A-Za-z0-9._-]"),
+        ({"topics": [{"source": "a", "name": "../../etc"}]}, "topics.0", "[A-Za-z0-9._-]"),
+        (
+            {"topics": [{"source": "a", "format": "xml"}]},
+            "topics.0.format",
+            "'raw', 'json' or 'arrow'",
+        ),
+        ({"topics": [{"source": "a", "on_error": "dlq"}]}, "topics.0", "needs a dlq topic"),
+        ({"topics": [{"source": "a", "timestamp": "when"}]}, "topics.0.timestamp", "field:<name>"),
+        (
+            {"topics": [{"source": "a", "format": "json", "schema": {"x": "blob"}}]},
+            "topics.0.schema",
+            "types are",
+        ),
+        (
+            {"topics": [{"source": "a", "format": "json", "schema": {"offset": "int"}}]},
+            "topics.0.schema",
+            "shadow",
+        ),
+        ({"topics": [{"source": "regex:x.*", "name": "fixed"}]}, "topics.0", "{source}"),
+        (
+            {"topics": [{"source": "a"}, {"source": "b", "name": "a"}]},
+            "(top level)",
+            "same plateau topic",
+        ),
+        ({"topics": []}, "topics", "at least 1"),
+        ({}, "topics", "Field required"),
+        ({"kafka": {"colour": "red"}, **MINIMAL}, "kafka", "not a field of kafka"),
+        (
+            {"storage": {"writer_threads": 0}, **MINIMAL},
+            "storage.writer_threads",
+            "greater than or equal to 1",
+        ),
+    ],
+)
+def test_bad_configs_name_the_key_and_reason(
+    tmp_path: Path, body: dict, where: str, why: str
+) -> None:
+    path = _write(tmp_path, body)
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    message = str(refused.value)
+    assert str(path) in message
+    assert f"  {where}: " in message or (where == "(top level)" and "(top level)" in message)
+    assert why in message
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(_write(tmp_path, "topics: [unclosed"), env={})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "absent.yaml", env={})
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(_write(tmp_path, "- a\n- b\n"), env={})
+
+
+def test_environment_overrides(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"kafka": {"bootstrap_servers": "a:1"}, **MINIMAL})
+    config = load_config(
+        path,
+        env={
+            "PLATEAU__KAFKA__BOOTSTRAP_SERVERS": "b:2",
+            "PLATEAU__KAFKA__SASL_PASSWORD": "s3cret",
+            "PLATEAU__STORAGE__MEMORY_BUDGET": "64MiB",
+            "PLATEAU__TOPICS__0__FORMAT": "json",
+            "UNRELATED": "x",
+        },
+    )
+    assert config.kafka.bootstrap_servers == "b:2"
+    assert config.kafka.librdkafka()["sasl.password"] == "s3cret"
+    assert config.storage.memory_budget == 64 * 1024 * 1024
+    assert config.topics[0].format == "json"
+    assert config.redacted()["kafka"]["sasl.password"] == "***"
+
+
+def test_bad_environment_override_is_named(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError, match=r"storage\.compression"):
+        load_config(path, env={"PLATEAU__STORAGE__COMPRESSION": "gzip"})
+    with pytest.raises(ConfigError, match="PLATEAU__TOPICS__5__FORMAT"):
+        load_config(path, env={"PLATEAU__TOPICS__5__FORMAT": "json"})
+
+
+def test_regex_mapping_resolution(tmp_path: Path) -> None:
+    body = {
+        "topics": [
+            {"source": "orders"},
+            {
+                "source": "regex:feed-.*",
+                "name": "landed-{source}",
+                "retention": {"max_segments": 3},
+            },
+        ]
+    }
+    config = load_config(_write(tmp_path, body), env={})
+    mapping = config.mapping_for("feed-x")
+    assert mapping is not None and mapping.plateau_topic("feed-x") == "landed-feed-x"
+    assert config.mapping_for("orders") is config.topics[0]
+    assert config.mapping_for("other") is None
+    assert config.source_of("landed-feed-x") == (config.topics[1], "feed-x")
+    assert config.retention_policy(config.topics[1]).max_segments == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("512", 512), ("64MiB", 64 * 1024**2), ("1.5GB", 1_500_000_000), (7, 7)]
+)
+def test_sizes(text: object, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("250ms", 0.25), ("10s", 10), ("5m", 300), ("7d", 604800), (3, 3.0)]
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["-1", "ten", "5 parsecs", True, -3])
+def test_bad_units(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"expected|negative"):
+        parse_size(bad)
+    with pytest.raises(ValueError, match=r"expected|negative"):
+        parse_duration(bad)
+
+
+def test_configuration_reference_is_current() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    assert render_reference() in doc, (
+        "docs/configuration.md is out of date: run "
+        "python -m bridge.config.reference --write docs/configuration.md"
+    )
