@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from plateau_core.store import Store
 
 Order = Literal["asc", "desc"]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class SegmentUnavailableError(PlateauError):
@@ -31,7 +32,8 @@ def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
         return None
     if isinstance(value, datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        return int(aware.timestamp() * 1000)
+        # Integer arithmetic: float seconds * 1000 can land a hair below the millisecond.
+        return (aware - _EPOCH) // timedelta(milliseconds=1)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise InvalidInputError(f"{name} must be a datetime or epoch milliseconds, got {value!r}")
@@ -136,12 +138,9 @@ class ReadResult:
         self.opened: list[str] = []
 
     def _schema(self) -> pa.Schema:
+        """Every schema the topic ever had, merged: the same columns whatever is selected."""
         known = self.store.manifest.schemas(self.request.topic)
-        merged = (
-            merge_schemas(known[s.schema_fingerprint] for s in self.segments)
-            if (self.segments)
-            else merge_schemas(known.values())
-        )
+        merged = merge_schemas(known.values())
         if self.request.columns is None:
             return merged
         missing = [c for c in self.request.columns if c not in merged.names]

@@ -106,3 +106,19 @@ def test_unknown_topic_reads_empty(store: Store) -> None:
     result = store.read("nothing-here")
     assert result.to_table().num_rows == 0
     assert result.opened == []
+
+
+def test_a_column_of_older_segments_stays_selectable(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0]))
+        writer.flush()
+        writer.append("t", 0, batch([1]).drop_columns(["key"]))
+        writer.flush()
+    finally:
+        writer.close()
+    # Only the newer segment is selected, yet `key` is a column of the topic: it reads as null.
+    result = store.read("t", start_offset=1, columns=["offset", "key"])
+    assert result.to_table().to_pylist() == [{"offset": 1, "key": None}]
+    assert result.opened == ["topics/t/0/00000000000000000001.arrow"]
