@@ -21,6 +21,7 @@ import structlog
 from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
+    OFFSET_STORED,
     Consumer,
     KafkaError,
     KafkaException,
@@ -361,11 +362,10 @@ class Worker:
     ) -> int:
         """The manifest is the source of truth; Kafka's committed offset is for lag tools."""
         if watermark is None:
-            return (
-                OFFSET_BEGINNING
-                if self.config.kafka.auto_offset_reset == "earliest"
-                else OFFSET_END
-            )
+            if self.config.kafka.start_without_watermark == "committed":
+                return OFFSET_STORED  # librdkafka falls back to auto.offset.reset
+            earliest = self.config.kafka.auto_offset_reset == "earliest"
+            return OFFSET_BEGINNING if earliest else OFFSET_END
         low, _high = consumer.get_watermark_offsets(
             TopicPartition(tp.topic, tp.partition), timeout=10
         )

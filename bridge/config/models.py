@@ -44,6 +44,12 @@ class KafkaConfig(BaseModel):
         description="Where a partition plateau has never stored starts. Once stored, the "
         "manifest's watermark decides.",
     )
+    start_without_watermark: Literal["reset", "committed"] = Field(
+        default="reset",
+        description="A partition this store has no watermark for starts at auto_offset_reset "
+        "(reset) or at the group's committed offset (committed: for partitions moving between "
+        "nodes).",
+    )
     isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
         default="read_committed",
         description="read_committed: records of aborted transactions never land.",

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from bridge.produce import Record, produce
+from plateau_core import Store
 from tests.bridge_support import (
     committed,
     end_offsets,
@@ -79,3 +81,43 @@ def test_manifest_wins_when_kafka_is_behind_or_ahead(
         wait_landed(tmp_path, topic, ahead)
     _assert_exactly_once(tmp_path, topic, 2000)
     assert committed(kafka, group, topic, 2) == ahead
+
+
+def test_partition_without_watermark_can_start_at_the_committed_offset(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    group = f"g-{topic}"
+    _produce(kafka, topic, 0, 100)
+    _set_committed(kafka, group, {0: 60}, topic)
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic}],
+        group=group,
+        kafka_extra={"start_without_watermark": "committed"},
+    )
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 100})
+    assert stored(tmp_path, topic).column("offset").to_pylist() == list(range(60, 100))
+
+
+def test_records_removed_by_kafka_retention_are_a_recorded_gap(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    topic = topic_factory(partitions=1)
+    config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    _produce(kafka, topic, 0, 100)
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 100})
+    # While plateau is down, Kafka's retention removes records it never read.
+    _produce(kafka, topic, 100, 100)
+    admin = AdminClient({"bootstrap.servers": kafka})
+    for future in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+        future.result(timeout=30)
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 200})
+    offsets = stored(tmp_path, topic).column("offset").to_pylist()
+    assert offsets == list(range(100)) + list(range(150, 200))
+    with Store.open(tmp_path) as store:
+        assert store.manifest.gaps(topic) == [(0, 100, 150)]
