@@ -81,16 +81,22 @@ class WorkerStats:
     commits: int = 0
 
 
+Committable = tuple[str, int, int]  # (plateau topic, partition, offset to commit)
+
+
 class _Listener(WriterListener):
-    def __init__(self, sealed: queue.SimpleQueue[SealedSegment], wake: threading.Event) -> None:
+    def __init__(self, sealed: queue.SimpleQueue[Committable], wake: threading.Event) -> None:
         self.sealed = sealed
         self.wake = wake
 
     def on_sealed(self, segment: SealedSegment) -> None:
-        self.sealed.put(segment)
+        self.sealed.put((segment.topic, segment.partition, segment.end_offset))
 
     def on_capacity(self) -> None:
         self.wake.set()
+
+    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
+        self.sealed.put((topic, partition, next_offset))
 
 
 class Worker:
@@ -107,7 +113,7 @@ class Worker:
         self.stop = stop
         self.name = name
         self.stats = WorkerStats()
-        self._sealed: queue.SimpleQueue[SealedSegment] = queue.SimpleQueue()
+        self._sealed: queue.SimpleQueue[Committable] = queue.SimpleQueue()
         self._wake = threading.Event()
         storage = config.storage
         self.writer: Writer = store.writer(
@@ -229,7 +235,9 @@ class Worker:
             self._handle_poison(route, key, handled)
             if refused_at is None:
                 last = max(offset_of(p.message) for p in handled)
-                state.next_offset = max(state.next_offset, last + 1)
+                if last + 1 > state.next_offset:
+                    state.next_offset = last + 1
+                    self.writer.skip(state.plateau_topic, key[1], last + 1)
 
     def _handle_poison(self, route: Route, key: Key, poison: list[Poison]) -> None:
         self.stats.poison += len(poison)
@@ -289,22 +297,23 @@ class Worker:
 
     def _commit_sealed(self, *, only: set[Key] | None = None, sync: bool = False) -> None:
         ends: dict[Key, int] = {}
-        keep: list[SealedSegment] = []
+        keep: list[Committable] = []
         while True:
             try:
-                segment = self._sealed.get_nowait()
+                item = self._sealed.get_nowait()
             except queue.Empty:
                 break
-            source = self._plateau_to_source.get(segment.topic)
+            topic, partition, offset = item
+            source = self._plateau_to_source.get(topic)
             if source is None:
                 continue
-            key = (source, segment.partition)
+            key = (source, partition)
             if only is not None and key not in only:
-                keep.append(segment)
+                keep.append(item)
                 continue
-            ends[key] = max(ends.get(key, 0), segment.end_offset)
-        for segment in keep:
-            self._sealed.put(segment)
+            ends[key] = max(ends.get(key, 0), offset)
+        for item in keep:
+            self._sealed.put(item)
         if not ends:
             return
         offsets = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]

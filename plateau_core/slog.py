@@ -54,6 +54,9 @@ class SegmentLog:
         self.failures = 0
         self.retry_at: float | None = None
         self.last_error: str | None = None
+        # Offsets below this were handled without landing (skipped); the watermark moves
+        # over them once nothing below it is buffered or being written.
+        self.pending_advance: int | None = None
 
     # --- questions --------------------------------------------------------------------------
 
@@ -82,6 +85,14 @@ class SegmentLog:
     def due(self, now: float) -> bool:
         # A failed seal is retried as soon as its backoff passes, whatever the roll says.
         return self.can_seal(now) and (self.full() or self.aged(now) or self.failures > 0)
+
+    def advance_due(self) -> int | None:
+        """The offset the watermark may move to now, if any."""
+        if self.pending_advance is None or self.in_flight is not None:
+            return None
+        if self.batches and self.batches[0].column(OFFSET)[0].as_py() < self.pending_advance:
+            return None
+        return self.pending_advance
 
     def busy_reason(self, fingerprint: str) -> str | None:
         """Why an append must wait for the seal in flight, or None."""

@@ -69,6 +69,9 @@ class WriterListener:
     def on_capacity(self) -> None:
         """Memory or a partition's writer was released: paused partitions may be resumed."""
 
+    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
+        """The watermark moved over skipped offsets: `next_offset` may be committed."""
+
 
 @dataclass(frozen=True)
 class WriterStats:
@@ -212,6 +215,38 @@ class Writer:
             if slog.due(now):
                 start.append(self._take(slog))
             self._submit(start)
+
+    def skip(self, topic: str, partition: int, next_offset: int) -> None:
+        """Offsets below `next_offset` not appended were handled elsewhere (skipped, sent to
+        a dead-letter topic). The watermark moves over them once everything before them is
+        sealed, so a restart does not read them again."""
+        with self._cond:
+            slog = self._owned(topic, partition)
+            if slog.last_offset is not None and next_offset <= slog.last_offset + 1:
+                return
+            slog.last_offset = next_offset - 1
+            slog.pending_advance = next_offset
+            due = slog.advance_due()
+            if due is not None:
+                self._advance(slog, due)
+        if due is not None:
+            self._advanced(slog, due)
+
+    def _advance(self, slog: SegmentLog, next_offset: int) -> None:
+        """Move the watermark; the caller then calls _advanced (outside the lock)."""
+        self.store.manifest.advance_watermark(slog.topic, slog.partition, next_offset)
+        if slog.pending_advance == next_offset:
+            slog.pending_advance = None
+
+    def _advanced(self, slog: SegmentLog, next_offset: int) -> None:
+        log.info(
+            "watermark_advanced",
+            topic=slog.topic,
+            partition=slog.partition,
+            next_offset=next_offset,
+            reason="skipped records",
+        )
+        self.listener.on_advanced(slog.topic, slog.partition, next_offset)
 
     def accepting(self, topic: str, partition: int) -> bool:
         """Whether an append to this partition would likely be accepted now."""
@@ -378,12 +413,19 @@ class Writer:
             slog = self._logs.get((topic, partition))
             self._in_flight -= job.nbytes
             follow: list[SealJob] = []
+            advance = None
             if slog is not None:
                 slog.sealed()
+                advance = slog.advance_due()
+                if advance is not None:
+                    # Under the lock (a rare path): a flush that returns has seen it.
+                    self._advance(slog, advance)
                 if slog.due(time.monotonic()):
                     follow.append(self._take(slog))
             self._submit(follow)
             self._cond.notify_all()
+        if slog is not None and advance is not None:
+            self._advanced(slog, advance)
         self.listener.on_capacity()
 
     def _record(self, job: SealJob, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -129,7 +130,7 @@ class Manifest:
         else:
             self.engine = create_engine(url, pool_pre_ping=True)
             self._read_engine = self.engine
-        self.schema_version = migrate(self.engine)
+        self.schema_version = migrate(self.engine, self._read_engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -248,6 +249,37 @@ class Manifest:
                     "concurrently"
                 ) from exc
         return True
+
+    def advance_watermark(self, topic: str, partition: int, next_offset: int) -> bool:
+        """Move the watermark forward over offsets that land nowhere (skipped records).
+
+        Only forward; returns whether it moved.
+        """
+        stamp = now_ms()
+        with self._write() as session:
+            current = session.get(PartitionRow, (topic, partition))
+            if current is None:
+                session.add(
+                    PartitionRow(
+                        topic=topic,
+                        partition=partition,
+                        next_offset=next_offset,
+                        replicated_offset=0,
+                        updated_at=stamp,
+                    )
+                )
+                return True
+            moved = session.execute(
+                update(PartitionRow)
+                .where(
+                    PartitionRow.topic == topic,
+                    PartitionRow.partition == partition,
+                    PartitionRow.next_offset < next_offset,
+                )
+                .values(next_offset=next_offset, updated_at=stamp)
+                .execution_options(synchronize_session=False)
+            )
+            return _rowcount(moved) == 1
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -479,7 +511,7 @@ def _sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engin
         # Let SQLAlchemy's begin hook below decide how transactions start.
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enable_wal(cursor, busy_timeout_s)
         # FULL: the commit that precedes a Kafka offset commit must survive power loss.
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
@@ -494,6 +526,22 @@ def _sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engin
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _enable_wal(cursor: Any, timeout_s: float) -> None:
+    """WAL lets readers run beside the writer. Switching a new database to it needs an
+    exclusive lock, which another process opening the store may hold for a moment."""
+    if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def sqlite_url(path: Path) -> str:

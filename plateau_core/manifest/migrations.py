@@ -43,25 +43,36 @@ LATEST = MIGRATIONS[-1].version
 
 
 def current_version(engine: Engine) -> int:
-    if not inspect(engine).has_table(SchemaVersion.__tablename__):
-        return 0
     with engine.connect() as conn:
-        versions = conn.execute(select(SchemaVersion.version)).scalars().all()
+        return _version(conn)
+
+
+def _version(conn: Connection) -> int:
+    if not inspect(conn).has_table(SchemaVersion.__tablename__):
+        return 0
+    versions = conn.execute(select(SchemaVersion.version)).scalars().all()
     return max(versions, default=0)
 
 
-def migrate(engine: Engine) -> int:
-    """Bring the manifest to the latest version; returns the version it is at."""
-    version = current_version(engine)
-    if version > LATEST:
-        raise PlateauError(
-            f"the manifest is at schema version {version}, newer than this plateau "
-            f"understands ({LATEST}); upgrade plateau"
-        )
-    for migration in MIGRATIONS:
-        if migration.version <= version:
-            continue
-        with engine.begin() as conn:
+def migrate(engine: Engine, read_engine: Engine | None = None) -> int:
+    """Bring the manifest to the latest version; returns the version it is at.
+
+    All pending migrations run in one write transaction that first re-reads the version,
+    so processes opening a new store at the same moment migrate it once.
+    """
+    version = current_version(read_engine or engine)
+    if version == LATEST:
+        return version
+    with engine.begin() as conn:
+        version = _version(conn)
+        if version > LATEST:
+            raise PlateauError(
+                f"the manifest is at schema version {version}, newer than this plateau "
+                f"understands ({LATEST}); upgrade plateau"
+            )
+        for migration in MIGRATIONS:
+            if migration.version <= version:
+                continue
             if migration.version == 1:
                 Base.metadata.tables[SchemaVersion.__tablename__].create(conn, checkfirst=True)
             migration.apply(conn)
@@ -72,5 +83,5 @@ def migrate(engine: Engine) -> int:
                     applied_at=int(time.time() * 1000),
                 )
             )
-        version = migration.version
+            version = migration.version
     return version

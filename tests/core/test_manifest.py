@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,37 @@ def test_open_by_manifest_url_finds_the_data(tmp_path: Path) -> None:
         by_url.close()
     with pytest.raises(PlateauError, match="give the data folder too"):
         Store.open(manifest_url="postgresql://localhost/plateau")
+
+
+def test_concurrent_opens_of_a_new_store_migrate_once(tmp_path: Path) -> None:
+    for attempt in range(5):
+        data = tmp_path / f"d{attempt}"
+        barrier = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def open_store(
+            data: Path = data,
+            barrier: threading.Barrier = barrier,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            barrier.wait()
+            try:
+                Store.open(data).close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_store) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors[0]
+        manifest = Manifest(sqlite_url(data / "manifest.db"))
+        try:
+            with manifest.engine.connect() as conn:
+                rows = conn.execute(text("SELECT version FROM schema_version")).scalars().all()
+                mode = conn.execute(text("PRAGMA journal_mode")).scalar()
+            assert sorted(rows) == list(range(1, LATEST + 1))
+            assert mode == "wal"
+        finally:
+            manifest.close()

@@ -12,6 +12,7 @@ import pytest
 
 from plateau_core import (
     FlushTimeoutError,
+    InvalidInputError,
     ManifestConflictError,
     RollPolicy,
     SealedSegment,
@@ -172,3 +173,34 @@ def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
     finally:
         writer.close()
     assert len(store.manifest.segments("t")) == 32
+
+
+class Advances(WriterListener):
+    def __init__(self) -> None:
+        self.advanced: list[tuple[str, int, int]] = []
+
+    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
+        self.advanced.append((topic, partition, next_offset))
+
+
+def test_skipped_offsets_move_the_watermark_once_everything_before_is_sealed(
+    store: Store,
+) -> None:
+    listener = Advances()
+    writer = store.writer(WriterPolicy(fsync=False), listener)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.skip("t", 0, 3)  # offsets 0..2 were poison: nothing buffered, moves at once
+        assert store.manifest.watermark("t", 0) == 3
+        writer.append("t", 0, batch([3, 4]))
+        writer.skip("t", 0, 8)  # 5..7 skipped, but 3..4 are not sealed yet: must wait
+        assert store.manifest.watermark("t", 0) == 3
+        with pytest.raises(InvalidInputError, match="not after the last accepted offset 7"):
+            writer.append("t", 0, batch([6]))
+        writer.flush()
+        assert store.manifest.watermark("t", 0) == 8
+        writer.skip("t", 0, 5)  # behind the watermark: nothing to do
+    finally:
+        writer.close()
+    assert listener.advanced == [("t", 0, 3), ("t", 0, 8)]
+    assert store.read("t").to_table().column("offset").to_pylist() == [3, 4]

@@ -19,7 +19,7 @@ from bridge.produce import Record, produce
 from bridge.serve import EXIT_POISON, serve
 from bridge.topics import create_topic
 from plateau_core import Store
-from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
+from tests.bridge_support import committed, end_offsets, make_config, serving, stored, wait_landed
 
 GOOD = [json.dumps({"n": i}).encode() for i in range(10)]
 BAD = {3: b"{not json", 7: b"\xff\xfe\x00garbage"}
@@ -204,3 +204,26 @@ def test_check_fails_when_brokers_do_not_answer(tmp_path: Path) -> None:
     checked = _cli("check", "--config", str(config_file))
     assert checked.returncode != 0
     assert "no answer from 127.0.0.1:1" in checked.stderr
+
+
+def test_trailing_poison_moves_the_watermark_and_is_not_read_again(
+    kafka: str,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = topic_factory(partitions=1)
+    produce(kafka, topic, [Record(value=GOOD[0], partition=0), Record(value=BAD[3], partition=0)])
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic, "format": "json", "on_error": "skip"}],
+        group=f"g-{topic}",
+    )
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 2})  # the watermark passes the trailing poison record
+    assert committed(kafka, f"g-{topic}", topic, 1) == {0: 2}
+    with serving(config):
+        time.sleep(2)
+    assert capsys.readouterr().out.count("record_skipped") == 1
+    assert stored(tmp_path, topic).column("n").to_pylist() == [0]
