@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.manifest import SegmentRecord
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
-from plateau_core.segment_file import open_segment
+from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
 
 if TYPE_CHECKING:
     from plateau_core.store import Store
@@ -90,25 +90,40 @@ class ReadRequest:
             and (self.time_end is None or segment.time_max < self.time_end)
         )
 
+    def overlaps(self, span: BatchSpan) -> bool:
+        """Whether a batch with this [first, last] offset and [min, max] time can match."""
+        first, last, time_min, time_max = span
+        return (
+            (self.start_offset is None or last >= self.start_offset)
+            and (self.end_offset is None or first < self.end_offset)
+            and (self.time_start is None or time_max >= self.time_start)
+            and (self.time_end is None or time_min < self.time_end)
+        )
+
     def mask(self, batch: pa.RecordBatch) -> pa.Array | None:
         conditions = []
         offsets = batch.column(OFFSET)
+        # Typed scalars: a plain int would be converted again for every batch.
         if self.start_offset is not None:
-            conditions.append(pc.greater_equal(offsets, self.start_offset))
+            conditions.append(pc.greater_equal(offsets, _int64(self.start_offset)))
         if self.end_offset is not None:
-            conditions.append(pc.less(offsets, self.end_offset))
+            conditions.append(pc.less(offsets, _int64(self.end_offset)))
         if self.time_start is not None or self.time_end is not None:
             times = batch.column(TIMESTAMP).cast(pa.int64())
             if self.time_start is not None:
-                conditions.append(pc.greater_equal(times, self.time_start))
+                conditions.append(pc.greater_equal(times, _int64(self.time_start)))
             if self.time_end is not None:
-                conditions.append(pc.less(times, self.time_end))
+                conditions.append(pc.less(times, _int64(self.time_end)))
         if not conditions:
             return None
         combined = conditions[0]
         for condition in conditions[1:]:
             combined = pc.and_(combined, condition)
         return combined
+
+
+def _int64(value: int) -> pa.Scalar:
+    return pa.scalar(value, pa.int64())
 
 
 class ReadResult:
@@ -136,6 +151,8 @@ class ReadResult:
         self.segments: list[SegmentRecord] = segments
         self.schema = self._schema()
         self.opened: list[str] = []
+        self.batches_read = 0
+        self.batches_skipped = 0  # by the per-batch index inside opened segments
 
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
@@ -174,10 +191,15 @@ class ReadResult:
             ) from exc
         self.opened.append(segment.path)
         filtered = not self.request.covers(segment)
+        index = read_batch_index(reader) if filtered else None
         count = reader.num_record_batches
         indices = range(count - 1, -1, -1) if self.request.order == "desc" else range(count)
         for i in indices:
+            if index is not None and not self.request.overlaps(index[i]):
+                self.batches_skipped += 1
+                continue
             batch = reader.get_batch(i)
+            self.batches_read += 1
             if filtered:
                 mask = self.request.mask(batch)
                 if mask is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from dataclasses import dataclass
@@ -18,6 +19,14 @@ from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
 
 Compression = Literal["lz4", "zstd", "none"]
 COMPRESSIONS: tuple[Compression, ...] = ("lz4", "zstd", "none")
+# Footer metadata: per record batch [first offset, last offset, min time, max time], so
+# readers skip batches inside a segment as the manifest lets them skip segments.
+BATCH_INDEX_KEY = b"plateau.batches"
+# Appends of a few rows each would make thousands of tiny batches; regroup them.
+MIN_BATCH_ROWS = 4096
+TARGET_BATCH_ROWS = 65536
+
+BatchSpan = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -53,13 +62,16 @@ def write_segment(
     if table.num_rows == 0:
         raise InvalidInputError("a segment needs at least one row")
     start, end, time_min, time_max = table_stats(table)
+    table = _regrouped(table)
+    index = batch_index(table)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / segment_name(start)
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
     options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     try:
         with pa.OSFile(str(temp), "wb") as sink:
-            with ipc.new_file(sink, table.schema, options=options) as writer:
+            footer = {BATCH_INDEX_KEY: json.dumps(index, separators=(",", ":")).encode()}
+            with ipc.new_file(sink, table.schema, options=options, metadata=footer) as writer:
                 writer.write_table(table)
             if fsync:
                 sink.flush()
@@ -81,6 +93,41 @@ def write_segment(
         schema_fingerprint=fingerprint(table.schema),
     )
     return final, stats
+
+
+def _regrouped(table: pa.Table) -> pa.Table:
+    chunks = table.column(0).num_chunks
+    if chunks > 1 and table.num_rows / chunks < MIN_BATCH_ROWS:
+        regrouped = table.combine_chunks().to_batches(max_chunksize=TARGET_BATCH_ROWS)
+        return pa.Table.from_batches(regrouped, schema=table.schema)
+    return table
+
+
+def batch_index(table: pa.Table) -> list[BatchSpan]:
+    spans: list[BatchSpan] = []
+    for batch in table.to_batches():
+        if batch.num_rows == 0:
+            continue
+        offsets = batch.column(OFFSET)
+        times = pc.min_max(batch.column(TIMESTAMP).cast(pa.int64()))
+        spans.append(
+            (
+                offsets[0].as_py(),
+                offsets[len(offsets) - 1].as_py(),
+                times["min"].as_py(),
+                times["max"].as_py(),
+            )
+        )
+    return spans
+
+
+def read_batch_index(reader: ipc.RecordBatchFileReader) -> list[BatchSpan] | None:
+    """The per-batch spans a segment was written with (None for files without them)."""
+    raw = (reader.metadata or {}).get(BATCH_INDEX_KEY)
+    if raw is None:
+        return None
+    spans = [tuple(s) for s in json.loads(raw)]
+    return spans if len(spans) == reader.num_record_batches else None
 
 
 def _fsync_path(path: Path) -> None:

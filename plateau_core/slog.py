@@ -57,6 +57,7 @@ class SegmentLog:
         # Offsets below this were handled without landing (skipped); the watermark moves
         # over them once nothing below it is buffered or being written.
         self.pending_advance: int | None = None
+        self.refused_nbytes = 0  # size of the batch last refused for the memory budget
 
     # --- questions --------------------------------------------------------------------------
 

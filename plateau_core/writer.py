@@ -200,6 +200,7 @@ class Writer:
             if total > 0 and total + nbytes > self.policy.memory_budget_bytes:
                 start.extend(self._relieve_pressure())
                 self._submit(start)
+                slog.refused_nbytes = nbytes  # accepting() waits for room for this batch
                 raise BackpressureError(
                     topic,
                     partition,
@@ -207,6 +208,7 @@ class Writer:
                     f"{total} bytes buffered or being written, budget "
                     f"{self.policy.memory_budget_bytes}, batch {nbytes}",
                 )
+            slog.refused_nbytes = 0
             now = time.monotonic()
             if slog.fingerprint is not None and slog.fingerprint != schema_id:
                 start.append(self._take(slog))  # schema change: the old schema rolls first
@@ -256,7 +258,9 @@ class Writer:
                 return False
             if slog.in_flight is not None and slog.full():
                 return False
-            if self._buffered + self._in_flight >= self.policy.memory_budget_bytes:
+            total = self._buffered + self._in_flight
+            # The same test append() makes, for the batch it refused last (if any).
+            if total > 0 and total + max(1, slog.refused_nbytes) > self.policy.memory_budget_bytes:
                 return False
         return not self._disk_low()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -137,4 +138,29 @@ def test_disk_floor_refuses_appends(store: Store) -> None:
         assert not writer.accepting("t", 0)
         assert writer.stats().buffered_rows == 0
     finally:
+        writer.close()
+
+
+def test_accepting_tells_the_truth_about_the_memory_budget(store: Store) -> None:
+    one = batch(range(1000), value_size=128)
+    disk = GatedDisk()
+    writer = store.writer(WriterPolicy(memory_budget_bytes=int(one.nbytes * 1.5), fsync=False))
+    writer._write_segment = disk
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_rows=1000, max_age_s=3600))
+        writer.append("t", 0, one)  # full: its seal starts and blocks, holding the memory
+        assert disk.entered.wait(5)
+        with pytest.raises(BackpressureError) as refused:
+            writer.append("t", 0, batch(range(1000, 2000), value_size=128))
+        assert refused.value.reason == "memory_budget"
+        # Resuming now would only be refused again: accepting() must say no.
+        assert not writer.accepting("t", 0)
+        disk.gate.set()
+        deadline = time.monotonic() + 5
+        while not writer.accepting("t", 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert writer.accepting("t", 0)
+        writer.append("t", 0, batch(range(1000, 2000), value_size=128))
+    finally:
+        disk.gate.set()
         writer.close()

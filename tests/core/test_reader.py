@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.segment_file import open_segment, read_batch_index
 from tests.support import BASE_MS, append_patiently, batch
 
 MINUTE_MS = 60_000
@@ -122,3 +123,38 @@ def test_a_column_of_older_segments_stays_selectable(store: Store) -> None:
     result = store.read("t", start_offset=1, columns=["offset", "key"])
     assert result.to_table().to_pylist() == [{"offset": 1, "key": None}]
     assert result.opened == ["topics/t/0/00000000000000000001.arrow"]
+
+
+def test_batches_inside_a_segment_are_skipped_by_their_index(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        for i in range(10):  # one segment of ten 5000-row batches, minute i each
+            offsets = range(i * 5000, (i + 1) * 5000)
+            times = [BASE_MS + i * MINUTE_MS + j for j in range(5000)]
+            append_patiently(writer, "t", 0, batch(offsets, times=times))
+        writer.flush()
+    finally:
+        writer.close()
+    assert len(store.manifest.segments("t")) == 1
+    result = store.read("t", time_start=BASE_MS + 4 * MINUTE_MS, time_end=BASE_MS + 5 * MINUTE_MS)
+    assert result.to_table().column("offset").to_pylist() == list(range(20_000, 25_000))
+    assert (result.batches_read, result.batches_skipped) == (1, 9)
+    by_offset = store.read("t", start_offset=49_999)
+    assert by_offset.to_table().num_rows == 1
+    assert by_offset.batches_read == 1
+
+
+def test_many_small_appends_are_regrouped_in_the_segment(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        for start in range(0, 3000, 3):
+            writer.append("t", 0, batch(range(start, start + 3)))
+        writer.flush()
+    finally:
+        writer.close()
+    [segment] = store.manifest.segments("t")
+    reader = open_segment(store.segment_path(segment))
+    assert reader.num_record_batches == 1
+    assert read_batch_index(reader) == [(0, 2999, BASE_MS, BASE_MS + 2999)]
