@@ -9,6 +9,7 @@ signal exits at once, which recovery on the next start handles.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -90,12 +91,26 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
 
 
 def run_worker(config: Config, store: Store, stop: threading.Event, name: str) -> int:
+    tune_gc()
     try:
         Worker(config, store, stop, name=name).run()
     except PoisonStopError as exc:
         log.error("worker_stopped_on_poison", worker=name, error=str(exc))
         return EXIT_POISON
     return 0
+
+
+def tune_gc() -> None:
+    """Make the cyclic garbage collector run per 100,000 net allocations instead of 700.
+
+    consume() creates a tracked object per record, so at the default threshold the collector
+    runs dozens of times per poll, and its full collections scan everything the process
+    holds: measured on a 5M-record run, 2.7 s of 11 s went to it (bench/ingest_bench.py).
+    Objects from start-up are frozen out of the scans. Cycles are still collected, only less
+    often; the memory they hold in the meantime is small next to the memory budget.
+    """
+    gc.freeze()
+    gc.set_threshold(100_000, 20, 20)
 
 
 def _child(config: Config, name: str, log_level: str) -> None:

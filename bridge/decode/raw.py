@@ -18,5 +18,5 @@ class RawDecoder:
         if not messages:
             return Decoded()
         columns = envelope_columns(messages, self.envelope)
-        columns["value"] = pa.array([m.value() for m in messages], pa.binary())
+        columns["value"] = pa.array(list(map(Message.value, messages)), pa.binary())
         return Decoded(batches=[pa.RecordBatch.from_pydict(columns)])

@@ -1,0 +1,97 @@
+"""The worker's per-poll handling of Kafka messages: grouping by partition and the envelope
+columns, which read message fields with map() over the unbound methods (a C-level loop).
+
+Messages are real confluent_kafka.Message objects built with its constructor; no broker is
+needed for these.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bridge.decode.common import Envelope, envelope_columns, header_array, kafka_timestamps
+from bridge.decode.raw import RawDecoder
+from bridge.worker import by_partition
+
+
+def message(
+    topic: str = "t",
+    partition: int = 0,
+    offset: int = 0,
+    *,
+    value: bytes | None = b"v",
+    key: bytes | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
+    timestamp: tuple[int, int] = (TIMESTAMP_CREATE_TIME, 1_700_000_000_000),
+) -> Message:
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        value=value,
+        key=key,
+        headers=headers,
+        timestamp=timestamp,
+    )
+
+
+keys = st.tuples(st.sampled_from(["a", "b"]), st.integers(min_value=0, max_value=3))
+
+
+@given(st.lists(keys, max_size=60))
+def test_by_partition_keeps_every_message_once_in_consumed_order(order: list[tuple[str, int]]):
+    messages = [message(t, p, offset=i) for i, (t, p) in enumerate(order)]
+    groups = by_partition(messages)
+    assert [k for k, _ in groups] == list(dict.fromkeys(order))  # first appearance order
+    for (topic, partition), group in groups:
+        assert all(m.topic() == topic and m.partition() == partition for m in group)
+        offsets = [m.offset() for m in group]
+        assert offsets == sorted(offsets)
+    assert sorted(m.offset() for _, g in groups for m in g) == list(range(len(order)))
+
+
+def test_by_partition_of_nothing_is_empty():
+    assert by_partition([]) == []
+
+
+def test_kafka_timestamps_fill_missing_ones_with_now():
+    before = int(time.time() * 1000)
+    stamps = kafka_timestamps(
+        [
+            message(timestamp=(TIMESTAMP_CREATE_TIME, 1_000)),
+            message(timestamp=(TIMESTAMP_NOT_AVAILABLE, -1)),
+            message(timestamp=(TIMESTAMP_CREATE_TIME, 2_000)),
+        ]
+    )
+    after = int(time.time() * 1000)
+    values = stamps.cast(pa.int64()).to_pylist()
+    assert values[0] == 1_000 and values[2] == 2_000
+    assert before <= values[1] <= after
+    assert stamps.type == pa.timestamp("ms", tz="UTC")
+
+
+def test_header_array_nulls_only_where_a_message_has_none():
+    assert header_array([message(), message()]).to_pylist() == [None, None]
+    mixed = header_array([message(), message(headers=[("h", b"1"), ("e", None)])])
+    assert mixed.to_pylist() == [None, [{"key": "h", "value": b"1"}, {"key": "e", "value": None}]]
+    assert header_array([message(headers=[])]).to_pylist() == [[]]
+
+
+def test_raw_columns_carry_every_envelope_field():
+    messages = [
+        message(offset=7, key=b"k", value=b"x", headers=[("h", b"1")]),
+        message(offset=9, key=None, value=None, timestamp=(TIMESTAMP_CREATE_TIME, 5)),
+    ]
+    batch = RawDecoder(Envelope()).decode(messages).batches[0]
+    assert batch.column("offset").to_pylist() == [7, 9]
+    assert batch.column("key").to_pylist() == [b"k", None]
+    assert batch.column("value").to_pylist() == [b"x", None]
+    assert batch.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}], None]
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_000, 5]
+    dropped = envelope_columns(messages, Envelope(keep_key=False, keep_headers=False))
+    assert set(dropped) == {"offset", "timestamp"}
