@@ -206,7 +206,8 @@ class Worker:
 
     def _without_errors(self, messages: Sequence[Message]) -> Sequence[Message]:
         errors = list(map(Message.error, messages))
-        if errors.count(None) == len(errors):
+        # Not errors.count(None): KafkaError's == raises when compared with None.
+        if all(map(operator.is_, errors, itertools.repeat(None))):
             return messages
         for message, error in zip(messages, errors, strict=True):
             if error is not None:

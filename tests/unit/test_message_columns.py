@@ -7,16 +7,22 @@ needed for these.
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
-from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, Message
+import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE, KafkaError, Message
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.config import parse_config
 from bridge.decode.common import Envelope, envelope_columns, header_array, kafka_timestamps
 from bridge.decode.raw import RawDecoder
-from bridge.worker import by_partition
+from bridge.errors import BridgeError
+from bridge.worker import Worker, by_partition
+from plateau_core import Store
 
 
 def message(
@@ -28,6 +34,7 @@ def message(
     key: bytes | None = None,
     headers: list[tuple[str, bytes | None]] | None = None,
     timestamp: tuple[int, int] = (TIMESTAMP_CREATE_TIME, 1_700_000_000_000),
+    error: KafkaError | None = None,
 ) -> Message:
     return Message(
         topic=topic,
@@ -37,6 +44,7 @@ def message(
         key=key,
         headers=headers,
         timestamp=timestamp,
+        error=error,
     )
 
 
@@ -95,3 +103,26 @@ def test_raw_columns_carry_every_envelope_field():
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_000, 5]
     dropped = envelope_columns(messages, Envelope(keep_key=False, keep_headers=False))
     assert set(dropped) == {"offset", "timestamp"}
+
+
+def test_worker_sets_consumer_errors_aside_and_stops_on_fatal_ones(tmp_path: Path):
+    config = parse_config(
+        {
+            "kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+            "storage": {"data_dir": str(tmp_path)},
+            "topics": [{"source": "t"}],
+        }
+    )
+    with Store.open(tmp_path) as store:
+        worker = Worker(config, store, threading.Event())
+        try:
+            eof = message(offset=3, value=None, error=KafkaError(KafkaError._PARTITION_EOF))
+            ok = [message(offset=1), message(offset=2)]
+            assert worker._without_errors([ok[0], eof, ok[1]]) == ok
+            assert worker._without_errors(ok) is ok
+            fatal = message(offset=4, error=KafkaError(KafkaError._FATAL, "fenced", fatal=True))
+            with pytest.raises(BridgeError, match="fatal Kafka error"):
+                worker._without_errors([fatal])
+        finally:
+            worker.consumer.close()
+            worker.writer.close()
