@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
@@ -57,6 +57,7 @@ import confluent_kafka
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from ingest_ceiling import thread_cpu as process_threads
 
 from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.broker import BrokerSettings
@@ -714,35 +715,28 @@ def thread_cpu(root: int) -> list[dict[str, Any]]:
     the main thread, librdkafka's threads (rdk:*) and the other (Python, Arrow) threads."""
     out = []
     for pid in sorted(process_tree(root)):
-        groups: dict[str, float] = defaultdict(float)
         try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+            threads = len(list(Path(f"/proc/{pid}/task").iterdir()))
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        for task in tasks:
-            try:
-                comm = (task / "comm").read_text().strip()
-                raw = (task / "stat").read_text()
-            except OSError:
-                continue
-            fields = raw[raw.rindex(")") + 2 :].split()
-            cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-            if task.name == str(pid):
-                groups["main thread"] += cpu
-            elif comm.startswith("rdk:"):
-                groups[re.sub(r"\d+$", "*", comm)] += cpu
-            else:
-                groups["other threads"] += cpu
         out.append(
-            {
-                "pid": pid,
-                "cmd": cmdline[:120],
-                "threads": len(tasks),
-                "cpu_s": {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])},
-            }
+            {"pid": pid, "cmd": cmdline[:120], "threads": threads, "cpu_s": process_threads(pid)}
         )
     return out
+
+
+def run_probe(ctx: Context, tier: Tier, what: str, argv: list[str]) -> dict[str, Any]:
+    """bench/ingest_probe.py with `argv` (and the tier's consumer properties); its JSON."""
+    full = [PYTHON, str(PROBE), *argv, "--bootstrap", ctx.bootstrap]
+    for key, value in tier.properties.items():
+        full += ["--property", f"{key}={value}"]
+    log_path = ctx.work / f"{what.replace(' ', '-')}.log"
+    run = run_process(full, log_path=log_path, broker_pid=ctx.broker_pid, timeout_s=600)
+    if run.exit_code != 0:
+        raise _failed(what, run)
+    result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    return result
 
 
 def profile(ctx: Context, topic: Topic, py_spy: str | None, tier: Tier) -> dict[str, Any]:
@@ -776,34 +770,23 @@ def profile(ctx: Context, topic: Topic, py_spy: str | None, tier: Tier) -> dict[
         out["pyspy"] = {"skipped": "py-spy not found; pip install py-spy, then --py-spy PATH"}
     records = min(topic.messages, ctx.stage_records)
     data_dir = ctx.work / "stages-data"
-    argv = [PYTHON, str(PROBE), "stages", "--bootstrap", ctx.bootstrap, "--topic", topic.name]
-    argv += ["--group", f"bench-stages-{uuid.uuid4().hex[:8]}", "--records", str(records)]
-    argv += ["--data-dir", str(data_dir), "--max-age", str(parse_duration(ctx.max_age))]
-    for key, value in tier.properties.items():
-        argv += ["--property", f"{key}={value}"]
-    run = run_process(
-        argv, log_path=ctx.work / "stages.log", broker_pid=ctx.broker_pid, timeout_s=600
-    )
-    shutil.rmtree(data_dir, ignore_errors=True)
-    if run.exit_code != 0:
-        raise _failed("stages", run)
-    out["stages"] = json.loads(run.stdout.strip().splitlines()[-1])
+    argv = ["stages", "--topic", topic.name, "--group", f"bench-stages-{uuid.uuid4().hex[:8]}"]
+    argv += ["--records", str(records), "--data-dir", str(data_dir)]
+    argv += ["--max-age", str(parse_duration(ctx.max_age))]
+    try:
+        out["stages"] = run_probe(ctx, tier, "stages", argv)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
     for gc_default in (True, False):
         data_dir = ctx.work / "inprocess-data"
-        argv = [PYTHON, str(PROBE), "worker", "--bootstrap", ctx.bootstrap, "--topic", topic.name]
-        argv += ["--group", f"bench-inproc-{uuid.uuid4().hex[:8]}"]
+        argv = ["worker", "--topic", topic.name, "--group", f"bench-inproc-{uuid.uuid4().hex[:8]}"]
         argv += ["--expected", str(topic.messages), "--max-age", ctx.max_age]
         argv += ["--data-dir", str(data_dir)] + (["--gc-default"] if gc_default else [])
-        for key, value in tier.properties.items():
-            argv += ["--property", f"{key}={value}"]
-        run = run_process(
-            argv, log_path=ctx.work / "inprocess.log", broker_pid=ctx.broker_pid, timeout_s=600
-        )
-        shutil.rmtree(data_dir, ignore_errors=True)
-        if run.exit_code != 0:
-            raise _failed("in-process worker", run)
         key = "inprocess_worker_gc_default" if gc_default else "inprocess_worker"
-        out[key] = json.loads(run.stdout.strip().splitlines()[-1])
+        try:
+            out[key] = run_probe(ctx, tier, "in-process worker", argv)
+        finally:
+            shutil.rmtree(data_dir, ignore_errors=True)
     return out
 
 

@@ -39,10 +39,15 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds of this process's threads: main, librdkafka's (rdk:*), other."""
+def thread_cpu(pid: int | str = "self") -> dict[str, float]:
+    """CPU seconds of a process's threads: main, librdkafka's (rdk:*), other."""
     groups: dict[str, float] = defaultdict(float)
-    for task in Path("/proc/self/task").iterdir():
+    main = str(os.getpid() if pid == "self" else pid)
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return {}
+    for task in tasks:
         try:
             comm = (task / "comm").read_text().strip()
             raw = (task / "stat").read_text()
@@ -50,7 +55,7 @@ def thread_cpu() -> dict[str, float]:
             continue
         fields = raw[raw.rindex(")") + 2 :].split()
         cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        if task.name == str(os.getpid()):
+        if task.name == main:
             groups["main thread"] += cpu
         elif comm.startswith("rdk:"):
             groups[comm.rstrip("0123456789") + "*"] += cpu
