@@ -6,12 +6,15 @@ import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 from confluent_kafka import Message
 
 from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+
+if TYPE_CHECKING:
+    from confluent_kafka._types import HeadersType
 
 _stamp_of = operator.itemgetter(1)  # Message.timestamp() is (type, milliseconds)
 
@@ -61,7 +64,11 @@ def offset_of(message: Message) -> int:
 
 
 def header_list(message: Message) -> list[tuple[str, bytes | None]] | None:
-    headers = message.headers()
+    return _header_pairs(message.headers())
+
+
+def _header_pairs(headers: HeadersType | None) -> list[tuple[str, bytes | None]] | None:
+    """Message.headers() as (key, bytes) pairs; None when the message has no headers."""
     if headers is None:
         return None
     pairs = headers.items() if isinstance(headers, dict) else headers
@@ -69,12 +76,13 @@ def header_list(message: Message) -> list[tuple[str, bytes | None]] | None:
 
 
 def header_array(messages: Sequence[Message]) -> pa.Array:
-    if list(map(Message.headers, messages)).count(None) == len(messages):
-        return pa.nulls(len(messages), HEADERS_TYPE)  # the common case, without a loop
+    raw = list(map(Message.headers, messages))
+    if raw.count(None) == len(raw):
+        return pa.nulls(len(raw), HEADERS_TYPE)  # the common case, without a loop
     return pa.array(
         [
             None if h is None else [{"key": k, "value": v} for k, v in h]
-            for h in (header_list(m) for m in messages)
+            for h in map(_header_pairs, raw)
         ],
         HEADERS_TYPE,
     )
