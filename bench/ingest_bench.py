@@ -57,6 +57,7 @@ import confluent_kafka
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from ingest_ceiling import CLK_TCK, STEADY
 from ingest_ceiling import thread_cpu as process_threads
 
 from bridge.local_kafka import LocalKafka
@@ -73,7 +74,6 @@ PROBE = BENCH_DIR / "ingest_probe.py"
 CEILING = BENCH_DIR / "ingest_ceiling.py"
 PYTHON = sys.executable
 MB = 1_000_000
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 SAMPLE_S = 0.05
 KCAT_INSTALL = "apt-get update && apt-get install -y kcat   (Debian/Ubuntu; brew install kcat)"
@@ -389,9 +389,6 @@ def _result(
         peak_tree_rss_mb=round(run.peak_tree_rss_bytes / MB, 1),
         broker_cpu_s=round(run.broker_cpu_s, 2),
     )
-
-
-STEADY = (0.1, 0.9)
 
 
 @dataclass(frozen=True)
@@ -845,7 +842,7 @@ def _version(cmd: list[str], pattern: str) -> str | None:
     return match.group(1) if match else None
 
 
-def machine_info(work: Path, kafka_version: str, py_spy: str | None) -> dict[str, Any]:
+def machine_info(kafka_version: str, py_spy: str | None) -> dict[str, Any]:
     meminfo = Path("/proc/meminfo").read_text()
     ram_kb = int(re.search(r"MemTotal:\s+(\d+)", meminfo).group(1))  # type: ignore[union-attr]
     cpu = re.search(r"model name\s*:\s*(.+)", Path("/proc/cpuinfo").read_text())
@@ -867,8 +864,13 @@ def machine_info(work: Path, kafka_version: str, py_spy: str | None) -> dict[str
         "java": _version(["java", "-version"], r'version "([^"]+)"'),
         "kcat": _version([require_kcat(), "-V"], r"Version (\S+ \(.*librdkafka \S+)"),
         "py_spy": None if py_spy is None else _version([py_spy, "--version"], r"py-spy (\S+)"),
-        "work_dir": str(work),
     }
+
+
+def portable(text: str, work: Path) -> str:
+    """Results name paths relative to the repository and the temporary folder as <work>,
+    so that a results file says nothing about the machine's layout."""
+    return text.replace(str(work), "<work>").replace(f"{REPO}/", "")
 
 
 def ratio(a: float, b: float) -> float:
@@ -976,7 +978,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ingest_bench: {exc}", file=sys.stderr)
         return 2
     path = RESULTS_DIR / f"ingest-{stamp}.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(portable(json.dumps(payload, indent=2), work) + "\n")
     print_summary(payload)
     print(f"results: {path.relative_to(REPO)}")
     return 0
@@ -995,7 +997,7 @@ def run_all(args: argparse.Namespace, work: Path, workers: list[int], stamp: str
             timeout_s=args.timeout,
             stage_records=args.stage_records,
         )
-        machine = machine_info(work, kafka.settings.kafka_version, args.py_spy)
+        machine = machine_info(kafka.settings.kafka_version, args.py_spy)
         print(f"broker {bootstrap}; pre-filling {args.records:,} records ...", flush=True)
         raw = prefill(
             bootstrap,
