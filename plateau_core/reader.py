@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -50,6 +50,9 @@ class ReadRequest:
     columns: tuple[str, ...] | None
     limit: int | None
     order: Order
+    # Exact value sets (a SQL IN); the bounds above are then narrowed to their min/max.
+    offsets_in: frozenset[int] | None = None
+    times_in: frozenset[int] | None = None  # epoch ms
 
     @classmethod
     def build(
@@ -84,7 +87,9 @@ class ReadRequest:
     def covers(self, segment: SegmentRecord) -> bool:
         """True when every row of the segment passes the filters (no row mask needed)."""
         return (
-            (self.start_offset is None or segment.start_offset >= self.start_offset)
+            self.offsets_in is None
+            and self.times_in is None
+            and (self.start_offset is None or segment.start_offset >= self.start_offset)
             and (self.end_offset is None or segment.end_offset <= self.end_offset)
             and (self.time_start is None or segment.time_min >= self.time_start)
             and (self.time_end is None or segment.time_max < self.time_end)
@@ -106,10 +111,14 @@ class ReadRequest:
         # Typed scalars: a plain int would be converted again for every batch.
         if self.start_offset is not None:
             conditions.append(pc.greater_equal(offsets, _int64(self.start_offset)))
+        if self.offsets_in is not None:
+            conditions.append(pc.is_in(offsets, pa.array(sorted(self.offsets_in), pa.int64())))
         if self.end_offset is not None:
             conditions.append(pc.less(offsets, _int64(self.end_offset)))
-        if self.time_start is not None or self.time_end is not None:
+        if self.time_start is not None or self.time_end is not None or self.times_in is not None:
             times = batch.column(TIMESTAMP).cast(pa.int64())
+            if self.times_in is not None:
+                conditions.append(pc.is_in(times, pa.array(sorted(self.times_in), pa.int64())))
             if self.time_start is not None:
                 conditions.append(pc.greater_equal(times, _int64(self.time_start)))
             if self.time_end is not None:
@@ -150,9 +159,7 @@ class ReadResult:
             segments.reverse()
         self.segments: list[SegmentRecord] = segments
         self.schema = self._schema()
-        self.opened: list[str] = []
-        self.batches_read = 0
-        self.batches_skipped = 0  # by the per-batch index inside opened segments
+        self.scan = ScanCounters()
 
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
@@ -182,41 +189,78 @@ class ReadResult:
 
     def _segment_batches(self, segment: SegmentRecord) -> Iterator[pa.RecordBatch]:
         path = self.store.segment_path(segment)
-        try:
-            reader = open_segment(path, self._needed_fields(path))
-        except (OSError, pa.ArrowException) as exc:
-            raise SegmentUnavailableError(
-                f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
-                f"[{segment.start_offset}, {segment.end_offset})) cannot be read: {exc}"
-            ) from exc
-        self.opened.append(segment.path)
-        filtered = not self.request.covers(segment)
-        index = read_batch_index(reader) if filtered else None
-        count = reader.num_record_batches
-        indices = range(count - 1, -1, -1) if self.request.order == "desc" else range(count)
-        for i in indices:
-            if index is not None and not self.request.overlaps(index[i]):
-                self.batches_skipped += 1
-                continue
-            batch = reader.get_batch(i)
-            self.batches_read += 1
-            if filtered:
-                mask = self.request.mask(batch)
-                if mask is not None:
-                    batch = batch.filter(mask)
-            if batch.num_rows == 0:
-                continue
-            if self.request.order == "desc":
-                batch = batch.take(pa.array(range(batch.num_rows - 1, -1, -1), pa.int64()))
+        for batch in segment_batches(path, segment, self.request, self.scan):
             yield conform(batch, self.schema)
 
-    def _needed_fields(self, path: Path) -> list[int] | None:
-        """Indices of the columns to decode: the projection plus what the filters need."""
-        if self.request.columns is None:
-            return None
-        names = open_segment(path).schema.names
-        wanted = {*self.request.columns, OFFSET, TIMESTAMP}
-        return [i for i, name in enumerate(names) if name in wanted]
+    @property
+    def opened(self) -> list[str]:
+        return self.scan.opened
+
+    @property
+    def batches_read(self) -> int:
+        return self.scan.batches_read
+
+    @property
+    def batches_skipped(self) -> int:
+        return self.scan.batches_skipped
 
     def to_table(self) -> pa.Table:
         return pa.Table.from_batches(list(self), schema=self.schema)
+
+
+@dataclass
+class ScanCounters:
+    """What a scan touched: segment files opened, and batches read or skipped by the
+    per-batch index inside them."""
+
+    opened: list[str] = field(default_factory=list)
+    batches_read: int = 0
+    batches_skipped: int = 0
+
+
+def needed_fields(path: Path, columns: tuple[str, ...] | None) -> list[int] | None:
+    """Indices of the columns to decode: the projection plus what the filters need."""
+    if columns is None:
+        return None
+    names = open_segment(path).schema.names
+    wanted = {*columns, OFFSET, TIMESTAMP}
+    return [i for i, name in enumerate(names) if name in wanted]
+
+
+def segment_batches(
+    path: Path,
+    segment: SegmentRecord,
+    request: ReadRequest,
+    counters: ScanCounters,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one segment file that pass `request`, batch by batch, in its own schema.
+
+    Needs only the file and its manifest row, so Spark executors call it without the manifest.
+    """
+    try:
+        reader = open_segment(path, needed_fields(path, request.columns))
+    except (OSError, pa.ArrowException) as exc:
+        raise SegmentUnavailableError(
+            f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
+            f"[{segment.start_offset}, {segment.end_offset})) cannot be read: {exc}"
+        ) from exc
+    counters.opened.append(segment.path)
+    filtered = not request.covers(segment)
+    index = read_batch_index(reader) if filtered else None
+    count = reader.num_record_batches
+    indices = range(count - 1, -1, -1) if request.order == "desc" else range(count)
+    for i in indices:
+        if index is not None and not request.overlaps(index[i]):
+            counters.batches_skipped += 1
+            continue
+        batch = reader.get_batch(i)
+        counters.batches_read += 1
+        if filtered:
+            mask = request.mask(batch)
+            if mask is not None:
+                batch = batch.filter(mask)
+        if batch.num_rows == 0:
+            continue
+        if request.order == "desc":
+            batch = batch.take(pa.array(range(batch.num_rows - 1, -1, -1), pa.int64()))
+        yield batch

@@ -14,13 +14,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
 from bridge.topics import create_topic
+from plateau_core.spark import session
 
 # Fixtures whose use makes a test an integration test (selected out by -m "not integration").
-_INTEGRATION_FIXTURES = {"kafka", "kafka_broker"}
+_INTEGRATION_FIXTURES = {"kafka", "kafka_broker", "spark"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,6 +46,16 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The session's one local SparkSession (starting one costs seconds), plateau registered."""
+    spark_session = session("local[2]")
+    try:
+        yield spark_session
+    finally:
+        spark_session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -422,30 +422,42 @@ class Manifest:
         ) == [segment_id]
 
     def mark_replicated(self, segment_ids: Sequence[int]) -> list[int]:
-        """sealed → replicated; advances each partition's replicated_offset past them."""
-        moved = self._transition(
-            segment_ids,
-            (SegmentState.SEALED,),
-            SegmentState.REPLICATED,
-            replicated_at=now_ms(),
-        )
-        if moved:
-            with self._write() as session:
-                ends = session.execute(
-                    select(SegmentRow.topic, SegmentRow.partition, func.max(SegmentRow.end_offset))
-                    .where(SegmentRow.id.in_(moved))
-                    .group_by(SegmentRow.topic, SegmentRow.partition)
-                ).all()
-                for topic, partition, end in ends:
-                    session.execute(
-                        update(PartitionRow)
-                        .where(
-                            PartitionRow.topic == topic,
-                            PartitionRow.partition == partition,
-                            PartitionRow.replicated_offset < end,
-                        )
-                        .values(replicated_offset=end, updated_at=now_ms())
+        """sealed → replicated, and each partition's replicated_offset past them, in one
+        transaction: the copy is either recorded whole or not at all."""
+        if not segment_ids:
+            return []
+        sealed = [SegmentState.SEALED.value]
+        with self._write() as session:
+            moved = list(
+                session.scalars(
+                    select(SegmentRow.id).where(
+                        SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(sealed)
                     )
+                )
+            )
+            if not moved:
+                return []
+            session.execute(
+                update(SegmentRow)
+                .where(SegmentRow.id.in_(moved), SegmentRow.state.in_(sealed))
+                .values(state=SegmentState.REPLICATED.value, replicated_at=now_ms())
+                .execution_options(synchronize_session=False)
+            )
+            ends = session.execute(
+                select(SegmentRow.topic, SegmentRow.partition, func.max(SegmentRow.end_offset))
+                .where(SegmentRow.id.in_(moved))
+                .group_by(SegmentRow.topic, SegmentRow.partition)
+            ).all()
+            for topic, partition, end_offset in ends:
+                session.execute(
+                    update(PartitionRow)
+                    .where(
+                        PartitionRow.topic == topic,
+                        PartitionRow.partition == partition,
+                        PartitionRow.replicated_offset < end_offset,
+                    )
+                    .values(replicated_offset=end_offset, updated_at=now_ms())
+                )
         return moved
 
     def mark_deleting(self, segment_ids: Sequence[int], at: int | None = None) -> list[int]:

@@ -1,0 +1,133 @@
+"""Where replicas go: a local folder (file://) or S3 and S3-compatible stores (s3://).
+
+Both are reached through pyarrow's filesystems, so the same code writes to AWS, to any
+S3-compatible server and to local disk; only durability differs (see `FileTarget.write`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlparse
+
+from pyarrow import fs
+
+from plateau_core.errors import InvalidInputError, PlateauError
+from plateau_core.names import TEMP_MARKER
+
+
+class TargetError(PlateauError):
+    """The replication target cannot be reached or written."""
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Connection settings for s3:// targets; unset fields fall back to the AWS_* variables."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    def resolved(self, env: Mapping[str, str] | None = None) -> S3Settings:
+        source = os.environ if env is None else env
+        return S3Settings(
+            endpoint_url=self.endpoint_url
+            or source.get("AWS_ENDPOINT_URL_S3")
+            or source.get("AWS_ENDPOINT_URL"),
+            region=self.region or source.get("AWS_REGION") or source.get("AWS_DEFAULT_REGION"),
+            access_key_id=self.access_key_id or source.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=self.secret_access_key or source.get("AWS_SECRET_ACCESS_KEY"),
+            session_token=self.session_token or source.get("AWS_SESSION_TOKEN"),
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed target URI; picklable, so Spark tasks carry it to executors."""
+
+    uri: str
+    scheme: str  # "file" or "s3"
+    root: str  # local absolute path, or bucket/prefix
+    s3: S3Settings = S3Settings()
+
+    @classmethod
+    def parse(cls, uri: str, s3: S3Settings | None = None) -> Target:
+        parsed = urlparse(uri)
+        if parsed.scheme in ("", "file"):
+            path = Path(parsed.path if parsed.scheme else uri).expanduser().resolve()
+            return cls(uri=uri, scheme="file", root=str(path))
+        if parsed.scheme in ("s3", "s3a"):
+            if not parsed.netloc:
+                raise InvalidInputError(f"target {uri!r} names no bucket (s3://bucket/prefix)")
+            root = f"{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
+            return cls(uri=uri, scheme="s3", root=root, s3=(s3 or S3Settings()).resolved())
+        raise InvalidInputError(
+            f"target {uri!r}: the scheme must be file:// or s3:// (got {parsed.scheme}://)"
+        )
+
+    def filesystem(self) -> fs.FileSystem:
+        if self.scheme == "file":
+            return fs.LocalFileSystem()
+        options: dict[str, Any] = {
+            "access_key": self.s3.access_key_id,
+            "secret_key": self.s3.secret_access_key,
+            "session_token": self.s3.session_token,
+            "region": self.s3.region or "us-east-1",
+        }
+        if self.s3.endpoint_url:
+            endpoint = urlparse(self.s3.endpoint_url)
+            options["endpoint_override"] = endpoint.netloc or endpoint.path
+            options["scheme"] = endpoint.scheme or "https"
+        return fs.S3FileSystem(**{k: v for k, v in options.items() if v is not None})
+
+    def path(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def write(
+        self, filesystem: fs.FileSystem, relative: str, produce: Callable[[IO[bytes]], None]
+    ) -> int:
+        """Write one file so that it exists under its name only when complete and durable;
+        returns its size. Locally: temp file, fsync, rename, fsync the folder. On S3 an
+        object becomes visible only when its upload completes."""
+        final = self.path(relative)
+        if self.scheme == "file":
+            return _write_local(Path(final), produce)
+        with filesystem.open_output_stream(final) as stream:
+            produce(stream)
+        return int(filesystem.get_file_info(final).size)
+
+    def list_files(self, filesystem: fs.FileSystem, relative_dir: str) -> list[str]:
+        """Names of the files directly in a folder of the target (none if it is missing)."""
+        selector = fs.FileSelector(self.path(relative_dir), allow_not_found=True)
+        try:
+            infos = filesystem.get_file_info(selector)
+        except OSError as exc:
+            raise TargetError(f"cannot list {self.uri}/{relative_dir}: {exc}") from exc
+        return [i.base_name for i in infos if i.type == fs.FileType.File]
+
+    def delete(self, filesystem: fs.FileSystem, relative: str) -> None:
+        filesystem.delete_file(self.path(relative))
+
+
+def _write_local(final: Path, produce: Callable[[IO[bytes]], None]) -> int:
+    final.parent.mkdir(parents=True, exist_ok=True)
+    temp = final.with_name(f"{TEMP_MARKER}{os.getpid()}-{final.name}")
+    try:
+        with temp.open("wb") as handle:
+            produce(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temp.replace(final)
+    finally:
+        temp.unlink(missing_ok=True)
+    directory = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return final.stat().st_size

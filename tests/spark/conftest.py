@@ -1,0 +1,66 @@
+"""Stores built for the Spark tests: segments written through plateau_core's writer."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from moto.server import ThreadedMotoServer
+
+from plateau_core import RollPolicy, Store, WriterPolicy
+from tests.support import BASE_MS, append_patiently, batch
+
+MINUTE_MS = 60_000
+
+
+def write_segments(
+    store: Store, topic: str, partition: int, batches: list[pa.RecordBatch], roll_rows: int
+) -> None:
+    """Append `batches` to one partition; a segment is sealed every `roll_rows` rows."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire(topic, partition, roll=RollPolicy(max_rows=roll_rows, max_age_s=3600))
+        for data in batches:
+            append_patiently(writer, topic, partition, data)
+        writer.flush()
+    finally:
+        writer.close()
+
+
+def minute_batches(partition: int, segments: int, rows: int = 100) -> list[pa.RecordBatch]:
+    """Segment i of the partition holds offsets [i*rows, (i+1)*rows) in minute i."""
+    out = []
+    for i in range(segments):
+        offsets = list(range(i * rows, (i + 1) * rows))
+        times = [BASE_MS + i * MINUTE_MS + partition * 10 + j for j in range(rows)]
+        out.append(batch(offsets, times=times))
+    return out
+
+
+@pytest.fixture
+def minutes_store(tmp_path: Path) -> Iterator[Store]:
+    """Topic `t`, partitions 0-2, ten 100-row segments each; segment i spans minute i."""
+    store = Store.open(tmp_path / "data")
+    for partition in range(3):
+        write_segments(store, "t", partition, minute_batches(partition, 10), roll_rows=100)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3-compatible HTTP server on loopback (moto's server mode)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
