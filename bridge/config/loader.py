@@ -44,12 +44,21 @@ def parse_config(raw: dict[str, Any], source: Path | str = "<config>") -> Config
 
 
 def resolve_paths(config: Config, source: Path) -> Config:
-    """A relative data_dir is relative to the config file's folder, not the shell's."""
+    """Relative data_dir and replication target are relative to the config file's folder,
+    not the shell's."""
     data_dir = config.storage.data_dir
-    if data_dir.is_absolute():
-        return config
-    storage = config.storage.model_copy(update={"data_dir": (source.parent / data_dir).resolve()})
-    return config.model_copy(update={"storage": storage})
+    if not data_dir.is_absolute():
+        storage = config.storage.model_copy(
+            update={"data_dir": (source.parent / data_dir).resolve()}
+        )
+        config = config.model_copy(update={"storage": storage})
+    target = config.replication.target
+    if target and "://" not in target and not Path(target).is_absolute():
+        replication = config.replication.model_copy(
+            update={"target": str((source.parent / target).resolve())}
+        )
+        config = config.model_copy(update={"replication": replication})
+    return config
 
 
 def format_errors(exc: ValidationError, source: Path | str) -> str:

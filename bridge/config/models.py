@@ -10,11 +10,20 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from bridge.config.units import parse_duration, parse_size
 from plateau_core import RetentionPolicy, RollPolicy
 from plateau_core.names import validate_topic
+from plateau_core.replication.target import S3Settings
 
 Size = Annotated[int, BeforeValidator(parse_size)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -275,11 +284,89 @@ class TopicMapping(Strict):
         return self.name.replace("{source}", source_topic)
 
 
+class S3Config(Strict):
+    endpoint_url: str | None = Field(
+        default=None,
+        description="S3-compatible endpoint (http://minio:9000); default AWS, or "
+        "$AWS_ENDPOINT_URL.",
+    )
+    region: str | None = Field(
+        default=None, description="Bucket region; default $AWS_REGION, then us-east-1."
+    )
+    access_key_id: str | None = Field(
+        default=None, description="Default $AWS_ACCESS_KEY_ID (or the AWS credential chain)."
+    )
+    secret_access_key: SecretStr | None = Field(
+        default=None,
+        description="Default $AWS_SECRET_ACCESS_KEY; prefer "
+        "PLATEAU__REPLICATION__S3__SECRET_ACCESS_KEY to the file.",
+    )
+    session_token: SecretStr | None = Field(default=None, description="Default $AWS_SESSION_TOKEN.")
+
+    def settings(self) -> S3Settings:
+        return S3Settings(
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.access_key_id,
+            secret_access_key=_secret(self.secret_access_key),
+            session_token=_secret(self.session_token),
+        )
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return None if value is None else value.get_secret_value()
+
+
+class ReplicationConfig(Strict):
+    target: str | None = Field(
+        default=None,
+        description="s3://bucket/prefix, file:///path or a folder (relative to the config "
+        "file). `plateau replicate --target` overrides it.",
+    )
+    interval: Duration = Field(
+        default=60.0, description="Pause between runs of `plateau replicate` without --once."
+    )
+    file_size: Size = Field(
+        default=128 * MiB,
+        description="Neighbouring segments are merged into Parquet files of about this size.",
+    )
+    compression: Literal["zstd", "snappy", "lz4", "gzip", "none"] = Field(
+        default="zstd", description="Parquet compression of the replicas."
+    )
+    topics: list[str] | None = Field(
+        default=None, description="plateau topics to replicate (default: all)."
+    )
+    s3: S3Config = Field(default=S3Config(), description="Connection to s3:// targets.")
+
+    @field_validator("topics")
+    @classmethod
+    def _topics(cls, value: list[str] | None) -> list[str] | None:
+        for topic in value or []:
+            validate_topic(topic)
+        return value
+
+
+class SparkConfig(Strict):
+    master: str | None = Field(
+        default=None,
+        description="spark://, yarn, k8s:// or local[N]; default $PLATEAU_SPARK_MASTER, "
+        "then local[*]. --master overrides it.",
+    )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Spark settings for query and replicate (spark.executor.memory: 4g, ...).",
+    )
+
+
 class Config(Strict):
     kafka: KafkaConfig = Field(default=KafkaConfig(), description="The Kafka cluster.")
     storage: StorageConfig = Field(default=StorageConfig(), description="The local store.")
     defaults: Defaults = Field(default=Defaults(), description="Roll and retention for all topics.")
     topics: list[TopicMapping] = Field(min_length=1, description="What to land, and how.")
+    replication: ReplicationConfig = Field(
+        default=ReplicationConfig(), description="Copies of sealed segments as Parquet."
+    )
+    spark: SparkConfig = Field(default=SparkConfig(), description="Spark for query and replicate.")
     shutdown_timeout: Duration = Field(
         default=30.0, description="Deadline to seal, commit and close on SIGTERM or a revoke."
     )

@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from bridge.config.models import Config, Duration, Size
@@ -53,6 +53,8 @@ def _type_name(annotation: Any) -> str:
         return f"list of {_type_name(args[0])}"
     if origin is dict:
         return "mapping"
+    if annotation is SecretStr:
+        return "secret"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return "section"
     return getattr(annotation, "__name__", str(annotation)).lower()

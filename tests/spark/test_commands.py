@@ -1,0 +1,123 @@
+"""`plateau query` and `plateau replicate` from the command line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from bridge.cli import main
+from plateau_core import SegmentState, Store
+from plateau_core.replication import Replicator, Target
+from tests.spark.conftest import minute_batches, write_segments
+from tests.spark.test_replication import spark_keys, stored_keys
+from tests.support import batch
+
+
+def config_file(tmp_path: Path, **replication: str) -> Path:
+    lines = ["storage:", "  data_dir: data", "topics:", "  - source: web-clicks"]
+    if replication:
+        lines.append("replication:")
+        lines += [f"  {key}: {value}" for key, value in replication.items()]
+    path = tmp_path / "plateau.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def small_store(tmp_path: Path) -> Store:
+    store = Store.open(tmp_path / "data")
+    for partition in (0, 1):
+        write_segments(store, "web-clicks", partition, minute_batches(partition, 3), 100)
+    return store
+
+
+def test_query_prints_writes_and_reports_sql_errors(
+    spark: SparkSession,
+    small_store: Store,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = config_file(tmp_path)
+    sql = "SELECT partition, count(*) AS n FROM `web-clicks` GROUP BY partition ORDER BY 1"
+    assert main(["query", "-c", str(config), sql]) == 0
+    out = capsys.readouterr().out
+    assert "| partition | n   |" in out and "| 1         | 300 |" in out and "2 rows" in out
+
+    assert main(["query", "-c", str(config), sql, "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [{"partition": 0, "n": 300}, {"partition": 1, "n": 300}]
+
+    detail = "SELECT offset, value, timestamp FROM `web-clicks` WHERE partition = 1 AND offset < 2"
+    assert main(["query", "-c", str(config), detail, "--format", "csv"]) == 0
+    table = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert table[0] == ["offset", "value", "timestamp"]
+    assert [r[0] for r in table[1:]] == ["0", "1"]
+
+    target = tmp_path / "out.parquet"
+    argv = ["query", "-c", str(config), "SELECT * FROM `web-clicks`", "--format", "parquet"]
+    assert main([*argv, "--output", str(target)]) == 0
+    assert pq.read_table(target).num_rows == 600
+    assert target.stat().st_mode & 0o077 == 0
+
+    assert main(["query", "-c", str(config), "SELECT nope FROM `web-clicks`"]) == 1
+    err = capsys.readouterr().err
+    assert "UNRESOLVED_COLUMN" in err and "`nope`" in err
+    assert "Traceback" not in err and "JVM stacktrace" not in err
+    assert main(["query", "-c", str(config), "SELEC 1"]) == 1
+    assert "PARSE_SYNTAX_ERROR" in capsys.readouterr().err
+    assert main([*argv]) == 2  # parquet without --output
+    assert "needs --output" in capsys.readouterr().err
+
+
+def test_replicate_without_target_is_refused(
+    small_store: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replicate", "-c", str(config_file(tmp_path)), "--once"]) == 2
+    assert "no replication target" in capsys.readouterr().err
+
+
+def test_replicate_killed_mid_run_then_rerun_has_no_duplicates(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "data")
+    for partition in (0, 1):
+        batches = [batch(range(i * 200, (i + 1) * 200)) for i in range(60)]
+        write_segments(store, "web-clicks", partition, batches, roll_rows=200)
+    replica = tmp_path / "replica"
+    config = config_file(tmp_path, target=str(replica), file_size="1")  # a file per segment
+    command = [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", "replicate"]
+    command += ["-c", str(config), "--interval", "1h", "--master", "local[1]"]
+    process = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not any(replica.rglob("*.parquet")):
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "replicate wrote nothing within 180 s"
+            time.sleep(0.02)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+    states = Counter(s.state for s in store.manifest.segments("web-clicks"))
+    written = len(list(replica.rglob("*.parquet")))
+    # Killed between files and the manifest commit: files exist, nothing is recorded.
+    assert states == {SegmentState.SEALED: 120}
+    assert 0 < written < 120
+
+    report = Replicator(store, Target.parse(str(replica))).run_once(spark)
+    assert report.orphans_removed == written
+    assert spark_keys(spark, str(replica / "web-clicks")) == stored_keys(store, "web-clicks")
+    store.close()
