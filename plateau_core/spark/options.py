@@ -29,6 +29,7 @@ class SourceOptions:
     trace_file: str | None
     starting_offsets: Literal["earliest", "latest"]
     read_limit: tuple[str, int] | None  # ("rows" | "files" | "bytes", n)
+    pushdown: bool
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -57,6 +58,9 @@ class SourceOptions:
             raise InvalidInputError(
                 "set at most one of maxRecordsPerTrigger, maxSegmentsPerTrigger, maxBytesPerTrigger"
             )
+        pushdown = lowered.get("pushdown", "true").lower()
+        if pushdown not in ("true", "false"):
+            raise InvalidInputError(f"option pushdown must be true or false, got {pushdown!r}")
         group_bytes = DEFAULT_PARTITION_BYTES
         if "maxpartitionbytes" in lowered:
             group_bytes = _positive(lowered, "maxpartitionbytes")
@@ -68,6 +72,7 @@ class SourceOptions:
             trace_file=lowered.get("tracefile"),
             starting_offsets="latest" if starting == "latest" else "earliest",
             read_limit=limits[0] if limits else None,
+            pushdown=pushdown == "true",
         )
 
     def open_store(self) -> Store:

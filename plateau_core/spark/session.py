@@ -6,13 +6,10 @@ import os
 import sys
 from typing import Any
 
-import structlog
 from pyspark.sql import SparkSession
 
 from plateau_core.spark.jvm_guard import EXTENSION_CLASS, ExtensionBuildError, extension_jar
 from plateau_core.spark.source import PlateauDataSource
-
-log = structlog.get_logger("plateau.spark")
 
 MASTER_ENV = "PLATEAU_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
@@ -58,14 +55,16 @@ def register(spark: SparkSession) -> None:
 
 
 def _install_extension(settings: dict[str, str]) -> None:
-    """Add the extension that keeps pushdown correct; without it, turn pushdown off rather
-    than risk a query reading another query's filtered segment list."""
+    """Add the extension that keeps pushdown correct (see jvm_guard). Without it a query
+    could read another query's filtered segment list, so failing to build it is an error."""
     try:
         jar = extension_jar()
     except ExtensionBuildError as exc:
-        log.warning("spark_pushdown_disabled", reason=str(exc))
-        settings["spark.sql.python.filterPushdown.enabled"] = "false"
-        return
+        raise ExtensionBuildError(
+            f"plateau's Spark extension could not be built: {exc}. Spark sessions made "
+            "without plateau_core.spark.session() read plateau with "
+            'option("pushdown", "false") instead.'
+        ) from None
     settings["spark.jars"] = _joined(settings.get("spark.jars"), str(jar))
     settings["spark.sql.extensions"] = _joined(
         settings.get("spark.sql.extensions"), EXTENSION_CLASS

@@ -46,7 +46,12 @@ class PlateauDataSource(DataSource):
         return spark_schema(merged)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return PlateauBatchReader(SourceOptions.parse(self.options), schema)
+        options = SourceOptions.parse(self.options)
+        if options.pushdown:
+            return PlateauPushdownReader(options, schema)
+        # Spark refuses a reader that implements pushFilters when its pushdown setting is
+        # off, so option("pushdown", "false") gets one without it.
+        return PlateauBatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from plateau_core.spark.stream import PlateauStreamReader  # noqa: PLC0415
@@ -56,17 +61,12 @@ class PlateauDataSource(DataSource):
 
 class PlateauBatchReader(DataSourceReader):
     """Plans tasks from the manifest at query time, so every query sees the segments sealed
-    by then, and applies only the filters pushed for that query."""
+    by then. Without pushdown it reads every segment and Spark applies the filters."""
 
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
         self.bounds = ScanBounds()
-
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
-        # Replaced, never merged: the bounds are exactly this query's filters.
-        self.bounds, rejected = push(filters)
-        return rejected
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.bounds.empty:
@@ -93,3 +93,13 @@ class PlateauBatchReader(DataSourceReader):
             arrow_schema(self.schema),
             self.options.trace_file,
         )
+
+
+class PlateauPushdownReader(PlateauBatchReader):
+    """Takes partition, offset and timestamp filters: segments are pruned at the manifest
+    and rows filtered inside the batches; every other filter stays with Spark."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        # Replaced, never merged: the bounds are exactly this query's filters.
+        self.bounds, rejected = push(filters)
+        return rejected

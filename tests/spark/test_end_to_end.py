@@ -30,18 +30,11 @@ def test_produced_json_is_queried_and_replicated(
     ]
     assert produce(kafka, topic, records) == 4000
     data_dir = tmp_path / "data"
-    config = make_config(
-        kafka, data_dir, [{"source": topic, "format": "json"}], group=f"g-{topic}"
-    )
+    config = make_config(kafka, data_dir, [{"source": topic, "format": "json"}], group=f"g-{topic}")
     with serving(config):
         wait_landed(data_dir, topic, end_offsets(kafka, topic))
 
-    df = (
-        spark.read.format("plateau")
-        .option("path", str(data_dir))
-        .option("topic", topic)
-        .load()
-    )
+    df = spark.read.format("plateau").option("path", str(data_dir)).option("topic", topic).load()
     assert df.count() == 4000
     assert df.select("partition", "offset").distinct().count() == 4000
     by_user = {r.user: r[1] for r in df.groupBy("user").count().collect()}
