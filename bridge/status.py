@@ -37,6 +37,7 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     for span in spans:
         rows[(span.topic, span.partition)] = {
             "next_offset": span.next_offset,
+            "replicated_offset": span.replicated_offset,
             "committed_offset": None,
             "end_offset": None,
             "lag": None,
@@ -75,6 +76,7 @@ def _add_kafka_offsets(
                         (mapping.plateau_topic(source), partition),
                         {
                             "next_offset": 0,
+                            "replicated_offset": 0,
                             "committed_offset": None,
                             "end_offset": None,
                             "lag": None,
@@ -112,6 +114,7 @@ def render(document: dict[str, Any], as_json: bool) -> str:
         "topic",
         "part",
         "next_offset",
+        "replicated",
         "committed",
         "end",
         "lag",
@@ -129,6 +132,7 @@ def render(document: dict[str, Any], as_json: bool) -> str:
                     topic,
                     partition,
                     str(row["next_offset"]),
+                    str(row["replicated_offset"]),
                     str(row["committed_offset"]),
                     str(row["end_offset"]),
                     str(row["lag"]),

@@ -17,8 +17,8 @@ from plateau_core.spark.types import PARTITION
 
 
 class SegmentGroup(InputPartition):
-    """One Spark task: segments of one Kafka partition, in offset order, and the data folder
-    they are in (as the driver resolved it; executors must see the same path)."""
+    """One Spark task: segments in (partition, offset) order, and the data folder they are
+    in (as the driver resolved it; executors must see the same path)."""
 
     def __init__(self, segments: tuple[SegmentRecord, ...], data_dir: Path) -> None:
         super().__init__(segments)
@@ -27,25 +27,49 @@ class SegmentGroup(InputPartition):
 
 
 def group_segments(
-    segments: Iterable[SegmentRecord], data_dir: Path, max_bytes: int
+    segments: Iterable[SegmentRecord],
+    data_dir: Path,
+    max_bytes: int,
+    request: ReadRequest | None = None,
 ) -> list[SegmentGroup]:
-    """Neighbouring segments of a partition share a task up to `max_bytes`; a larger
-    segment is a task of its own."""
+    """Neighbouring segments (in partition, offset order) share a task while the bytes the
+    task reads stay under `max_bytes`; a larger segment is a task of its own. With a
+    `request`, a segment counts only for the part of it the filters leave, so a narrow
+    query becomes a few tasks instead of one per segment: each task has a fixed cost."""
     ordered = sorted(segments, key=lambda s: (s.partition, s.start_offset))
     groups: list[SegmentGroup] = []
     current: list[SegmentRecord] = []
     size = 0
     for segment in ordered:
-        fits = current and current[-1].partition == segment.partition
-        if not fits or size + segment.size_bytes > max_bytes:
-            if current:
-                groups.append(SegmentGroup(tuple(current), data_dir))
+        cost = _read_bytes(segment, request)
+        if current and size + cost > max_bytes:
+            groups.append(SegmentGroup(tuple(current), data_dir))
             current, size = [], 0
         current.append(segment)
-        size += segment.size_bytes
+        size += cost
     if current:
         groups.append(SegmentGroup(tuple(current), data_dir))
     return groups
+
+
+def _read_bytes(segment: SegmentRecord, request: ReadRequest | None) -> int:
+    """The segment's bytes, scaled by the share of its offsets and times the request keeps
+    (rows are assumed spread evenly; the per-batch index makes reads follow that share)."""
+    if request is None:
+        return segment.size_bytes
+    share = min(
+        _overlap(
+            segment.start_offset, segment.end_offset, request.start_offset, request.end_offset
+        ),
+        _overlap(segment.time_min, segment.time_max + 1, request.time_start, request.time_end),
+    )
+    return max(1, int(segment.size_bytes * share))
+
+
+def _overlap(lo: int, hi: int, start: int | None, end: int | None) -> float:
+    first = lo if start is None else max(lo, start)
+    last = hi if end is None else min(hi, end)
+    return max(0, last - first) / max(1, hi - lo)
 
 
 def read_group(

@@ -82,7 +82,7 @@ class PlateauBatchReader(DataSourceReader):
                 time_end=request.time_end,
             )
         admitted = [s for s in segments if self.bounds.admits(s)]
-        return group_segments(admitted, data_dir, self.options.max_partition_bytes)
+        return group_segments(admitted, data_dir, self.options.max_partition_bytes, request)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, SegmentGroup):

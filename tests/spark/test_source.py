@@ -164,14 +164,27 @@ def test_dataframe_queried_with_then_without_a_filter_is_not_stale(
     assert df.count() == 3100  # each query plans its segments from the manifest
 
 
+def test_manifest_url_option_reads_the_same_store(
+    spark: SparkSession, minutes_store: Store
+) -> None:
+    url = f"sqlite:///{minutes_store.data_dir / 'manifest.db'}"
+    df = spark.read.format("plateau").option("manifest", url).option("topic", "t").load()
+    assert df.filter("partition = 1").count() == 1000
+
+
 def test_groups_small_neighbouring_segments_into_one_task(
     spark: SparkSession, minutes_store: Store
 ) -> None:
     one_each = load(spark, minutes_store, "t", maxPartitionBytes="1")
     grouped = load(spark, minutes_store, "t")
     assert one_each.rdd.getNumPartitions() == 30
-    assert grouped.rdd.getNumPartitions() == 3  # one per Kafka partition
+    assert grouped.rdd.getNumPartitions() == 1  # 30 segments of ~4 kB: one task
     assert grouped.count() == one_each.count() == 3000
+    # A segment counts for the share of it a filter keeps: half of three ~3.6 kB segments
+    # per 4 kB task is two tasks, not three.
+    half = load(spark, minutes_store, "t", maxPartitionBytes="4000").filter("offset < 50")
+    assert half.rdd.getNumPartitions() == 2
+    assert half.count() == 150
 
 
 def test_bad_options_and_unknown_topics_are_named(
