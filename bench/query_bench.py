@@ -7,6 +7,7 @@ timestamps rising evenly over a span, ~100 segments), then in one run and one Sp
   baseline) and by the Spark job `plateau replicate` runs; MB/s of segment bytes read;
 - full scan, through the plateau source and through spark.read.parquet of the replica:
   `count()` and a groupBy(partition) summing length(value) (every value read);
+- Spark's floor: `spark.range(10).count()`, what any SQL query costs on the machine;
 - a 1% time-range query (count and sum of value lengths) with pushdown (pruning at the
   manifest and by the per-batch index) and with option("pushdown", "false") (every segment
   read, Spark filters).
@@ -15,12 +16,13 @@ Each query runs once to warm up, then --repeat times; the median counts. Results
 bench/results/query-<ts>.json.
 
     .venv/bin/python bench/query_bench.py
-    .venv/bin/python bench/query_bench.py --rows 2000000 --repeat 3     # quicker
+    .venv/bin/python bench/query_bench.py --rows 2000000 --repeat 1     # quicker
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -30,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyspark
 from benchdata import MB, VALUE_KINDS, machine_info, median, peak_rss_bytes, quiet_logs
 from benchdata import write_results as save
 from pyspark.sql import functions as fn
@@ -111,13 +114,51 @@ def measure(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[str, A
         "plateau range pushdown": lambda: range_query(source),
         "plateau range no pushdown": lambda: range_query(unpruned),
         "parquet range": lambda: range_query(parquet),
+        # Spark's own floor for a SQL query on this machine: no data source, ten rows.
+        "spark empty query": lambda: spark.range(10).selectExpr("count(*)").first()[0],
     }
     results = {name: timed(name, args.repeat, run) for name, run in queries.items()}
+    before = process_cpu()
+    source.count()
+    split = {k: v - before.get(k, 0.0) for k, v in process_cpu().items()}
     for a, b in (("plateau count", "parquet count"), ("plateau groupBy", "parquet groupBy")):
         if results[a]["answer"] != results[b]["answer"]:
             raise SystemExit(f"{a} and {b} disagree: {results[a]['answer']} {results[b]['answer']}")
     spark.stop()
-    return {"replication": replication, "queries": results, "window": [start, end]}
+    return {
+        "replication": replication,
+        "queries": results,
+        "window": [start, end],
+        "plateau_count_cpu_seconds": split,
+    }
+
+
+def process_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process's descendants, as the Spark JVM ("jvm") and the
+    Python workers ("python workers"), from /proc (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            head, _, rest = (entry / "stat").read_text().rpartition(")")
+            fields = rest.split()
+        except OSError:
+            continue
+        pid, name = int(entry.name), head.partition("(")[2]
+        children.setdefault(int(fields[1]), []).append(pid)
+        stats[pid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    totals: dict[str, float] = {}
+    pending = list(children.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        pending += children.get(pid, [])
+        name, seconds = stats.get(pid, ("", 0.0))
+        kind = "jvm" if name == "java" else "python workers"
+        totals[kind] = totals.get(kind, 0.0) + seconds
+    return totals
 
 
 def _group(frame: Any) -> list[tuple[Any, ...]]:
@@ -128,15 +169,15 @@ def _group(frame: Any) -> list[tuple[Any, ...]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--segment-rows", type=int, default=50_000, help="roll max_rows")
+    parser.add_argument("--segment-rows", type=int, default=100_000, help="roll max_rows")
     parser.add_argument("--span-hours", type=int, default=24, help="time span of the data")
     parser.add_argument("--fraction", type=float, default=0.01, help="time-range width")
     parser.add_argument("--compression", choices=COMPRESSIONS, default=WriterPolicy().compression)
     parser.add_argument("--values", choices=VALUE_KINDS, default="random")
-    parser.add_argument("--repeat", type=int, default=5, help="runs per query; the median counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median counts")
     parser.add_argument("--master", default="local[*]", help="Spark master")
     parser.add_argument("--data-dir", type=Path, help="build the store here once and reuse it")
     args = parser.parse_args()
@@ -158,11 +199,16 @@ def main() -> None:
         "scan_count_vs_parquet": q["parquet count"] / q["plateau count"],
         "scan_groupby_vs_parquet": q["parquet groupBy"] / q["plateau groupBy"],
         "pruning_speedup": q["plateau range no pushdown"] / q["plateau range pushdown"],
+        "pruned_query_vs_spark_floor": q["plateau range pushdown"] / q["spark empty query"],
     }
     payload = {
         "benchmark": "query",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "machine": {**machine_info(Path(tempfile.gettempdir())), "work_dir": "<tmp>"},
+        "machine": {
+            **machine_info(Path(tempfile.gettempdir())),
+            "work_dir": "<tmp>",
+            "pyspark": pyspark.__version__,
+        },
         "settings": {**build_settings(args), "fraction": args.fraction, "repeat": args.repeat},
         "build": built,
         **measured,
@@ -181,6 +227,8 @@ def main() -> None:
         print(f"{name:>26}: {seconds:7.3f} s")
     for name, value in ratios.items():
         print(f"{name:>26}: {value:7.2f}")
+    cpu = measured["plateau_count_cpu_seconds"]
+    print("plateau count CPU seconds: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
     print(f"\nresults: {path}")
 
 

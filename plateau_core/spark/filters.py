@@ -104,7 +104,7 @@ class ScanBounds:
         offsets, times = self.offsets.settled(), self.times.settled()
         return ReadRequest(
             topic=topic,
-            partitions=None,  # partitions are chosen per segment, see `admits_partition`
+            partitions=None,  # partitions are chosen per segment, see `admits`
             start_offset=offsets.lo,
             end_offset=offsets.hi,
             time_start=times.lo,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from bridge.config import load_config
+from bridge.config import load_config, parse_config
 from bridge.config.reference import render_reference
 from bridge.config.units import parse_duration, parse_size
 from bridge.errors import ConfigError
@@ -183,3 +184,18 @@ def test_configuration_reference_is_current() -> None:
         "docs/configuration.md is out of date: run "
         "python -m bridge.config.reference --write docs/configuration.md"
     )
+
+
+def test_replication_secrets_stay_out_of_the_redacted_config() -> None:
+    config = parse_config(
+        {
+            "topics": [{"source": "t"}],
+            "replication": {
+                "target": "s3://b/p",
+                "s3": {"access_key_id": "AKIA", "secret_access_key": "very-secret"},
+            },
+        }
+    )
+    assert "very-secret" not in json.dumps(config.redacted())
+    assert "very-secret" not in repr(config)
+    assert config.replication.s3.settings().secret_access_key == "very-secret"
