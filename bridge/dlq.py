@@ -77,3 +77,6 @@ class DeadLetters:
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
+            # Dropping the last reference destroys the client: no reconnect attempts linger
+            # after the worker stopped.
+            self._producer = None

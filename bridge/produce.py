@@ -57,28 +57,34 @@ def produce(
             failures.append(f"{msg.topic()}[{msg.partition()}]: {err}")
 
     count = 0
-    for record in records:
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=-1 if record.partition is None else record.partition,
-                    timestamp=record.timestamp_ms or 0,
-                    headers=list(record.headers) or None,
-                    on_delivery=delivered,
-                )
-                break
-            except BufferError:
-                # The local queue is full: serve delivery reports until there is room.
-                producer.poll(0.05)
-        count += 1
-        if count % 10000 == 0:
-            producer.poll(0)
-    remaining = producer.flush(flush_timeout_s)
-    if remaining:
-        raise BridgeError(f"{remaining} records to {topic!r} not delivered in {flush_timeout_s}s")
-    if failures:
-        raise BridgeError(f"delivery to {topic!r} failed: {'; '.join(failures)}")
+    try:
+        for record in records:
+            while True:
+                try:
+                    producer.produce(
+                        topic,
+                        value=record.value,
+                        key=record.key,
+                        partition=-1 if record.partition is None else record.partition,
+                        timestamp=record.timestamp_ms or 0,
+                        headers=list(record.headers) or None,
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:
+                    # The local queue is full: serve delivery reports until there is room.
+                    producer.poll(0.05)
+            count += 1
+            if count % 10000 == 0:
+                producer.poll(0)
+        remaining = producer.flush(flush_timeout_s)
+        if remaining:
+            raise BridgeError(
+                f"{remaining} records to {topic!r} not delivered in {flush_timeout_s}s"
+            )
+        if failures:
+            raise BridgeError(f"delivery to {topic!r} failed: {'; '.join(failures)}")
+    finally:
+        # A traceback holding this frame would keep the client (and its reconnects) alive.
+        del producer
     return count
