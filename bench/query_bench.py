@@ -33,14 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-from benchdata import MB, VALUE_KINDS, machine_info, median, peak_rss_bytes, quiet_logs
+from benchdata import MB, machine_info, median, peak_rss_bytes, quiet_logs
 from benchdata import write_results as save
 from pyspark.sql import functions as fn
-from read_bench import TOPIC, build_settings, ensure_store, windows
+from read_bench import TOPIC, add_store_arguments, build_settings, ensure_store, windows
 
-from plateau_core import Store, WriterPolicy
+from plateau_core import Store
 from plateau_core.replication import Replicator, Target, write_task
-from plateau_core.segment_file import COMPRESSIONS
 from plateau_core.spark import session
 
 TARGET_SCAN_RATIO = 0.7
@@ -169,14 +168,7 @@ def _group(frame: Any) -> list[tuple[Any, ...]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--batch-rows", type=int, default=10_000)
-    parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--segment-rows", type=int, default=100_000, help="roll max_rows")
-    parser.add_argument("--span-hours", type=int, default=24, help="time span of the data")
-    parser.add_argument("--fraction", type=float, default=0.01, help="time-range width")
-    parser.add_argument("--compression", choices=COMPRESSIONS, default=WriterPolicy().compression)
-    parser.add_argument("--values", choices=VALUE_KINDS, default="random")
+    add_store_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median counts")
     parser.add_argument("--master", default="local[*]", help="Spark master")
     parser.add_argument("--data-dir", type=Path, help="build the store here once and reuse it")

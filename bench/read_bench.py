@@ -212,8 +212,8 @@ def measure(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     return {"store": store_info, "warmup_seconds": warmup["seconds"], "reads": summary}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """The store's shape (and the range width), shared with bench/query_bench.py."""
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--batch-rows", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=8)
@@ -222,6 +222,11 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.01, help="time-range width")
     parser.add_argument("--compression", choices=COMPRESSIONS, default=WriterPolicy().compression)
     parser.add_argument("--values", choices=VALUE_KINDS, default="random")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_store_arguments(parser)
     parser.add_argument("--repeat", type=int, default=5, help="runs per read; the median counts")
     parser.add_argument(
         "--data-dir", type=Path, help="build the store here once and reuse it (default: temp)"
