@@ -426,23 +426,16 @@ class Manifest:
         transaction: the copy is either recorded whole or not at all."""
         if not segment_ids:
             return []
-        sealed = [SegmentState.SEALED.value]
         with self._write() as session:
-            moved = list(
-                session.scalars(
-                    select(SegmentRow.id).where(
-                        SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(sealed)
-                    )
-                )
+            moved = _move(
+                session,
+                segment_ids,
+                (SegmentState.SEALED,),
+                SegmentState.REPLICATED,
+                replicated_at=now_ms(),
             )
             if not moved:
                 return []
-            session.execute(
-                update(SegmentRow)
-                .where(SegmentRow.id.in_(moved), SegmentRow.state.in_(sealed))
-                .values(state=SegmentState.REPLICATED.value, replicated_at=now_ms())
-                .execution_options(synchronize_session=False)
-            )
             ends = session.execute(
                 select(SegmentRow.topic, SegmentRow.partition, func.max(SegmentRow.end_offset))
                 .where(SegmentRow.id.in_(moved))
@@ -491,23 +484,35 @@ class Manifest:
     ) -> list[int]:
         if not segment_ids:
             return []
-        allowed = [s.value for s in from_states]
         with self._write() as session:
-            ids = list(
-                session.scalars(
-                    select(SegmentRow.id).where(
-                        SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(allowed)
-                    )
-                )
+            return _move(session, segment_ids, from_states, to_state, **values)
+
+
+def _move(
+    session: Session,
+    segment_ids: Sequence[int],
+    from_states: Sequence[SegmentState],
+    to_state: SegmentState,
+    **values: Any,
+) -> list[int]:
+    """Inside a write transaction: the listed segments that are in `from_states` move to
+    `to_state` (with `values`); returns their ids."""
+    allowed = [s.value for s in from_states]
+    ids = list(
+        session.scalars(
+            select(SegmentRow.id).where(
+                SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(allowed)
             )
-            if ids:
-                session.execute(
-                    update(SegmentRow)
-                    .where(SegmentRow.id.in_(ids), SegmentRow.state.in_(allowed))
-                    .values(state=to_state.value, **values)
-                    .execution_options(synchronize_session=False)
-                )
-            return ids
+        )
+    )
+    if ids:
+        session.execute(
+            update(SegmentRow)
+            .where(SegmentRow.id.in_(ids), SegmentRow.state.in_(allowed))
+            .values(state=to_state.value, **values)
+            .execution_options(synchronize_session=False)
+        )
+    return ids
 
 
 def _rowcount(result: Any) -> int:
