@@ -16,7 +16,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     serve_parser = subparsers.add_parser(
         "serve", help="consume the configured topics into plateau (the main job)"
     )
-    _config_argument(serve_parser)
+    config_argument(serve_parser)
     serve_parser.add_argument(
         "--workers", type=int, default=1, help="consumer processes on this node (default 1)"
     )
@@ -25,18 +25,18 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     check_parser = subparsers.add_parser(
         "check", help="validate the configuration and reach the brokers"
     )
-    _config_argument(check_parser)
+    config_argument(check_parser)
     check_parser.set_defaults(handler=_check)
 
     status_parser = subparsers.add_parser(
         "status", help="per topic and partition: watermark, Kafka offsets, lag, segments"
     )
-    _config_argument(status_parser)
+    config_argument(status_parser)
     status_parser.add_argument("--json", action="store_true", help="one JSON object")
     status_parser.set_defaults(handler=_status)
 
 
-def _config_argument(parser: argparse.ArgumentParser) -> None:
+def config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", "-c", type=Path, required=True, help="the YAML configuration file"
     )

@@ -22,7 +22,8 @@ from pyspark.sql import DataFrame
 
 from bridge.config.models import Config
 from bridge.errors import BridgeError
-from bridge.spark_jobs import open_store, spark_for, spark_message, topic_frame
+from bridge.serve import open_store
+from bridge.spark_jobs import spark_for, spark_message, topic_frame
 
 Format = Literal["table", "json", "csv", "parquet"]
 FORMATS: tuple[Format, ...] = ("table", "json", "csv", "parquet")
@@ -131,16 +132,16 @@ def _write_csv(table: pa.Table, handle: IO[str]) -> None:
     writer.writerow(table.column_names)
     for batch in table.to_batches():
         for row in batch.to_pylist():
-            writer.writerow(
-                ""
-                if v is None
-                else v
-                if isinstance(v, str)
-                else json.dumps(_jsonable(v))
-                if isinstance(v, dict | list)
-                else _jsonable(v)
-                for v in row.values()
-            )
+            writer.writerow(_csv_cell(v) for v in row.values())
+
+
+def _csv_cell(value: Any) -> Any:
+    """Empty for null, nested values as JSON, the rest as `_jsonable` gives them."""
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(_jsonable(value))
+    return _jsonable(value)
 
 
 @contextmanager

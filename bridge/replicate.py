@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 
 from bridge.config.models import Config
 from bridge.errors import BridgeError
-from bridge.serve import install_stop_handlers
-from bridge.spark_jobs import open_store, spark_for, spark_message
+from bridge.serve import install_stop_handlers, open_store
+from bridge.spark_jobs import spark_for, spark_message
 from plateau_core.replication import ReplicationReport, Replicator, Target
 
 log = structlog.get_logger("plateau.replicate")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from bridge.commands import config_argument
 from bridge.config import load_config
 from bridge.config.units import parse_duration
 from bridge.query import FORMATS, QueryError, run_query
@@ -16,7 +17,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     query = subparsers.add_parser(
         "query", help="run Spark SQL over the stored topics (each topic is a view)"
     )
-    query.add_argument("--config", "-c", type=Path, required=True, help="the YAML configuration")
+    config_argument(query)
     query.add_argument(
         "sql", help='for example: "SELECT partition, count(*) FROM `app-logs` GROUP BY 1"'
     )
@@ -29,7 +30,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     rep = subparsers.add_parser(
         "replicate", help="copy sealed segments to Parquet (s3:// or a folder)"
     )
-    rep.add_argument("--config", "-c", type=Path, required=True, help="the YAML configuration")
+    config_argument(rep)
     rep.add_argument("--target", help="s3://bucket/prefix or file:///path (default: config)")
     when = rep.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one run, then exit")

@@ -1,4 +1,4 @@
-"""What `plateau query` and `plateau replicate` share: the Spark session and the store."""
+"""What `plateau query` and `plateau replicate` share: the Spark session, topic frames, errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import logging
 from pyspark.sql import DataFrame, SparkSession
 
 from bridge.config.models import Config
-from plateau_core import Store
 from plateau_core.spark import session
 
 
@@ -15,10 +14,6 @@ def spark_for(config: Config, master: str | None) -> SparkSession:
     # PySpark logs every failed query with its JVM trace; plateau reports the message.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return session(master or config.spark.master, **config.spark.conf)
-
-
-def open_store(config: Config) -> Store:
-    return Store.open(config.storage.data_dir, manifest_url=config.storage.manifest_url)
 
 
 def topic_frame(spark: SparkSession, config: Config, topic: str) -> DataFrame:
