@@ -16,7 +16,8 @@ from bridge.local_kafka.broker import (
     is_broker_process,
     stop_pid,
 )
-from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, default_cache_dir, kafka_libs
+from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+from plateau_core.cache import default_cache_dir
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

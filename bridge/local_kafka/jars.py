@@ -16,21 +16,12 @@ from pathlib import Path
 import structlog
 
 from bridge.errors import LocalKafkaError
+from plateau_core.cache import default_cache_dir
 
 DEFAULT_KAFKA_VERSION = "4.1.2"
 _COMPLETE_MARKER = ".complete"
 
 log = structlog.get_logger(__name__)
-
-
-def default_cache_dir() -> Path:
-    """Where downloaded jars and local broker state live unless told otherwise."""
-    explicit = os.environ.get("PLATEAU_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return (base / "plateau").resolve()
 
 
 def kafka_libs(version: str = DEFAULT_KAFKA_VERSION, cache_dir: Path | None = None) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyspark
 
+from plateau_core.cache import default_cache_dir
 from plateau_core.errors import PlateauError
 
 EXTENSION_CLASS = "org.plateau.spark.PlateauExtensions"
@@ -26,12 +27,6 @@ _SOURCE = Path(__file__).with_name("jvm") / "PlateauExtensions.java"
 
 class ExtensionBuildError(PlateauError):
     """The Spark extension could not be compiled (no JDK, or Spark's jars not found)."""
-
-
-def cache_dir() -> Path:
-    configured = os.environ.get("PLATEAU_CACHE_DIR")
-    base = Path(configured) if configured else Path.home() / ".cache" / "plateau"
-    return base / "spark"
 
 
 def spark_jars_dir() -> Path:
@@ -48,7 +43,7 @@ def extension_jar() -> Path:
     """The extension's jar, compiled on first use."""
     source = _SOURCE.read_bytes()
     key = hashlib.sha256(source + pyspark.__version__.encode()).hexdigest()[:16]
-    jar = cache_dir() / f"plateau-spark-{key}.jar"
+    jar = default_cache_dir() / "spark" / f"plateau-spark-{key}.jar"
     if jar.is_file():
         return jar
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
