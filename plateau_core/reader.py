@@ -84,6 +84,21 @@ class ReadRequest:
             order=order,
         )
 
+    @classmethod
+    def whole(cls, topic: str, columns: tuple[str, ...] | None = None) -> ReadRequest:
+        """Every row of `topic`, in offset order."""
+        return cls(
+            topic=topic,
+            partitions=None,
+            start_offset=None,
+            end_offset=None,
+            time_start=None,
+            time_end=None,
+            columns=columns,
+            limit=None,
+            order="asc",
+        )
+
     def covers(self, segment: SegmentRecord) -> bool:
         """True when every row of the segment passes the filters (no row mask needed)."""
         return (

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from datetime import date
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from functools import partial
 from pathlib import Path
 from typing import IO
 
@@ -25,10 +26,6 @@ from plateau_core.schema import OFFSET, TIMESTAMP, conform
 
 ROW_GROUP_ROWS = 1 << 20
 _NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
-_ALL_ROWS = ReadRequest(
-    topic="", partitions=None, start_offset=None, end_offset=None, time_start=None,
-    time_end=None, columns=None, limit=None, order="asc",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -83,19 +80,25 @@ def write_task(task: ReplicaTask) -> list[ReplicaFile]:
     """Write the task's files (one per UTC date its rows fall on) and return them."""
     filesystem = task.target.filesystem()
     written = []
-    for day, (first, last, rows) in sorted(_days(task).items()):
+    single = utc_day(min(s.time_min for s in task.segments))
+    if single == utc_day(max(s.time_max for s in task.segments)):
+        # The manifest's times already say every row is on one date: no pass to find dates,
+        # and no date filter while writing.
+        rows = sum(s.record_count for s in task.segments)
+        days = {single: (task.start_offset, task.end_offset - 1, rows)}
+        split = False
+    else:
+        days, split = _days(task), True
+    for day, (first, last, rows) in sorted(days.items()):
         relative = replica_name(task.topic, day, task.partition, first, last)
-
-        def produce(stream: IO[bytes], day: date = day) -> None:
-            _write_parquet(stream, task, day)
-
+        produce = partial(_write_parquet, task=task, day=day if split else None)
         size = task.target.write(filesystem, relative, produce)
         written.append(ReplicaFile(relative, rows, size, first, last))
     return written
 
 
 def _batches(task: ReplicaTask, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
-    request = replace(_ALL_ROWS, topic=task.topic, columns=columns)
+    request = ReadRequest.whole(task.topic, columns)
     counters = ScanCounters()
     for segment in task.segments:
         yield from segment_batches(Path(task.data_dir) / segment.path, segment, request, counters)
@@ -119,13 +122,20 @@ def _days(task: ReplicaTask) -> dict[date, tuple[int, int, int]]:
     return days
 
 
-def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date) -> None:
+def utc_day(epoch_ms: int) -> date:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).date()
+
+
+def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> None:
+    """The task's rows of `day` (all of them for None) as one Parquet file."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     with pq.ParquetWriter(stream, task.schema, compression=task.compression) as writer:
         for batch in _batches(task):
-            dates = batch.column(TIMESTAMP).cast(pa.date32())
-            mine = batch.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
+            mine = batch
+            if day is not None:
+                dates = batch.column(TIMESTAMP).cast(pa.date32())
+                mine = batch.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
             if mine.num_rows == 0:
                 continue
             pending.append(conform(mine, task.schema))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import structlog
@@ -31,6 +31,7 @@ from plateau_core.replication.files import (
     ReplicaTask,
     parse_replica_name,
     replica_dir,
+    utc_day,
     write_task,
 )
 from plateau_core.replication.target import Target
@@ -172,8 +173,8 @@ class Replicator:
     def _candidate_files(
         self, filesystem: fs.FileSystem, topic: str, partition: int, segments: list[SegmentRecord]
     ) -> Iterator[str]:
-        first_day = _day(min(s.time_min for s in segments))
-        last_day = _day(max(s.time_max for s in segments))
+        first_day = utc_day(min(s.time_min for s in segments))
+        last_day = utc_day(max(s.time_max for s in segments))
         days = (last_day - first_day).days + 1
         if days <= _MAX_DAY_LISTINGS:
             for i in range(days):
@@ -223,10 +224,6 @@ def _groups(segments: list[SegmentRecord], file_bytes: int) -> Iterator[list[Seg
         size += segment.size_bytes
     if current:
         yield current
-
-
-def _day(epoch_ms: int) -> date:
-    return datetime.fromtimestamp(epoch_ms / 1000, UTC).date()
 
 
 def _run_here(tasks: list[ReplicaTask]) -> list[list[ReplicaFile]]:
