@@ -3,6 +3,9 @@
 It starts the local Kafka broker, a demo producer that writes JSON log events for a short
 while (as an existing application would), and `plateau serve` landing them; at the end it
 prints the status and checks that every produced record landed exactly once.
+
+`plateau demo-producer` is that producer on its own, against any broker: the compose stack
+runs it so that data flows as soon as the stack is up.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -22,16 +26,23 @@ import structlog
 from bridge.config import Config, parse_config
 from bridge.local_kafka import LocalKafka
 from bridge.produce import Record, produce
-from bridge.serve import serve
+from bridge.serve import install_stop_handlers, serve
 from bridge.status import collect, render
 from bridge.topics import create_topic
 from plateau_core import Store
+from plateau_core.errors import InvalidInputError
+from plateau_core.names import validate_topic
 
 log = structlog.get_logger(__name__)
 
 DEMO_TOPIC = "plateau-demo-events"
 _SERVICES = ("checkout", "search", "auth", "catalog")
 _LEVELS = ("debug", "info", "info", "info", "warn", "error")
+# The producer hands Kafka this many seconds of events at a time and waits for their
+# acknowledgements: a stop request is honoured within about this long, and what it reports
+# as produced is what the broker holds.
+PRODUCER_CHUNK_S = 1.0
+_PROGRESS_EVERY_S = 10.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,6 +56,70 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--data-dir", type=Path, default=None, help="keep the store here (default: temporary)"
     )
     parser.set_defaults(handler=run)
+
+    producer = subparsers.add_parser(
+        "demo-producer",
+        help="write demo JSON log events to a Kafka topic until stopped (or for --seconds)",
+    )
+    producer.add_argument(
+        "--bootstrap-servers",
+        required=True,
+        type=_bootstrap_servers,
+        metavar="HOST:PORT[,...]",
+        help="the Kafka brokers",
+    )
+    producer.add_argument("--topic", required=True, type=_topic, help="created if missing")
+    producer.add_argument(
+        "--partitions",
+        type=_positive_int,
+        default=4,
+        help="partitions when the topic is created (default 4); an existing topic is kept",
+    )
+    producer.add_argument(
+        "--rate", type=_positive_int, default=1000, help="events per second (default 1000)"
+    )
+    producer.add_argument(
+        "--seconds",
+        type=_positive_float,
+        default=None,
+        help="produce rate x seconds events, then exit (default: until SIGTERM or Ctrl-C)",
+    )
+    producer.set_defaults(handler=run_producer)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
+
+
+def _topic(text: str) -> str:
+    try:
+        return validate_topic(text)
+    except InvalidInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bootstrap_servers(text: str) -> str:
+    for server in text.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"expected host:port[,host:port...], got {text!r}")
+    return text
 
 
 def sample_events(start: int, count: int, seed: int = 7) -> Iterator[Record]:
@@ -124,13 +199,101 @@ def _produce_for(bootstrap: str, seconds: float, rate: int) -> int:
 
 def _paced(events: Iterator[Record], rate: int) -> Iterator[Record]:
     """At most `rate` events per second, like a live application."""
+    # Checking the clock every 1000 events is cheap at high rates; at a few events per second
+    # it would send each second's events in one burst, so low rates check more often.
+    step = max(1, min(1000, rate // 50))
     started = time.monotonic()
     for count, event in enumerate(events):
-        if count % 1000 == 0:
+        if count % step == 0:
             ahead = count / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
         yield event
+
+
+def run_producer(args: argparse.Namespace) -> int:
+    """`plateau demo-producer`: create the topic, then produce until stopped or done."""
+    stop = threading.Event()
+    restore = _stop_on_signals(stop)
+    try:
+        # Creating it here (instead of relying on the broker's auto-creation) gives it the
+        # partitions asked for, and plateau a topic to assign as soon as it exists.
+        create_topic(args.bootstrap_servers, args.topic, args.partitions, exist_ok=True)
+        log.info(
+            "demo_producer_started",
+            topic=args.topic,
+            bootstrap_servers=args.bootstrap_servers,
+            partitions=args.partitions,
+            rate=args.rate,
+            seconds=args.seconds,
+        )
+        started = time.monotonic()
+        produced = produce_demo_events(
+            args.bootstrap_servers, args.topic, rate=args.rate, seconds=args.seconds, stop=stop
+        )
+    finally:
+        restore()
+    log.info(
+        "demo_producer_stopped",
+        topic=args.topic,
+        records=produced,
+        seconds=round(time.monotonic() - started, 3),
+        signalled=stop.is_set(),
+    )
+    return 0
+
+
+def produce_demo_events(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    rate: int,
+    seconds: float | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Produce `rate` sample events per second: `rate * seconds` of them, or (seconds=None)
+    until `stop` is set. Returns how many the broker acknowledged."""
+    stop = stop or threading.Event()
+    total = None if seconds is None else max(1, round(seconds * rate))
+    chunk = max(1, round(rate * PRODUCER_CHUNK_S))
+    produced = 0
+    reported = time.monotonic()
+    while not stop.is_set() and (total is None or produced < total):
+        size = chunk if total is None else min(chunk, total - produced)
+        events = _until(stop, _paced(sample_events(produced, size), rate))
+        produced += produce(bootstrap_servers, topic, events)
+        if time.monotonic() - reported >= _PROGRESS_EVERY_S:
+            reported = time.monotonic()
+            log.info("demo_producer_progress", topic=topic, records=produced)
+    return produced
+
+
+def _until(stop: threading.Event, events: Iterator[Record]) -> Iterator[Record]:
+    """`events` until `stop` is set: a stop ends the chunk at once, and produce() still
+    waits for what it already sent."""
+    for event in events:
+        if stop.is_set():
+            return
+        yield event
+
+
+def _stop_on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGTERM and SIGINT set `stop` (a second one exits at once); returns a function
+    restoring the previous handlers.
+
+    In a container the producer is process 1, to which the kernel never applies a signal's
+    default action: without a handler, `docker stop` would wait out its timeout and kill it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # only the main thread may set handlers; the caller owns `stop`
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    install_stop_handlers(stop)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def _wait_landed(config: Config, topic: str, produced: int, timeout_s: float) -> int:

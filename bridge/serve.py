@@ -15,15 +15,20 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 import structlog
 
 from bridge.config.models import Config
+from bridge.endpoint import MetricsEndpoint
 from bridge.logs import configure_logging
+from bridge.metrics import ServeCollector, ServeCounters, registry
+from bridge.monitor import Monitor
 from bridge.worker import PoisonStopError, Worker
-from plateau_core import Retention, RetentionPolicy, Store, StoreLimits
+from bridge.worker_status import new_run_id, remove_run, remove_stale
+from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +40,11 @@ def open_store(config: Config) -> Store:
     return Store.open(config.storage.data_dir, manifest_url=config.storage.manifest_url)
 
 
-def retention_for(config: Config, store: Store) -> Retention:
+def retention_for(
+    config: Config,
+    store: Store,
+    observer: Callable[[RetentionReport], None] | None = None,
+) -> Retention:
     storage = config.storage
 
     def resolve(topic: str) -> RetentionPolicy | None:
@@ -51,6 +60,7 @@ def retention_for(config: Config, store: Store) -> Retention:
             deletion_grace_s=storage.deletion_grace,
         ),
         resolve=resolve,
+        observer=observer,
     )
 
 
@@ -71,29 +81,52 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
     if threading.current_thread() is threading.main_thread():
         install_stop_handlers(stop)
     store = open_store(config)
-    retention = retention_for(config, store)
-    retention.run()  # completes deletions a crash interrupted
+    run = new_run_id()
+    remove_stale(store.data_dir)
+    counters = ServeCounters()
+    monitor = Monitor(store.data_dir, run, config.metrics.stall_after)
+    endpoint = None
+    try:
+        if config.metrics.enabled:
+            collector = ServeCollector(config, store, monitor, counters)
+            endpoint = MetricsEndpoint(*config.metrics.address, registry(collector), monitor)
+        retention = retention_for(config, store, counters.retired)
+        counters.retention = retention
+        retention.run()  # completes deletions a crash interrupted
+    except BaseException:
+        store.close()
+        raise
     retention.start(config.storage.retention_interval)
+    monitor.start()
+    if endpoint is not None:
+        endpoint.start()
     log.info(
         "serve_started",
         workers=workers,
         data_dir=str(store.data_dir),
         bootstrap_servers=config.kafka.bootstrap_servers,
         group_id=config.kafka.group_id,
+        run=run,
     )
     try:
         if workers == 1:
-            return run_worker(config, store, stop, "worker-0")
-        return _supervise(config, workers, stop)
+            return run_worker(config, store, stop, "worker-0", run)
+        return _supervise(config, workers, stop, run, counters)
     finally:
+        if endpoint is not None:
+            endpoint.stop()
+        monitor.stop()
         retention.stop()
+        remove_run(store.data_dir, run)
         store.close()
 
 
-def run_worker(config: Config, store: Store, stop: threading.Event, name: str) -> int:
+def run_worker(
+    config: Config, store: Store, stop: threading.Event, name: str, run: str | None = None
+) -> int:
     tune_gc()
     try:
-        Worker(config, store, stop, name=name).run()
+        Worker(config, store, stop, name=name, run=run).run()
     except PoisonStopError as exc:
         log.error("worker_stopped_on_poison", worker=name, error=str(exc))
         return EXIT_POISON
@@ -113,19 +146,21 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 20, 20)
 
 
-def _child(config: Config, name: str, log_level: str) -> None:
+def _child(config: Config, name: str, run: str, log_level: str) -> None:
     configure_logging(log_level)
     stop = threading.Event()
     install_stop_handlers(stop)
     store = open_store(config)
     try:
-        code = run_worker(config, store, stop, name)
+        code = run_worker(config, store, stop, name, run)
     finally:
         store.close()
     raise SystemExit(code)
 
 
-def _supervise(config: Config, workers: int, stop: threading.Event) -> int:
+def _supervise(
+    config: Config, workers: int, stop: threading.Event, run: str, counters: ServeCounters
+) -> int:
     context = multiprocessing.get_context("spawn")
     level = os.environ.get("PLATEAU_LOG_LEVEL", "INFO")
     children: dict[str, BaseProcess] = {}
@@ -133,7 +168,7 @@ def _supervise(config: Config, workers: int, stop: threading.Event) -> int:
     finished: dict[str, int] = {}
 
     def start(name: str) -> None:
-        process = context.Process(target=_child, args=(config, name, level), name=name)
+        process = context.Process(target=_child, args=(config, name, run, level), name=name)
         process.start()
         children[name] = process
         log.info("worker_process_started", worker=name, pid=process.pid)
@@ -154,6 +189,7 @@ def _supervise(config: Config, workers: int, stop: threading.Event) -> int:
             delay = 1.0 if time.monotonic() - restarts.get(name, 0.0) > 60 else 10.0
             log.error("worker_process_died", worker=name, exit_code=code, restart_in_s=delay)
             restarts[name] = time.monotonic()
+            counters.restarted()
             if not stop.wait(delay):
                 start(name)
     for process in children.values():

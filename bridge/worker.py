@@ -10,6 +10,7 @@ their end offsets are committed to Kafka from this thread.
 from __future__ import annotations
 
 import itertools
+import json
 import operator
 import queue
 import threading
@@ -17,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import pyarrow as pa
 import structlog
@@ -38,7 +39,8 @@ from bridge.decode.common import offset_of
 from bridge.dlq import DeadLetters
 from bridge.errors import BridgeError
 from bridge.kafka_client import ENFORCED_CONSUMER, client_config
-from bridge.worker_status import StatusFile
+from bridge.telemetry import WorkerTelemetry
+from bridge.worker_status import StatusFile, new_run_id
 from plateau_core import (
     BackpressureError,
     FlushTimeoutError,
@@ -73,6 +75,9 @@ class PartitionState:
     next_offset: int  # the next offset to append; earlier ones are duplicates of a re-fetch
     paused_reason: str | None = None
     paused_since: float = 0.0
+    watermark: int | None = None  # the manifest's next offset: what is durable
+    committed: int | None = None  # the last offset Kafka confirmed as committed
+    max_age_s: float = 0.0  # the roll policy's: unsealed records older than this are late
 
 
 @dataclass
@@ -88,12 +93,28 @@ Committable = tuple[str, int, int]  # (plateau topic, partition, offset to commi
 
 
 class _Listener(WriterListener):
-    def __init__(self, sealed: queue.SimpleQueue[Committable], wake: threading.Event) -> None:
+    def __init__(
+        self,
+        sealed: queue.SimpleQueue[Committable],
+        wake: threading.Event,
+        telemetry: WorkerTelemetry,
+    ) -> None:
         self.sealed = sealed
         self.wake = wake
+        self.telemetry = telemetry
 
     def on_sealed(self, segment: SealedSegment) -> None:
         self.sealed.put((segment.topic, segment.partition, segment.end_offset))
+        self.telemetry.sealed(
+            segment.topic,
+            segment.partition,
+            segment.record_count,
+            segment.size_bytes,
+            segment.seconds,
+        )
+
+    def on_seal_failed(self, topic: str, partition: int, error: Exception) -> None:
+        self.telemetry.add("errors", ("seal_failed",))
 
     def on_capacity(self) -> None:
         self.wake.set()
@@ -110,12 +131,19 @@ class Worker:
         stop: threading.Event,
         *,
         name: str = "worker-0",
+        run: str | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.stop = stop
         self.name = name
         self.stats = WorkerStats()
+        self.telemetry = WorkerTelemetry()
+        self._status = StatusFile(config.storage.data_dir, name, run or new_run_id())
+        previous = self._status.previous()
+        if previous is not None:  # restarted by the supervisor: counters carry on
+            self.telemetry.load(previous.get("telemetry", {}))
+        self._kafka_down: str | None = None
         self._sealed: queue.SimpleQueue[Committable] = queue.SimpleQueue()
         self._wake = threading.Event()
         storage = config.storage
@@ -126,14 +154,18 @@ class Worker:
                 compression=storage.compression,
                 min_free_disk_bytes=storage.min_free_disk or 0,
             ),
-            _Listener(self._sealed, self._wake),
+            _Listener(self._sealed, self._wake, self.telemetry),
         )
         self._routes: dict[str, Route] = {}
         self._partitions: dict[Key, PartitionState] = {}
         self._plateau_to_source: dict[str, str] = {}
         self._dead_letters = DeadLetters(self._producer_config())
-        self._status = StatusFile(storage.data_dir, name)
-        self.consumer = Consumer(self._consumer_config(), logger=None)
+        callbacks: dict[str, Any] = {
+            "on_commit": self._on_commit,
+            "error_cb": self._on_client_error,
+            "stats_cb": self._on_stats,
+        }
+        self.consumer = Consumer({**self._consumer_config(), **callbacks}, logger=None)
 
     # --- configuration --------------------------------------------------------------------
 
@@ -149,6 +181,8 @@ class Worker:
             # consumer drains that queue in a fraction of that, so with the default it idles
             # most of the time (about 150k records/s instead of over 500k on one core).
             "fetch.queue.backoff.ms": 10,
+            # Broker connection states for /readyz (parsed in _on_stats).
+            "statistics.interval.ms": 5000,
         }
         enforced: dict[str, str | int] = {
             "group.id": kafka.group_id,
@@ -187,7 +221,8 @@ class Worker:
                 self._commit_sealed()
                 if messages:
                     self._ingest(messages)
-                self._status.write(self._partitions)
+                if self._status.due():
+                    self._status.write(self.snapshot())
         finally:
             self._shutdown()
 
@@ -235,8 +270,10 @@ class Worker:
                 break
             state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
             self.stats.records += batch.num_rows
+            self.telemetry.ingested(state.plateau_topic, key[1], batch.num_rows, batch.nbytes)
         if stop_at is not None and refused_at is None:
             bad = poison[0]
+            self.telemetry.add("poison_records", (state.plateau_topic, "fail"))
             raise PoisonStopError(
                 f"{key[0]}[{key[1]}] offset {stop_at} cannot be decoded ({bad.error}); "
                 "on_error is fail, so the worker stops before it"
@@ -244,18 +281,22 @@ class Worker:
         limit = refused_at if refused_at is not None else None
         handled = [p for p in poison if limit is None or offset_of(p.message) < limit]
         if handled:
-            self._handle_poison(route, key, handled)
+            self._handle_poison(route, key, state.plateau_topic, handled)
             if refused_at is None:
                 last = max(offset_of(p.message) for p in handled)
                 if last + 1 > state.next_offset:
                     state.next_offset = last + 1
                     self.writer.skip(state.plateau_topic, key[1], last + 1)
 
-    def _handle_poison(self, route: Route, key: Key, poison: list[Poison]) -> None:
+    def _handle_poison(
+        self, route: Route, key: Key, plateau_topic: str, poison: list[Poison]
+    ) -> None:
         self.stats.poison += len(poison)
         if route.mapping.on_error == "dlq" and route.mapping.dlq:
             self._dead_letters.send(route.mapping.dlq, poison)
+            self.telemetry.add("poison_records", (plateau_topic, "dlq"), len(poison))
             return
+        self.telemetry.add("poison_records", (plateau_topic, "skip"), len(poison))
         for item in poison:
             log.warning(
                 "record_skipped",
@@ -275,6 +316,7 @@ class Worker:
         state.paused_since = time.monotonic()
         state.next_offset = offset
         self.stats.pauses[exc.reason] += 1
+        self.telemetry.add("pauses", (exc.reason,))
         log.info(
             "partition_paused",
             topic=key[0],
@@ -294,6 +336,7 @@ class Worker:
             if not self.writer.accepting(state.plateau_topic, key[1]):
                 continue
             self.consumer.resume([TopicPartition(key[0], key[1])])
+            self._end_pause(state)
             log.info(
                 "partition_resumed",
                 topic=key[0],
@@ -304,6 +347,11 @@ class Worker:
             )
             state.paused_reason = None
             self.stats.resumes += 1
+
+    def _end_pause(self, state: PartitionState) -> None:
+        if state.paused_reason is not None:
+            seconds = time.monotonic() - state.paused_since
+            self.telemetry.add("paused_seconds", (state.paused_reason,), seconds)
 
     # --- offsets -------------------------------------------------------------------------------
 
@@ -320,6 +368,9 @@ class Worker:
             if source is None:
                 continue
             key = (source, partition)
+            state = self._partitions.get(key)
+            if state is not None and (state.watermark is None or offset > state.watermark):
+                state.watermark = offset
             if only is not None and key not in only:
                 keep.append(item)
                 continue
@@ -331,12 +382,14 @@ class Worker:
         offsets = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]
         try:
             if sync:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
+                done = self.consumer.commit(offsets=offsets, asynchronous=False)
+                self._on_commit(None, done or [])
             else:
                 self.consumer.commit(offsets=offsets, asynchronous=True)
             self.stats.commits += 1
         except KafkaException as exc:
             # The manifest already holds these segments; the next commit carries them.
+            self.telemetry.add("errors", ("offset_commit_failed",))
             log.warning("offset_commit_failed", error=str(exc), offsets=_describe(offsets))
             return
         for tp in offsets:
@@ -366,7 +419,10 @@ class Worker:
             )
             tp.offset = self._start_offset(consumer, tp, route, watermark)
             self._partitions[(tp.topic, tp.partition)] = PartitionState(
-                route.plateau_topic, watermark or 0
+                route.plateau_topic,
+                watermark or 0,
+                watermark=watermark,
+                max_age_s=self.config.roll_policy(route.mapping).max_age_s,
             )
             log.info(
                 "partition_assigned",
@@ -410,11 +466,13 @@ class Worker:
             state = self._partitions.pop((topic, partition), None)
             if state is None:
                 continue
+            self._end_pause(state)
             try:
                 self.writer.release(
                     state.plateau_topic, partition, timeout_s=self.config.shutdown_timeout
                 )
             except FlushTimeoutError as exc:
+                self.telemetry.add("errors", ("revoke_flush_timeout",))
                 log.error("revoke_flush_timeout", topic=topic, partition=partition, error=str(exc))
                 self.writer.release(state.plateau_topic, partition, seal=False)
             log.info("partition_revoked", topic=topic, partition=partition, worker=self.name)
@@ -424,10 +482,90 @@ class Worker:
         for tp in partitions:
             state = self._partitions.pop((tp.topic, tp.partition), None)
             if state is not None:
+                self._end_pause(state)
                 self.writer.release(state.plateau_topic, tp.partition, seal=False)
             log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
         # Nothing is committed for lost partitions: another member owns them now; their
         # sealed segments stay in the queue and are dropped with the unknown source below.
+
+    # --- what the serve process sees (status file, metrics, readiness) ------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """This worker's partitions, offsets, pauses and counters, as JSON-able data."""
+        now = time.monotonic()
+        unsealed = self.writer.unsealed_since()
+        stats = self.writer.stats()
+        partitions = []
+        for (source, partition), state in sorted(self._partitions.items()):
+            low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(source, partition), cached=True
+            )
+            since = unsealed.get((state.plateau_topic, partition))
+            age = None if since is None else round(now - since, 3)
+            partitions.append(
+                {
+                    "source": source,
+                    "topic": state.plateau_topic,
+                    "partition": partition,
+                    "next_offset": state.next_offset,
+                    "watermark": state.watermark,
+                    "committed": state.committed,
+                    "low_offset": low if low >= 0 else None,
+                    "end_offset": high if high >= 0 else None,
+                    "paused": state.paused_reason,
+                    "paused_s": round(now - state.paused_since, 3) if state.paused_reason else None,
+                    "unsealed_age_s": age,
+                    "max_age_s": state.max_age_s,
+                }
+            )
+        paused: dict[str, float] = defaultdict(float)
+        for state in self._partitions.values():
+            if state.paused_reason is not None:
+                paused[state.paused_reason] += now - state.paused_since
+        return {
+            "worker": self.name,
+            "stopped": False,
+            "kafka_down": self._kafka_down,
+            "memory": {
+                "used": stats.buffered_bytes + stats.in_flight_bytes,
+                "budget": self.writer.policy.memory_budget_bytes,
+            },
+            "partitions": partitions,
+            "telemetry": self.telemetry.dump(),
+            # Seconds of pauses still running, on top of the paused_seconds counter.
+            "pausing_s": dict(paused),
+        }
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Kafka's answer to a commit (served from consume(), on this thread)."""
+        if error is not None:
+            self.telemetry.add("errors", ("offset_commit_failed",))
+            return
+        for tp in partitions:
+            state = self._partitions.get((tp.topic, tp.partition))
+            if tp.error is None and tp.offset >= 0 and state is not None:
+                state.committed = max(state.committed or 0, tp.offset)
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        """librdkafka's client-level errors: lost connections, unreachable brokers."""
+        self.telemetry.add("errors", ("kafka_" + error.name().strip("_").lower(),))
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._kafka_down = f"all brokers down ({self.config.kafka.bootstrap_servers})"
+        log.warning("kafka_client_error", worker=self.name, error=str(error), code=error.name())
+
+    def _on_stats(self, document: str) -> None:
+        """librdkafka's statistics: whether any real broker connection is up."""
+        try:
+            brokers = json.loads(document).get("brokers", {})
+        except ValueError:
+            return
+        states = [b.get("state") for b in brokers.values() if b.get("source") != "logical"]
+        if any(state == "UP" for state in states):
+            if self._kafka_down is not None:
+                log.info("kafka_reachable", worker=self.name)
+            self._kafka_down = None
+        elif states:
+            self._kafka_down = f"no broker connection up ({self.config.kafka.bootstrap_servers})"
 
     # --- errors and shutdown ----------------------------------------------------------------
 
@@ -436,6 +574,7 @@ class Worker:
             return
         if error.fatal():
             raise BridgeError(f"fatal Kafka error: {error}")
+        self.telemetry.add("errors", ("consumer_error",))
         log.warning(
             "consumer_error",
             topic=message.topic(),
@@ -450,6 +589,7 @@ class Worker:
         try:
             self.writer.flush(timeout_s=deadline)
         except FlushTimeoutError as exc:
+            self.telemetry.add("errors", ("shutdown_flush_timeout",))
             log.error("shutdown_flush_timeout", error=str(exc))
         self._commit_sealed(sync=True)
         try:
@@ -459,7 +599,7 @@ class Worker:
         remaining = max(1.0, deadline - (time.monotonic() - started))
         self.writer.close(timeout_s=remaining)
         self._dead_letters.close()
-        self._status.remove()
+        self._status.write({**self.snapshot(), "stopped": True})
         log.info(
             "worker_stopped",
             worker=self.name,

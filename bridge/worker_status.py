@@ -1,65 +1,102 @@
-"""A small JSON file per worker with what only the worker knows (paused partitions), for
-`plateau status`. Written at most once a second; removed on a clean stop."""
+"""A small JSON file per worker with what only the worker knows: its partitions, their Kafka
+offsets and pauses, and its counters. `plateau status` reads it, and so does the serve
+process for /metrics and /readyz. Written at most once a second (atomically, by rename).
+
+Files are named `{run}.{worker}.json`, the run being the serve process, so several serve
+processes can share a data_dir and a restarted worker finds its predecessor's counters.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 RUN_DIR = "run"
+WRITE_INTERVAL_S = 1.0
 
 
-class _State(Protocol):
-    plateau_topic: str
-    next_offset: int
-    paused_reason: str | None
+_runs = itertools.count()
+
+
+def new_run_id() -> str:
+    """A serve run's id: its process id, and a sequence number for runs of one process."""
+    return f"serve-{os.getpid()}-{next(_runs)}"
 
 
 class StatusFile:
-    def __init__(self, data_dir: Path, name: str) -> None:
-        self.path = data_dir / RUN_DIR / f"{name}.json"
+    def __init__(self, data_dir: Path, name: str, run: str) -> None:
+        self.path = data_dir / RUN_DIR / f"{run}.{name}.json"
         self._written = 0.0
 
-    def write(self, partitions: Mapping[tuple[str, int], _State], *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._written < 1.0:
-            return
-        self._written = now
-        body = {
-            "pid": os.getpid(),
-            "updated_at": time.time(),
-            "partitions": [
-                {
-                    "source": topic,
-                    "topic": state.plateau_topic,
-                    "partition": partition,
-                    "next_offset": state.next_offset,
-                    "paused": state.paused_reason,
-                }
-                for (topic, partition), state in sorted(partitions.items())
-            ],
-        }
+    def due(self) -> bool:
+        return time.monotonic() - self._written >= WRITE_INTERVAL_S
+
+    def previous(self) -> dict[str, Any] | None:
+        """What a predecessor of this worker (same run, same name) last wrote."""
+        return _read(self.path)
+
+    def write(self, body: dict[str, Any]) -> None:
+        self._written = time.monotonic()
+        document = {"pid": os.getpid(), "updated_at": time.time(), **body}
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         temp = self.path.with_suffix(".tmp")
-        temp.write_text(json.dumps(body))
+        temp.write_text(json.dumps(document))
         temp.replace(self.path)
 
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _alive(pid: object) -> bool:
+    try:
+        os.kill(int(str(pid)), 0)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def read_status_files(data_dir: Path) -> list[dict[str, Any]]:
-    """Status of live workers (files of dead processes are ignored)."""
+    """Status of live, running workers (files of dead or stopped ones are ignored)."""
     found = []
     for path in sorted((data_dir / RUN_DIR).glob("*.json")):
-        try:
-            body = json.loads(path.read_text())
-            os.kill(int(body["pid"]), 0)
-        except (OSError, ValueError, KeyError):
-            continue
-        found.append(body)
+        body = _read(path)
+        if body is not None and not body.get("stopped") and _alive(body.get("pid")):
+            found.append(body)
     return found
+
+
+def read_run(data_dir: Path, run: str) -> list[dict[str, Any]]:
+    """Every worker file of one serve run, live or not, each with `alive` set."""
+    found = []
+    for path in sorted((data_dir / RUN_DIR).glob(f"{run}.*.json")):
+        body = _read(path)
+        if body is not None:
+            body["alive"] = not body.get("stopped") and _alive(body.get("pid"))
+            found.append(body)
+    return found
+
+
+def remove_run(data_dir: Path, run: str) -> None:
+    for path in (data_dir / RUN_DIR).glob(f"{run}.*"):
+        path.unlink(missing_ok=True)
+
+
+def remove_stale(data_dir: Path) -> None:
+    """Files of serve runs that are gone (a crash leaves them behind)."""
+    for path in (data_dir / RUN_DIR).glob("*.json"):
+        owner = path.name.split(".", 1)[0].split("-")
+        serve_pid = owner[1] if len(owner) == 3 and owner[0] == "serve" else ""
+        # pid 0 would ask about our own process group: only real pids count.
+        if not serve_pid.isdigit() or int(serve_pid) <= 0 or not _alive(serve_pid):
+            with contextlib.suppress(OSError):
+                path.unlink()

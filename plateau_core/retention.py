@@ -56,6 +56,7 @@ class Retention:
         limits: StoreLimits | None = None,
         disk_free: DiskFree | None = None,
         resolve: Callable[[str], RetentionPolicy | None] | None = None,
+        observer: Callable[[RetentionReport], None] | None = None,
     ) -> None:
         self.store = store
         self.default = default or RetentionPolicy()
@@ -66,7 +67,9 @@ class Retention:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.forced_total = 0
+        self.failed_passes = 0
         self._resolve = resolve
+        self._observer = observer  # told of every pass's report (metrics)
 
     def policy(self, topic: str) -> RetentionPolicy:
         """`topics[topic]`, else what `resolve(topic)` says, else the default."""
@@ -94,7 +97,9 @@ class Retention:
                 group[:] = [s for s in group if s.id in moved]
             self._log_marks(report)
             report.deleted += self._finish_deletions(stamp)
-            return report
+        if self._observer is not None:
+            self._observer(report)
+        return report
 
     def _by_topic_policy(
         self, topic: str, segments: list[SegmentRecord], now: int, chosen: set[int]
@@ -241,5 +246,6 @@ class Retention:
             try:
                 self.run()
             except Exception as exc:  # a failed pass is retried on the next tick
+                self.failed_passes += 1
                 log.error("retention_failed", error=str(exc), error_type=type(exc).__name__)
             self._stop.wait(max(0.0, interval_s - (time.monotonic() - started)))

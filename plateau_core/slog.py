@@ -28,6 +28,8 @@ class SealJob:
     nbytes: int
     fingerprint: str
     started: float = field(default_factory=time.monotonic)
+    # When the oldest of these records was buffered (monotonic): how stale they are.
+    buffered_since: float = field(default_factory=time.monotonic)
 
 
 class SegmentLog:
@@ -95,6 +97,12 @@ class SegmentLog:
             return None
         return self.pending_advance
 
+    def unsealed_since(self) -> float | None:
+        """When the oldest record not yet sealed was buffered (monotonic), or None."""
+        if self.in_flight is not None:
+            return self.in_flight.buffered_since
+        return self.first_buffered_at
+
     def busy_reason(self, fingerprint: str) -> str | None:
         """Why an append must wait for the seal in flight, or None."""
         if self.in_flight is None:
@@ -141,6 +149,7 @@ class SegmentLog:
             rows=self.rows,
             nbytes=self.nbytes,
             fingerprint=self.fingerprint,
+            buffered_since=self.first_buffered_at or time.monotonic(),
         )
         self.batches, self.rows, self.nbytes = [], 0, 0
         self.fingerprint = None
@@ -160,7 +169,7 @@ class SegmentLog:
         self.rows += job.rows
         self.nbytes += job.nbytes
         self.fingerprint = job.fingerprint
-        self.first_buffered_at = job.started
+        self.first_buffered_at = job.buffered_since
         self.in_flight = None
         self.failures += 1
         delay: float = min(30.0, backoff_s * 2 ** (self.failures - 1))

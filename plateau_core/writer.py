@@ -307,6 +307,13 @@ class Writer:
             self._ticker.join(timeout=5)
             self._pool.shutdown(wait=True)
 
+    def unsealed_since(self) -> dict[TopicPartition, float]:
+        """Per owned partition holding unsealed records: when the oldest was buffered
+        (time.monotonic()). Its age is how far queries trail ingestion there."""
+        with self._cond:
+            found = {key: slog.unsealed_since() for key, slog in self._logs.items()}
+        return {key: since for key, since in found.items() if since is not None}
+
     def stats(self) -> WriterStats:
         with self._cond:
             return WriterStats(

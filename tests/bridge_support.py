@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -10,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from bridge.config import Config, parse_config
 from bridge.serve import serve
 from plateau_core import Store
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def make_config(
@@ -34,6 +39,8 @@ def make_config(
             "defaults": {"roll": {"max_age": "300ms", **(roll or {})}},
             "topics": topics,
             "shutdown_timeout": "20s",
+            # Tests run several serves at once: each takes a free port.
+            "metrics": {"listen": "127.0.0.1:0"},
         }
     )
 
@@ -107,3 +114,43 @@ def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, 
         return {tp.partition: tp.offset for tp in done}
     finally:
         consumer.close()
+
+
+def write_config_file(
+    path: Path, kafka: str, topic: str, group: str, *, metrics_listen: str = "127.0.0.1:0"
+) -> None:
+    """A config file for a `plateau serve` process; its store is `data` next to it."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka, "group_id": group},
+                "storage": {"data_dir": "data"},
+                "defaults": {"roll": {"max_rows": 3000, "max_age": "200ms"}},
+                "topics": [{"source": topic}],
+                "shutdown_timeout": "20s",
+                "metrics": {"listen": metrics_listen},
+            }
+        )
+    )
+
+
+def serve_process(config: Path, workers: int = 1) -> subprocess.Popen[str]:
+    """`plateau serve` as its own process (stderr piped, for the test to read at the end)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bridge.cli",
+            "--log-level",
+            "WARNING",
+            "serve",
+            "--config",
+            str(config),
+            "--workers",
+            str(workers),
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

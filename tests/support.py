@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
 
-from plateau_core import BackpressureError, Writer
+from plateau_core import BackpressureError, RollPolicy, Store, Writer, WriterPolicy
+from plateau_core.segment_file import SegmentStats, write_segment
 
 BASE_MS = 1_700_000_000_000
+HOUR_MS = 3_600_000
 
 
 def batch(
@@ -46,3 +50,48 @@ def append_patiently(
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.002)
+
+
+def fill_segments(
+    store: Store, partition: int, segments: int, rows: int = 10, *, topic: str = "t"
+) -> None:
+    """`segments` sealed segments of `rows` rows, segment i timestamped at BASE_MS + i hours."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        start = writer.acquire(topic, partition, roll=RollPolicy(max_age_s=3600)) or 0
+        for i in range(segments):
+            offsets = range(start + i * rows, start + (i + 1) * rows)
+            times = [BASE_MS + i * HOUR_MS + j for j in range(rows)]
+            writer.append(topic, partition, batch(offsets, times=times))
+            writer.flush()
+    finally:
+        writer.close()
+
+
+class GatedDisk:
+    """A segment writer that blocks until the test opens the gate (or `timeout_s` passes)."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.timeout_s = timeout_s
+
+    def __call__(
+        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+    ) -> tuple[Path, SegmentStats]:
+        self.entered.set()
+        self.gate.wait(timeout=self.timeout_s)
+        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+
+
+class SlowDisk:
+    """A segment writer that takes `delay_s` longer than the disk does."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def __call__(
+        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+    ) -> tuple[Path, SegmentStats]:
+        time.sleep(self.delay_s)
+        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]

@@ -358,6 +358,41 @@ class SparkConfig(Strict):
     )
 
 
+class MetricsConfig(Strict):
+    enabled: bool = Field(
+        default=True, description="Serve /metrics, /healthz and /readyz while `plateau serve` runs."
+    )
+    listen: str = Field(
+        default="127.0.0.1:9108",
+        description="host:port of the metrics and health endpoint. Loopback by default; "
+        "0.0.0.0:9108 exposes it (inside a container, say); port 0 takes a free one (logged).",
+    )
+    stall_after: Duration = Field(
+        default=120.0,
+        description="An assigned partition with records waiting in Kafka and no progress for "
+        "this long turns /readyz red and is logged as stalled.",
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError(f"listen must be host:port (like 127.0.0.1:9108), got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _positive(self) -> MetricsConfig:
+        if self.stall_after <= 0:
+            raise ValueError("stall_after must be more than 0")
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
 class Config(Strict):
     kafka: KafkaConfig = Field(default=KafkaConfig(), description="The Kafka cluster.")
     storage: StorageConfig = Field(default=StorageConfig(), description="The local store.")
@@ -367,6 +402,9 @@ class Config(Strict):
         default=ReplicationConfig(), description="Copies of sealed segments as Parquet."
     )
     spark: SparkConfig = Field(default=SparkConfig(), description="Spark for query and replicate.")
+    metrics: MetricsConfig = Field(
+        default=MetricsConfig(), description="Prometheus metrics and health checks of serve."
+    )
     shutdown_timeout: Duration = Field(
         default=30.0, description="Deadline to seal, commit and close on SIGTERM or a revoke."
     )

@@ -4,29 +4,11 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from plateau_core import BackpressureError, RollPolicy, Store, WriterListener, WriterPolicy
-from plateau_core.segment_file import SegmentStats, write_segment
-from tests.support import append_patiently, batch
-
-
-class GatedDisk:
-    """A writer that blocks until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-
-    def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
-    ) -> tuple[Path, SegmentStats]:
-        self.entered.set()
-        self.gate.wait(timeout=30)
-        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+from tests.support import GatedDisk, append_patiently, batch
 
 
 class CapacityProbe(WriterListener):

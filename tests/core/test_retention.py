@@ -10,29 +10,12 @@ import pytest
 from plateau_core import (
     Retention,
     RetentionPolicy,
-    RollPolicy,
     SegmentState,
     Store,
     StoreLimits,
     WriterPolicy,
 )
-from tests.support import BASE_MS, batch
-
-HOUR_MS = 3_600_000
-
-
-def _fill(store: Store, partition: int, segments: int, rows: int = 10, *, topic: str = "t") -> None:
-    """`segments` sealed segments of `rows` rows, segment i timestamped at BASE_MS + i hours."""
-    writer = store.writer(WriterPolicy(fsync=False))
-    try:
-        start = writer.acquire(topic, partition, roll=RollPolicy(max_age_s=3600)) or 0
-        for i in range(segments):
-            offsets = range(start + i * rows, start + (i + 1) * rows)
-            times = [BASE_MS + i * HOUR_MS + j for j in range(rows)]
-            writer.append(topic, partition, batch(offsets, times=times))
-            writer.flush()
-    finally:
-        writer.close()
+from tests.support import BASE_MS, HOUR_MS, fill_segments
 
 
 def _starts(store: Store, topic: str = "t", states: Sequence[SegmentState] | None = None) -> list:
@@ -46,7 +29,7 @@ def _now_after(hours: float) -> int:
 
 
 def test_max_age_deletes_segments_whose_newest_record_is_too_old(store: Store) -> None:
-    _fill(store, 0, 5)
+    fill_segments(store, 0, 5)
     retention = Retention(
         store,
         default=RetentionPolicy(max_age_s=2.5 * 3600),
@@ -59,8 +42,8 @@ def test_max_age_deletes_segments_whose_newest_record_is_too_old(store: Store) -
 
 
 def test_max_segments_and_max_bytes_keep_the_newest(store: Store) -> None:
-    _fill(store, 0, 6)
-    _fill(store, 0, 1, topic="other")
+    fill_segments(store, 0, 6)
+    fill_segments(store, 0, 1, topic="other")
     size = store.manifest.segments("t")[0].size_bytes
     retention = Retention(
         store,
@@ -80,8 +63,8 @@ def test_max_segments_and_max_bytes_keep_the_newest(store: Store) -> None:
 
 
 def test_oldest_first_across_partitions(store: Store) -> None:
-    _fill(store, 0, 3)
-    _fill(store, 1, 3)
+    fill_segments(store, 0, 3)
+    fill_segments(store, 1, 3)
     retention = Retention(
         store, default=RetentionPolicy(max_segments=3), limits=StoreLimits(deletion_grace_s=0)
     )
@@ -92,7 +75,7 @@ def test_oldest_first_across_partitions(store: Store) -> None:
 
 
 def test_watermark_survives_deleting_everything(store: Store) -> None:
-    _fill(store, 0, 3)
+    fill_segments(store, 0, 3)
     Retention(
         store, default=RetentionPolicy(max_age_s=1), limits=StoreLimits(deletion_grace_s=0)
     ).run(now=_now_after(100))
@@ -108,7 +91,7 @@ def test_watermark_survives_deleting_everything(store: Store) -> None:
 
 
 def test_grace_period_keeps_files_for_running_readers(store: Store) -> None:
-    _fill(store, 0, 3)
+    fill_segments(store, 0, 3)
     retention = Retention(
         store, default=RetentionPolicy(max_segments=1), limits=StoreLimits(deletion_grace_s=60)
     )
@@ -126,7 +109,7 @@ def test_grace_period_keeps_files_for_running_readers(store: Store) -> None:
 
 
 def test_interrupted_deletion_is_completed(store: Store) -> None:
-    _fill(store, 0, 2)
+    fill_segments(store, 0, 2)
     first = store.manifest.segments("t")[0]
     # A crash after the mark (and maybe after the unlink) but before the row went.
     store.manifest.mark_deleting([first.id], at=_now_after(0))
@@ -137,7 +120,7 @@ def test_interrupted_deletion_is_completed(store: Store) -> None:
 
 
 def test_require_replicated_keeps_unreplicated_segments(store: Store) -> None:
-    _fill(store, 0, 4)
+    fill_segments(store, 0, 4)
     segments = store.manifest.segments("t")
     assert store.manifest.mark_replicated([segments[1].id]) == [segments[1].id]
     retention = Retention(
@@ -156,8 +139,8 @@ def test_require_replicated_keeps_unreplicated_segments(store: Store) -> None:
 def test_global_hard_limit_forces_unreplicated_deletion(
     store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _fill(store, 0, 4)
-    _fill(store, 0, 2, topic="loose")
+    fill_segments(store, 0, 4)
+    fill_segments(store, 0, 2, topic="loose")
     size = store.manifest.segments("t")[0].size_bytes
     manifest_bytes = sum(p.stat().st_size for p in store.manifest.database_files())
     retention = Retention(
@@ -175,7 +158,7 @@ def test_global_hard_limit_forces_unreplicated_deletion(
 
 
 def test_min_free_disk_frees_the_oldest(store: Store) -> None:
-    _fill(store, 0, 4)
+    fill_segments(store, 0, 4)
     first, second = store.manifest.segments("t")[:2]
     free = {"bytes": 1000}
     retention = Retention(
@@ -191,7 +174,7 @@ def test_min_free_disk_frees_the_oldest(store: Store) -> None:
 
 
 def test_background_retention_runs_periodically(store: Store) -> None:
-    _fill(store, 0, 3)
+    fill_segments(store, 0, 3)
     retention = Retention(
         store, default=RetentionPolicy(max_segments=1), limits=StoreLimits(deletion_grace_s=0)
     )

@@ -5,55 +5,21 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
 from bridge.produce import Record, produce
-from tests.bridge_support import committed, end_offsets, stored, wait_landed
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _write_config(path: Path, kafka: str, topic: str, workers_group: str) -> None:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "kafka": {"bootstrap_servers": kafka, "group_id": workers_group},
-                "storage": {"data_dir": "data"},
-                "defaults": {"roll": {"max_rows": 3000, "max_age": "200ms"}},
-                "topics": [{"source": topic}],
-                "shutdown_timeout": "20s",
-            }
-        )
-    )
-
-
-def _serve(config: Path, workers: int = 1) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bridge.cli",
-            "--log-level",
-            "WARNING",
-            "serve",
-            "--config",
-            str(config),
-            "--workers",
-            str(workers),
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+from tests.bridge_support import (
+    committed,
+    end_offsets,
+    serve_process,
+    stored,
+    wait_landed,
+    write_config_file,
+)
 
 
 def _check_exactly_once(data_dir: Path, topic: str, total: int) -> None:
@@ -70,9 +36,9 @@ def test_sigterm_drains_and_commits(
     topic = topic_factory(partitions=3)
     group = f"g-{topic}"
     config = tmp_path / "plateau.yaml"
-    _write_config(config, kafka, topic, group)
+    write_config_file(config, kafka, topic, group)
     produce(kafka, topic, (Record(value=f"r{i}".encode()) for i in range(20_000)))
-    process = _serve(config, workers=2)
+    process = serve_process(config, workers=2)
     try:
         wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=90)
     finally:
@@ -91,7 +57,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "5")))
     topic = topic_factory(partitions=4)
     config = tmp_path / "plateau.yaml"
-    _write_config(config, kafka, topic, f"g-{topic}")
+    write_config_file(config, kafka, topic, f"g-{topic}")
     total, chunks = 100_000, 50
 
     def load() -> None:
@@ -109,14 +75,14 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     kills = 0
     try:
         for _ in range(6):
-            process = _serve(config)
+            process = serve_process(config)
             time.sleep(rng.uniform(1.5, 4.0))
             process.send_signal(signal.SIGKILL)
             process.wait(timeout=30)
             kills += 1
     finally:
         producer.join(timeout=180)
-    process = _serve(config)
+    process = serve_process(config)
     try:
         wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=120)
     finally:

@@ -9,13 +9,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-import pyarrow as pa
-
 from bridge.produce import Record, produce
 from bridge.worker import Worker
 from plateau_core import Store
-from plateau_core.segment_file import SegmentStats, write_segment
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
+from tests.support import SlowDisk
 
 
 def _steady_producer(kafka: str, topic: str, total: int, chunks: int) -> threading.Thread:
@@ -62,17 +60,6 @@ def test_two_workers_and_a_rebalance_under_load(
             producer.join(timeout=120)
             wait_landed(tmp_path, topic, end_offsets(kafka, topic), timeout_s=90)
     _assert_exactly_once(tmp_path, topic, total)
-
-
-class SlowDisk:
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s = delay_s
-
-    def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
-    ) -> tuple[Path, SegmentStats]:
-        time.sleep(self.delay_s)
-        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
 
 
 def test_tiny_memory_budget_and_slow_writer_pause_without_loss(

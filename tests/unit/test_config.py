@@ -33,6 +33,8 @@ def test_minimal_config_gets_defaults(tmp_path: Path) -> None:
         "events",
     )
     assert config.roll_policy(mapping).max_age_s == 10.0
+    # The metrics endpoint is reachable from this host only unless configured otherwise.
+    assert config.metrics.address == ("127.0.0.1", 9108)
 
 
 def test_the_example_config_is_valid() -> None:
@@ -86,6 +88,9 @@ def test_the_example_config_is_valid() -> None:
             "storage.writer_threads",
             "greater than or equal to 1",
         ),
+        ({"metrics": {"listen": "9108"}, **MINIMAL}, "metrics.listen", "host:port"),
+        ({"metrics": {"listen": "localhost:99999"}, **MINIMAL}, "metrics.listen", "host:port"),
+        ({"metrics": {"stall_after": 0}, **MINIMAL}, "metrics", "more than 0"),
     ],
 )
 def test_bad_configs_name_the_key_and_reason(
