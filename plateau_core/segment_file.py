@@ -25,6 +25,9 @@ BATCH_INDEX_KEY = b"plateau.batches"
 # Appends of a few rows each would make thousands of tiny batches; regroup them.
 MIN_BATCH_ROWS = 4096
 TARGET_BATCH_ROWS = 65536
+# A regrouped batch is a copy made while sealing, on top of the buffered data the memory
+# budget counts: capped so that each seal thread holds at most this much extra.
+TARGET_BATCH_BYTES = 8 * 1024 * 1024
 
 BatchSpan = tuple[int, int, int, int]
 
@@ -62,8 +65,8 @@ def write_segment(
     if table.num_rows == 0:
         raise InvalidInputError("a segment needs at least one row")
     start, end, time_min, time_max = table_stats(table)
-    table = _regrouped(table)
-    index = batch_index(table)
+    groups = _groups(table)
+    index = [span for group in groups if (span := _span(group)) is not None]
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / segment_name(start)
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
@@ -72,7 +75,11 @@ def write_segment(
         with pa.OSFile(str(temp), "wb") as sink:
             footer = {BATCH_INDEX_KEY: json.dumps(index, separators=(",", ":")).encode()}
             with ipc.new_file(sink, table.schema, options=options, metadata=footer) as writer:
-                writer.write_table(table)
+                for group in groups:
+                    # One regrouped copy at a time, dropped once written.
+                    writer.write_table(
+                        group.combine_chunks() if group.column(0).num_chunks > 1 else group
+                    )
             if fsync:
                 sink.flush()
         if fsync:
@@ -95,30 +102,37 @@ def write_segment(
     return final, stats
 
 
-def _regrouped(table: pa.Table) -> pa.Table:
-    chunks = table.column(0).num_chunks
-    if chunks > 1 and table.num_rows / chunks < MIN_BATCH_ROWS:
-        regrouped = table.combine_chunks().to_batches(max_chunksize=TARGET_BATCH_ROWS)
-        return pa.Table.from_batches(regrouped, schema=table.schema)
-    return table
+def _groups(table: pa.Table) -> list[pa.Table]:
+    """Zero-copy slices of `table`, each to be written as one record batch.
+
+    Batches that are big enough stay as they are. Small ones (many small appends) are grouped
+    into slices of up to TARGET_BATCH_ROWS rows and TARGET_BATCH_BYTES, which the writer
+    combines one at a time: never a copy of the whole segment.
+    """
+    batches = [b for b in table.to_batches() if b.num_rows > 0]
+    if not batches or table.num_rows / len(batches) >= MIN_BATCH_ROWS:
+        return [pa.Table.from_batches([b], schema=table.schema) for b in batches]
+    groups: list[pa.Table] = []
+    pending: list[pa.RecordBatch] = []
+    rows = nbytes = 0
+    for batch in batches:
+        if pending and (
+            rows + batch.num_rows > TARGET_BATCH_ROWS or nbytes + batch.nbytes > TARGET_BATCH_BYTES
+        ):
+            groups.append(pa.Table.from_batches(pending, schema=table.schema))
+            pending, rows, nbytes = [], 0, 0
+        pending.append(batch)
+        rows += batch.num_rows
+        nbytes += batch.nbytes
+    groups.append(pa.Table.from_batches(pending, schema=table.schema))
+    return groups
 
 
-def batch_index(table: pa.Table) -> list[BatchSpan]:
-    spans: list[BatchSpan] = []
-    for batch in table.to_batches():
-        if batch.num_rows == 0:
-            continue
-        offsets = batch.column(OFFSET)
-        times = pc.min_max(batch.column(TIMESTAMP).cast(pa.int64()))
-        spans.append(
-            (
-                offsets[0].as_py(),
-                offsets[len(offsets) - 1].as_py(),
-                times["min"].as_py(),
-                times["max"].as_py(),
-            )
-        )
-    return spans
+def _span(group: pa.Table) -> BatchSpan | None:
+    if group.num_rows == 0:
+        return None
+    start, end, time_min, time_max = table_stats(group)
+    return (start, end - 1, time_min, time_max)
 
 
 def read_batch_index(reader: ipc.RecordBatchFileReader) -> list[BatchSpan] | None:
