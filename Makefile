@@ -9,7 +9,7 @@ export PLATEAU_CACHE_DIR ?= $(CURDIR)/.cache
 # Spark workers must run the same interpreter as the driver.
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: run test setup kafka-jars lint typecheck unit integration kafka-start kafka-stop clean
+.PHONY: run test bench setup kafka-jars lint typecheck unit integration kafka-start kafka-stop clean
 
 run: setup
 	$(BIN)/plateau demo
@@ -18,6 +18,17 @@ test: setup lint typecheck
 	$(BIN)/pytest
 
 setup: $(VENV)/.installed kafka-jars
+
+# plateau side by side with Spark Structured Streaming, quixstreams, a plain consumer and
+# kcat; about 15 minutes on 2 cores. BENCH_ARGS passes options (see bench/compare_bench.py).
+bench: setup $(VENV)/.bench
+	@command -v kcat >/dev/null || { echo "kcat is missing: installing Debian's package"; \
+		apt-get update -qq && apt-get install -y -qq kcat; }
+	$(BIN)/python bench/compare_bench.py $(BENCH_ARGS)
+
+$(VENV)/.bench: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "plateau needs Python 3.11 or newer, found " + sys.version.split()[0])'

@@ -523,6 +523,7 @@ def serve_config(
         "defaults": {"roll": {"max_age": ctx.max_age}},
         "topics": [{"source": topic.name, "format": fmt}],
         "shutdown_timeout": "60s",
+        "metrics": {"listen": "127.0.0.1:0"},  # runs never collide over a port
     }
     path = data_dir.with_suffix(".yaml")
     path.write_text(json.dumps(config, indent=2) + "\n")  # JSON is YAML
