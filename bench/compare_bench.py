@@ -52,7 +52,6 @@ from ingest_bench import (
     Context,
     Tier,
     Topic,
-    _failed,
     _result,
     _show,
     broker,
@@ -63,7 +62,7 @@ from ingest_bench import (
     prefill,
     raw_values,
     require_kcat,
-    run_process,
+    run_reporting,
     run_serve,
     summarise,
 )
@@ -122,17 +121,7 @@ def case_peer(ctx: Context, topic: Topic, name: str) -> CaseResult:
     argv += ["--expected", str(topic.messages), "--out", str(out)]
     if name == "quixstreams":
         argv += ["--broker-pid", str(ctx.broker_pid or 0)]
-    run = run_process(
-        argv,
-        log_path=ctx.work / f"{name}-{topic.name}.log",
-        broker_pid=ctx.broker_pid,
-        timeout_s=ctx.timeout_s,
-    )
-    if run.exit_code != 0:
-        raise _failed(name, run)
-    report = json.loads(run.stdout.strip().splitlines()[-1])
-    if report["records"] != topic.messages:
-        raise BenchError(f"{name} wrote {report['records']} of {topic.messages} records")
+    run, report = run_reporting(ctx, f"{name}-{topic.name}", argv, topic.messages)
     first = report.get("first_record")
     result = _result(
         name,

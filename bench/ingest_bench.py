@@ -432,14 +432,10 @@ def _failed(case: str, run: ProcessRun) -> BenchError:
     return BenchError(f"{case} exited with {run.exit_code}:\n{run.stderr_tail}")
 
 
-def case_python(ctx: Context, topic: Topic, tier: Tier) -> CaseResult:
-    case = tier.case("python")
-    group = f"bench-{case}-{uuid.uuid4().hex[:8]}"
-    argv = [PYTHON, str(CEILING), "--bootstrap", ctx.bootstrap, "--topic", topic.name]
-    argv += ["--expected", str(topic.messages), "--group", group]
-    argv += ["--broker-pid", str(ctx.broker_pid or 0)]
-    for key, value in tier.properties.items():
-        argv += ["--property", f"{key}={value}"]
+def run_reporting(
+    ctx: Context, case: str, argv: list[str], expected: int
+) -> tuple[ProcessRun, dict[str, Any]]:
+    """Run a case that prints one JSON line at the end (its report) and check its count."""
     run = run_process(
         argv,
         log_path=ctx.work / f"{case}.log",
@@ -448,9 +444,21 @@ def case_python(ctx: Context, topic: Topic, tier: Tier) -> CaseResult:
     )
     if run.exit_code != 0:
         raise _failed(case, run)
-    report = json.loads(run.stdout.strip().splitlines()[-1])
-    if report["records"] != topic.messages:
-        raise BenchError(f"{case} read {report['records']} of {topic.messages} records")
+    report: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
+    if report["records"] != expected:
+        raise BenchError(f"{case} handled {report['records']} of {expected} records")
+    return run, report
+
+
+def case_python(ctx: Context, topic: Topic, tier: Tier) -> CaseResult:
+    case = tier.case("python")
+    group = f"bench-{case}-{uuid.uuid4().hex[:8]}"
+    argv = [PYTHON, str(CEILING), "--bootstrap", ctx.bootstrap, "--topic", topic.name]
+    argv += ["--expected", str(topic.messages), "--group", group]
+    argv += ["--broker-pid", str(ctx.broker_pid or 0)]
+    for key, value in tier.properties.items():
+        argv += ["--property", f"{key}={value}"]
+    run, report = run_reporting(ctx, case, argv, topic.messages)
     run.cpu_s_at_done = report["cpu_s_at_done"]
     result = _result(
         case,

@@ -21,7 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from bridge.config import Config
+from bridge.local_kafka import LocalKafka
 from bridge.produce import Record, produce
+from bridge.topics import create_topic
 from plateau_core import Store, Writer
 from tests.bridge_support import (
     end_offsets,
@@ -233,7 +235,11 @@ def _wait_readyz(
     deadline = time.monotonic() + timeout_s
     body: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        status, text = get(port, "/readyz")
+        try:
+            status, text = get(port, "/readyz")
+        except OSError:  # serve is still starting: nothing listens yet
+            time.sleep(0.2)
+            continue
         body = json.loads(text)
         assert status == (200 if body["ready"] else 503), (status, body)
         if check(body):
@@ -300,3 +306,36 @@ def _wait_up(port: int, process: Any, timeout_s: float = 60.0) -> None:
         except OSError:
             time.sleep(0.2)
     raise AssertionError("serve's endpoint never answered")
+
+
+def test_readyz_is_red_while_the_broker_is_down_and_green_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    # A broker of its own: the session's must stay up for the other tests.
+    broker = LocalKafka(tmp_path / "kafka", tie_to_parent=True)
+    bootstrap = broker.start()
+    topic = "comes-and-goes"
+    try:
+        create_topic(bootstrap, topic, 2)
+        port = free_port()
+        config = with_metrics(
+            make_config(bootstrap, tmp_path / "data", [{"source": topic}], group="g"),
+            port,
+        )
+        first = produce(bootstrap, topic, (Record(value=b"a") for _ in range(1000)))
+        with serving(config):
+            _wait_readyz(port, lambda body: bool(body["ready"]))
+            wait_landed(tmp_path / "data", topic, end_offsets(bootstrap, topic))
+            broker.stop()
+            down = _wait_readyz(port, lambda body: not body["ready"], timeout_s=90)
+            assert any("worker-0:" in reason for reason in down["reasons"]), down
+            assert scrape(port)[("plateau_kafka_connected", (("worker", "worker-0"),))] == 0
+            assert get(port, "/healthz")[0] == 200  # down is not dead: no restart wanted
+            assert broker.start() == bootstrap
+            _wait_readyz(port, lambda body: bool(body["ready"]), timeout_s=90)
+            second = produce(bootstrap, topic, (Record(value=b"b") for _ in range(1000)))
+            ends = end_offsets(bootstrap, topic)
+            wait_landed(tmp_path / "data", topic, ends)
+        assert sum(ends.values()) == first + second
+    finally:
+        broker.stop()
