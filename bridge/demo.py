@@ -157,6 +157,9 @@ def demo_config(bootstrap: str, data_dir: Path) -> Config:
                     "on_error": "skip",
                 }
             ],
+            # Any free port (serve logs the URL): the demo must not fail because a plateau
+            # already runs on this machine with the default one.
+            "metrics": {"listen": "127.0.0.1:0"},
         }
     )
 
