@@ -37,7 +37,9 @@ def test_sigterm_drains_and_commits(
     group = f"g-{topic}"
     config = tmp_path / "plateau.yaml"
     write_config_file(config, kafka, topic, group)
-    produce(kafka, topic, (Record(value=f"r{i}".encode()) for i in range(20_000)))
+    # Every partition gets records: one without any would have no offset to commit.
+    records = (Record(value=f"r{i}".encode(), partition=i % 3) for i in range(20_000))
+    produce(kafka, topic, records)
     process = serve_process(config, workers=2)
     try:
         wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=90)

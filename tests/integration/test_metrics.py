@@ -339,3 +339,20 @@ def test_readyz_is_red_while_the_broker_is_down_and_green_when_it_is_back(
         assert sum(ends.values()) == first + second
     finally:
         broker.stop()
+
+
+def test_serve_without_a_reachable_broker_stays_up_and_says_why(tmp_path: Path) -> None:
+    port = free_port()
+    # Nothing listens on the broker's port: Kafka is unreachable from the start.
+    config = with_metrics(
+        make_config(f"127.0.0.1:{free_port()}", tmp_path, [{"source": "t"}], group="g"), port
+    )
+    with capture_logs() as logs, serving(config):
+        down = _wait_readyz(
+            port, lambda body: any("brokers down" in r or "no broker" in r for r in body["reasons"])
+        )
+        assert down["ready"] is False
+        assert get(port, "/healthz")[0] == 200
+    errors = [e for e in logs if e["event"] == "kafka_client_error"]
+    assert errors and all(e["log_level"] == "warning" for e in errors)
+    assert any(e["code"] == "_ALL_BROKERS_DOWN" for e in errors)

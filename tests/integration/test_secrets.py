@@ -1,0 +1,83 @@
+"""Secrets from the config file or the environment never reach logs, `check`, `status` or
+error messages, whatever the commands go through (here: brokers that do not answer)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.bridge_support import REPO
+
+FILE_SECRET = "kafka-FILE-secret-7c1e"
+ENV_SECRET = "kafka-ENV-secret-93ab"
+S3_SECRET = "s3-FILE-secret-55d0"
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _plateau(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_secrets_stay_out_of_every_output(tmp_path: Path) -> None:
+    config = tmp_path / "plateau.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {
+                    "bootstrap_servers": f"127.0.0.1:{_closed_port()}",
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": "plateau",
+                    "sasl.password": FILE_SECRET,
+                },
+                "storage": {"data_dir": "data"},
+                "topics": [{"source": "t"}],
+                "replication": {"s3": {"secret_access_key": S3_SECRET}},
+                "metrics": {"listen": "127.0.0.1:0"},
+                "shutdown_timeout": "5s",
+            }
+        )
+    )
+    env = {**os.environ, "PLATEAU__KAFKA__SASL_PASSWORD": ENV_SECRET}
+    outputs = {}
+    check = _plateau("check", "--config", str(config), env=env)
+    assert check.returncode != 0, "check must fail when the brokers do not answer"
+    outputs["check"] = check.stdout + check.stderr
+    status = _plateau("status", "--config", str(config), "--json", env=env)
+    outputs["status"] = status.stdout + status.stderr
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "bridge.cli", "--log-level", "DEBUG", "serve", "-c", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4)  # long enough for connection attempts and their errors to be logged
+    serve.send_signal(signal.SIGTERM)
+    out, err = serve.communicate(timeout=60)
+    outputs["serve"] = out + err
+    assert "kafka_client_error" in outputs["serve"], outputs["serve"][-2000:]
+    for name, text in outputs.items():
+        for secret in (FILE_SECRET, ENV_SECRET, S3_SECRET):
+            assert secret not in text, f"{name} printed a secret"
