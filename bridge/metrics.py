@@ -114,16 +114,18 @@ class ServeCollector(Collector):
             totals[("errors", (kind,))] += count
         if self.counters.retention is not None and self.counters.retention.failed_passes:
             totals[("errors", ("retention_failed",))] += self.counters.retention.failed_passes
+        for name in ("pauses", "paused_seconds"):  # every reason shows, 0 until it happens
+            for reason in PAUSE_REASONS:
+                totals.setdefault((name, (reason,)), 0.0)
+        by_counter: dict[str, list[tuple[Labels, float]]] = defaultdict(list)
+        for (name, labels), value in sorted(totals.items()):
+            by_counter[name].append((labels, value))
         for name, label_names in COUNTERS.items():
             family = CounterMetricFamily(
                 f"plateau_{name}", _COUNTER_HELP[name], labels=list(label_names)
             )
-            if name in ("pauses", "paused_seconds"):
-                for reason in PAUSE_REASONS:
-                    totals.setdefault((name, (reason,)), 0.0)
-            for (metric, labels), value in sorted(totals.items()):
-                if metric == name:
-                    family.add_metric(list(labels), value)
+            for labels, value in by_counter[name]:
+                family.add_metric(list(labels), value)
             yield family
         durations = HistogramMetricFamily(
             "plateau_seal_duration_seconds",

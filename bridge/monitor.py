@@ -60,7 +60,7 @@ class Readiness:
 class _Progress:
     marker: tuple[int, int | None]  # (consumed offset, watermark)
     since: float  # monotonic time the marker last changed
-    stalled: Stall | None = None
+    stalled: bool = False  # logged as stalled, not yet as progressing
 
 
 @dataclass
@@ -120,12 +120,10 @@ class Monitor:
         marker = (int(part["next_offset"]), part.get("watermark"))
         progress = self._progress.get(key)
         if progress is None or progress.marker != marker:
-            progress = self._progress[key] = _Progress(
-                marker, now, progress.stalled if progress else None
-            )
+            was_stalled = progress is not None and progress.stalled
+            progress = self._progress[key] = _Progress(marker, now, was_stalled)
         reason = _stall_reason(part, now - progress.since, self.stall_after_s)
-        if reason is not None and progress.stalled is None:
-            progress.stalled = Stall(key[0], key[1], worker, reason)
+        if reason is not None and not progress.stalled:
             log.error(
                 "partition_stalled",
                 topic=key[0],
@@ -137,7 +135,7 @@ class Monitor:
                 end_offset=part.get("end_offset"),
                 paused=part.get("paused"),
             )
-        elif reason is None and progress.stalled is not None:
+        elif reason is None and progress.stalled:
             log.info(
                 "partition_progressing",
                 topic=key[0],
@@ -147,10 +145,8 @@ class Monitor:
                 watermark=marker[1],
                 end_offset=part.get("end_offset"),
             )
-            progress.stalled = None
-        if progress.stalled is not None and reason is not None:
-            progress.stalled = Stall(key[0], key[1], worker, reason)
-        return progress.stalled
+        progress.stalled = reason is not None
+        return None if reason is None else Stall(key[0], key[1], worker, reason)
 
     # --- in the background ------------------------------------------------------------------
 

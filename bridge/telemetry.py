@@ -72,28 +72,30 @@ class WorkerTelemetry:
         self._seal_seconds: dict[str, Histogram] = {}
 
     def add(self, name: str, labels: Labels, amount: float = 1.0) -> None:
-        key = (name, labels)
         with self._lock:
-            self._counters[key] = self._counters.get(key, 0.0) + amount
+            self._add(labels, (name, amount))
 
     def ingested(self, topic: str, partition: int, records: int, nbytes: int) -> None:
-        labels = (topic, str(partition))
         with self._lock:
-            for name, amount in (("records_ingested", records), ("bytes_ingested", nbytes)):
-                key = (name, labels)
-                self._counters[key] = self._counters.get(key, 0.0) + amount
+            self._add(
+                (topic, str(partition)), ("records_ingested", records), ("bytes_ingested", nbytes)
+            )
 
     def sealed(self, topic: str, partition: int, records: int, nbytes: int, seconds: float) -> None:
-        labels = (topic, str(partition))
         with self._lock:
-            for name, amount in (
+            self._add(
+                (topic, str(partition)),
                 ("seals", 1),
                 ("sealed_bytes", nbytes),
                 ("sealed_records", records),
-            ):
-                key = (name, labels)
-                self._counters[key] = self._counters.get(key, 0.0) + amount
+            )
             self._seal_seconds.setdefault(topic, Histogram()).observe(seconds)
+
+    def _add(self, labels: Labels, *amounts: tuple[str, float]) -> None:
+        """Callers hold the lock."""
+        for name, amount in amounts:
+            key = (name, labels)
+            self._counters[key] = self._counters.get(key, 0.0) + amount
 
     def counter(self, name: str, labels: Labels) -> float:
         with self._lock:

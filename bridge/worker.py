@@ -496,6 +496,8 @@ class Worker:
         unsealed = self.writer.unsealed_since()
         stats = self.writer.stats()
         partitions = []
+        # Seconds of pauses still running, on top of the paused_seconds counter.
+        pausing: dict[str, float] = defaultdict(float)
         for (source, partition), state in sorted(self._partitions.items()):
             low, high = self.consumer.get_watermark_offsets(
                 TopicPartition(source, partition), cached=True
@@ -513,15 +515,12 @@ class Worker:
                     "low_offset": low if low >= 0 else None,
                     "end_offset": high if high >= 0 else None,
                     "paused": state.paused_reason,
-                    "paused_s": round(now - state.paused_since, 3) if state.paused_reason else None,
                     "unsealed_age_s": age,
                     "max_age_s": state.max_age_s,
                 }
             )
-        paused: dict[str, float] = defaultdict(float)
-        for state in self._partitions.values():
             if state.paused_reason is not None:
-                paused[state.paused_reason] += now - state.paused_since
+                pausing[state.paused_reason] += now - state.paused_since
         return {
             "worker": self.name,
             "stopped": False,
@@ -532,8 +531,7 @@ class Worker:
             },
             "partitions": partitions,
             "telemetry": self.telemetry.dump(),
-            # Seconds of pauses still running, on top of the paused_seconds counter.
-            "pausing_s": dict(paused),
+            "pausing_s": dict(pausing),
         }
 
     def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:

@@ -59,31 +59,34 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 def _alive(pid: object) -> bool:
     try:
-        os.kill(int(str(pid)), 0)
+        number = int(str(pid))
+        # 0 and negative numbers would ask about process groups, not one process.
+        if number <= 0:
+            return False
+        os.kill(number, 0)
     except (OSError, ValueError):
         return False
     return True
 
 
-def read_status_files(data_dir: Path) -> list[dict[str, Any]]:
-    """Status of live, running workers (files of dead or stopped ones are ignored)."""
+def _read_files(data_dir: Path, pattern: str) -> list[dict[str, Any]]:
     found = []
-    for path in sorted((data_dir / RUN_DIR).glob("*.json")):
-        body = _read(path)
-        if body is not None and not body.get("stopped") and _alive(body.get("pid")):
-            found.append(body)
-    return found
-
-
-def read_run(data_dir: Path, run: str) -> list[dict[str, Any]]:
-    """Every worker file of one serve run, live or not, each with `alive` set."""
-    found = []
-    for path in sorted((data_dir / RUN_DIR).glob(f"{run}.*.json")):
+    for path in sorted((data_dir / RUN_DIR).glob(pattern)):
         body = _read(path)
         if body is not None:
             body["alive"] = not body.get("stopped") and _alive(body.get("pid"))
             found.append(body)
     return found
+
+
+def read_status_files(data_dir: Path) -> list[dict[str, Any]]:
+    """Status of live, running workers (files of dead or stopped ones are ignored)."""
+    return [body for body in _read_files(data_dir, "*.json") if body["alive"]]
+
+
+def read_run(data_dir: Path, run: str) -> list[dict[str, Any]]:
+    """Every worker file of one serve run, live or not, each with `alive` set."""
+    return _read_files(data_dir, f"{run}.*.json")
 
 
 def remove_run(data_dir: Path, run: str) -> None:
@@ -96,7 +99,6 @@ def remove_stale(data_dir: Path) -> None:
     for path in (data_dir / RUN_DIR).glob("*.json"):
         owner = path.name.split(".", 1)[0].split("-")
         serve_pid = owner[1] if len(owner) == 3 and owner[0] == "serve" else ""
-        # pid 0 would ask about our own process group: only real pids count.
-        if not serve_pid.isdigit() or int(serve_pid) <= 0 or not _alive(serve_pid):
+        if not _alive(serve_pid):
             with contextlib.suppress(OSError):
                 path.unlink()
