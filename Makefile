@@ -9,7 +9,7 @@ export PLATEAU_CACHE_DIR ?= $(CURDIR)/.cache
 # Spark workers must run the same interpreter as the driver.
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: run test bench setup kafka-jars lint typecheck unit integration kafka-start kafka-stop clean
+.PHONY: run test bench reliability setup kafka-jars lint typecheck unit integration kafka-start kafka-stop clean
 
 run: setup
 	$(BIN)/plateau demo
@@ -25,6 +25,14 @@ bench: setup $(VENV)/.bench
 	@command -v kcat >/dev/null || { echo "kcat is missing: installing Debian's package"; \
 		apt-get update -qq && apt-get install -y -qq kcat; }
 	$(BIN)/python bench/compare_bench.py $(BENCH_ARGS)
+
+# The fault suite in its long form (24 kills, a 10-minute soak; about 20 minutes), then
+# docs/reliability.md rendered from its results. `make test` runs the short form.
+reliability: setup
+	PLATEAU_RELIABILITY=full PLATEAU_RELIABILITY_RESULTS=$(CURDIR)/docs/reliability-results.json \
+		$(BIN)/pytest tests/reliability; status=$$?; \
+	$(BIN)/python -m tests.reliability.report docs/reliability-results.json \
+		--out docs/reliability.md; exit $$status
 
 $(VENV)/.bench: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -16,6 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 RUN_DIR = "run"
 WRITE_INTERVAL_S = 1.0
 
@@ -32,6 +36,7 @@ class StatusFile:
     def __init__(self, data_dir: Path, name: str, run: str) -> None:
         self.path = data_dir / RUN_DIR / f"{run}.{name}.json"
         self._written = 0.0
+        self._failing: str | None = None
 
     def due(self) -> bool:
         return time.monotonic() - self._written >= WRITE_INTERVAL_S
@@ -41,12 +46,25 @@ class StatusFile:
         return _read(self.path)
 
     def write(self, body: dict[str, Any]) -> None:
+        """Replace the file; a failure (a full disk) is logged once and never stops the
+        worker: the file just goes stale, which the monitor reports as not ready."""
         self._written = time.monotonic()
         document = {"pid": os.getpid(), "updated_at": time.time(), **body}
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         temp = self.path.with_suffix(".tmp")
-        temp.write_text(json.dumps(document))
-        temp.replace(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temp.write_text(json.dumps(document))
+            temp.replace(self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+            if self._failing is None:
+                log.warning("status_file_unwritable", path=str(self.path), error=str(exc))
+            self._failing = str(exc)
+            return
+        if self._failing is not None:
+            log.info("status_file_writable", path=str(self.path))
+            self._failing = None
 
 
 def _read(path: Path) -> dict[str, Any] | None:

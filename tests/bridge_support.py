@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -117,13 +121,19 @@ def committed(kafka: str, group: str, topic: str, partitions: int) -> dict[int, 
 
 
 def write_config_file(
-    path: Path, kafka: str, topic: str, group: str, *, metrics_listen: str = "127.0.0.1:0"
+    path: Path,
+    kafka: str,
+    topic: str,
+    group: str,
+    *,
+    metrics_listen: str = "127.0.0.1:0",
+    kafka_extra: Mapping[str, Any] | None = None,
 ) -> None:
     """A config file for a `plateau serve` process; its store is `data` next to it."""
     path.write_text(
         yaml.safe_dump(
             {
-                "kafka": {"bootstrap_servers": kafka, "group_id": group},
+                "kafka": {"bootstrap_servers": kafka, "group_id": group, **(kafka_extra or {})},
                 "storage": {"data_dir": "data"},
                 "defaults": {"roll": {"max_rows": 3000, "max_age": "200ms"}},
                 "topics": [{"source": topic}],
@@ -154,3 +164,42 @@ def serve_process(config: Path, workers: int = 1) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def with_metrics(config: Config, port: int, **extra: Any) -> Config:
+    metrics = config.metrics.model_copy(update={"listen": f"127.0.0.1:{port}", **extra})
+    return config.model_copy(update={"metrics": metrics})
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def wait_readyz(
+    port: int, check: Callable[[dict[str, Any]], bool], timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """The first /readyz answer that passes `check`; its status code matches its body."""
+    deadline = time.monotonic() + timeout_s
+    body: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            status, text = get(port, "/readyz")
+        except OSError:  # serve is still starting: nothing listens yet
+            time.sleep(0.2)
+            continue
+        body = json.loads(text)
+        assert status == (200 if body["ready"] else 503), (status, body)
+        if check(body):
+            return body
+        time.sleep(0.2)
+    raise AssertionError(f"/readyz never matched; last answer: {body}")

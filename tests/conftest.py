@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from pyspark.sql import SparkSession
 
 from bridge.errors import LocalKafkaError
@@ -64,6 +65,14 @@ def kafka(kafka_broker: LocalKafka | None) -> str:
     if kafka_broker is None:
         return os.environ["PLATEAU_TEST_BOOTSTRAP"]
     return kafka_broker.bootstrap_servers
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    """`plateau` commands called in-process configure structlog for the whole process (JSON
+    on stderr); every test after them expects structlog's defaults again."""
+    yield
+    structlog.reset_defaults()
 
 
 _topic_counter = itertools.count()

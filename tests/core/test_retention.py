@@ -186,3 +186,21 @@ def test_background_retention_runs_periodically(store: Store) -> None:
     finally:
         retention.stop()
     assert _starts(store, states=tuple(SegmentState)) == [20]
+
+
+def test_the_background_loop_reacts_to_a_limit_crossed_between_passes(store: Store) -> None:
+    fill_segments(store, 0, 2)
+    retention = Retention(
+        store, default=RetentionPolicy(max_segments=3), limits=StoreLimits(deletion_grace_s=60)
+    )
+    assert not retention.over_limits()
+    retention.start(interval_s=3600)  # the periodic pass runs once, now, then in an hour
+    try:
+        fill_segments(store, 0, 3)  # now 5 segments: two over the limit
+        deadline = time.monotonic() + 30
+        while len(_starts(store)) != 3:
+            assert time.monotonic() < deadline, f"not retired: {_starts(store)}"
+            time.sleep(0.05)
+        assert not retention.over_limits()
+    finally:
+        retention.stop()

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
-import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from bridge.cli import main
@@ -17,13 +15,6 @@ from bridge.cli import main
 PARTITIONS = 3
 RATE = 200
 SECONDS = 1.0
-
-
-@pytest.fixture(autouse=True)
-def _default_logging() -> Iterator[None]:
-    """main() configures structlog for the whole process; later tests expect its defaults."""
-    yield
-    structlog.reset_defaults()
 
 
 @pytest.mark.timeout(120)

@@ -8,10 +8,7 @@ import functools
 import json
 import os
 import signal
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,41 +17,23 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from bridge.config import Config
-from bridge.local_kafka import LocalKafka
 from bridge.produce import Record, produce
-from bridge.topics import create_topic
 from plateau_core import Store, Writer
 from tests.bridge_support import (
     end_offsets,
+    free_port,
+    get,
     make_config,
     serve_process,
     serving,
     wait_landed,
+    wait_readyz,
+    with_metrics,
     write_config_file,
 )
 from tests.support import GatedDisk, SlowDisk
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def with_metrics(config: Config, port: int, **extra: Any) -> Config:
-    metrics = config.metrics.model_copy(update={"listen": f"127.0.0.1:{port}", **extra})
-    return config.model_copy(update={"metrics": metrics})
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def scrape(port: int) -> Samples:
@@ -213,39 +192,19 @@ def test_readyz_goes_red_while_a_writer_blocks_and_green_after(
     with capture_logs() as logs, serving(config):
         try:
             assert disk.entered.wait(60), "no seal started"
-            red = _wait_readyz(port, lambda body: bool(body["stalled"]))
+            red = wait_readyz(port, lambda body: bool(body["stalled"]))
             assert red["ready"] is False
             assert [s.split(" ")[0] for s in red["stalled"]] == [f"{topic}[0]"], red
             assert scrape(port)[("plateau_stalled_partitions", ())] == 1
         finally:
             disk.gate.set()
-        green = _wait_readyz(port, lambda body: bool(body["ready"]))
+        green = wait_readyz(port, lambda body: bool(body["ready"]))
         assert green["stalled"] == []
         assert scrape(port)[("plateau_stalled_partitions", ())] == 0
         wait_landed(tmp_path, topic, {0: total})
     stalls = [e for e in logs if e["event"] == "partition_stalled"]
     assert [(e["topic"], e["partition"], e["log_level"]) for e in stalls] == [(topic, 0, "error")]
     assert any(e["event"] == "partition_progressing" and e["topic"] == topic for e in logs)
-
-
-def _wait_readyz(
-    port: int, check: Callable[[dict[str, Any]], bool], timeout_s: float = 60.0
-) -> dict[str, Any]:
-    """The first /readyz answer that passes `check`; its status code matches its body."""
-    deadline = time.monotonic() + timeout_s
-    body: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        try:
-            status, text = get(port, "/readyz")
-        except OSError:  # serve is still starting: nothing listens yet
-            time.sleep(0.2)
-            continue
-        body = json.loads(text)
-        assert status == (200 if body["ready"] else 503), (status, body)
-        if check(body):
-            return body
-        time.sleep(0.2)
-    raise AssertionError(f"/readyz never matched: {body}")
 
 
 def test_worker_processes_are_summed_and_a_killed_worker_counts_on(
@@ -308,39 +267,6 @@ def _wait_up(port: int, process: Any, timeout_s: float = 60.0) -> None:
     raise AssertionError("serve's endpoint never answered")
 
 
-def test_readyz_is_red_while_the_broker_is_down_and_green_when_it_is_back(
-    tmp_path: Path,
-) -> None:
-    # A broker of its own: the session's must stay up for the other tests.
-    broker = LocalKafka(tmp_path / "kafka", tie_to_parent=True)
-    bootstrap = broker.start()
-    topic = "comes-and-goes"
-    try:
-        create_topic(bootstrap, topic, 2)
-        port = free_port()
-        config = with_metrics(
-            make_config(bootstrap, tmp_path / "data", [{"source": topic}], group="g"),
-            port,
-        )
-        first = produce(bootstrap, topic, (Record(value=b"a") for _ in range(1000)))
-        with serving(config):
-            _wait_readyz(port, lambda body: bool(body["ready"]))
-            wait_landed(tmp_path / "data", topic, end_offsets(bootstrap, topic))
-            broker.stop()
-            down = _wait_readyz(port, lambda body: not body["ready"], timeout_s=90)
-            assert any("worker-0:" in reason for reason in down["reasons"]), down
-            assert scrape(port)[("plateau_kafka_connected", (("worker", "worker-0"),))] == 0
-            assert get(port, "/healthz")[0] == 200  # down is not dead: no restart wanted
-            assert broker.start() == bootstrap
-            _wait_readyz(port, lambda body: bool(body["ready"]), timeout_s=90)
-            second = produce(bootstrap, topic, (Record(value=b"b") for _ in range(1000)))
-            ends = end_offsets(bootstrap, topic)
-            wait_landed(tmp_path / "data", topic, ends)
-        assert sum(ends.values()) == first + second
-    finally:
-        broker.stop()
-
-
 def test_serve_without_a_reachable_broker_stays_up_and_says_why(tmp_path: Path) -> None:
     port = free_port()
     # Nothing listens on the broker's port: Kafka is unreachable from the start.
@@ -348,7 +274,7 @@ def test_serve_without_a_reachable_broker_stays_up_and_says_why(tmp_path: Path) 
         make_config(f"127.0.0.1:{free_port()}", tmp_path, [{"source": "t"}], group="g"), port
     )
     with capture_logs() as logs, serving(config):
-        down = _wait_readyz(
+        down = wait_readyz(
             port, lambda body: any("brokers down" in r or "no broker" in r for r in body["reasons"])
         )
         assert down["ready"] is False

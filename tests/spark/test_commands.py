@@ -11,12 +11,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import structlog
 from pyspark.sql import SparkSession
 
 from bridge.cli import main
@@ -25,13 +23,6 @@ from plateau_core.replication import Replicator, Target
 from tests.spark.conftest import minute_batches, write_segments
 from tests.spark.test_replication import spark_keys, stored_keys
 from tests.support import batch
-
-
-@pytest.fixture(autouse=True)
-def _default_logging() -> Iterator[None]:
-    """main() configures structlog for the whole process; later tests expect its defaults."""
-    yield
-    structlog.reset_defaults()
 
 
 def config_file(tmp_path: Path, **replication: str) -> Path:

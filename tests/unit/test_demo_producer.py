@@ -6,21 +6,13 @@ import argparse
 import json
 import os
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import pytest
-import structlog
 
 from bridge import demo
 from bridge.cli import build_parser, main
 from bridge.produce import Record
-
-
-@pytest.fixture(autouse=True)
-def _default_logging() -> Iterator[None]:
-    """main() configures structlog for the whole process; later tests expect its defaults."""
-    yield
-    structlog.reset_defaults()
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 
 from bridge.produce import Record, produce
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
+from tests.reliability.support import Recorder, every_offset
 
 
 def _grow(kafka: str, topic: str, partitions: int) -> None:
@@ -24,7 +25,7 @@ def _grow(kafka: str, topic: str, partitions: int) -> None:
 
 
 def test_partitions_added_while_serving_are_picked_up(
-    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path, reliability: Recorder
 ) -> None:
     topic = topic_factory(partitions=2)
     config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
@@ -33,17 +34,28 @@ def test_partitions_added_while_serving_are_picked_up(
     with serving(config):
         wait_landed(tmp_path, topic, end_offsets(kafka, topic))
         _grow(kafka, topic, 4)
+        grown_at = time.monotonic()
         second = [Record(value=f"b{i}".encode(), partition=i % 4) for i in range(4000)]
         produce(kafka, topic, second)
         # The consumer refreshes metadata every 10 s, then the group rebalances.
-        wait_landed(tmp_path, topic, end_offsets(kafka, topic), timeout_s=90)
+        ends = end_offsets(kafka, topic)
+        wait_landed(tmp_path, topic, ends, timeout_s=90)
+        picked_up_s = time.monotonic() - grown_at
     table = stored(tmp_path, topic)
     assert sorted(table.column("value").to_pylist()) == sorted(r.value for r in first + second)
     assert set(table.column("partition").to_pylist()) == {0, 1, 2, 3}
+    reliability.check(
+        "Partitions added while serving",
+        "topic grown from 2 to 4 partitions while serve ran; 4k records over all 4",
+        tmp_path,
+        topic,
+        every_offset(ends),
+        recover_s=picked_up_s,
+    )
 
 
 def test_a_topic_deleted_while_consumed_leaves_the_others_running(
-    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path, reliability: Recorder
 ) -> None:
     doomed, kept = topic_factory(partitions=1), topic_factory(partitions=1)
     config = make_config(kafka, tmp_path, [{"source": doomed}, {"source": kept}], group=f"g-{kept}")
@@ -56,10 +68,19 @@ def test_a_topic_deleted_while_consumed_leaves_the_others_running(
         for future in admin.delete_topics([doomed]).values():
             future.result(timeout=30)
         produce(kafka, kept, (Record(value=f"k{i}".encode()) for i in range(500, 1500)))
-        wait_landed(tmp_path, kept, end_offsets(kafka, kept), timeout_s=60)
+        kept_ends = end_offsets(kafka, kept)
+        wait_landed(tmp_path, kept, kept_ends, timeout_s=60)
     values = stored(tmp_path, kept).column("value").to_pylist()
     assert sorted(values) == sorted(f"k{i}".encode() for i in range(1500))
     # What landed from the deleted topic stays readable.
     assert stored(tmp_path, doomed).num_rows == 500
     # Its partition was given up (sealed, committed, released) and logged as such.
     assert any(e["event"] == "partition_revoked" and e["topic"] == doomed for e in logs)
+    reliability.check(
+        "Topic deleted while consumed",
+        "one of two topics deleted while serve consumed both; 1k more records to the other",
+        tmp_path,
+        kept,
+        every_offset(kept_ends),
+        outcome="other topic exactly once; the deleted topic's 500 stay readable",
+    )
