@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from bridge import commands, demo, spark_commands
+from bridge import commands, demo, spark_commands, store_commands
 from bridge.errors import BridgeError
 from bridge.local_kafka import commands as kafka_commands
 from bridge.logs import configure_logging
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parsers(subparsers)
+    store_commands.add_parsers(subparsers)
     spark_commands.add_parsers(subparsers)
     demo.add_parser(subparsers)
     kafka_commands.add_parser(subparsers)

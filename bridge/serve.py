@@ -29,6 +29,7 @@ from bridge.monitor import Monitor
 from bridge.worker import PoisonStopError, Worker
 from bridge.worker_status import new_run_id, remove_run, remove_stale
 from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits
+from plateau_core.verify import verify_at_start
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +94,8 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
         retention = retention_for(config, store, counters.retired)
         counters.retention = retention
         retention.run()  # completes deletions a crash interrupted
+        # Before any worker serves or seals: bad segments are quarantined, never read.
+        verify_at_start(store, full=config.storage.verify_on_start)
     except BaseException:
         store.close()
         raise

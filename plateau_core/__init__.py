@@ -13,13 +13,14 @@ from plateau_core.errors import (
     FlushTimeoutError,
     InvalidInputError,
     ManifestConflictError,
+    ManifestUnusableError,
     PartitionLockedError,
     PlateauError,
     SealError,
 )
 from plateau_core.manifest import PartitionSpan, SegmentRecord, SegmentState
 from plateau_core.policies import MiB, RetentionPolicy, RollPolicy, StoreLimits, WriterPolicy
-from plateau_core.reader import ReadResult, SegmentUnavailableError
+from plateau_core.reader import ReadResult, SegmentCorruptError, SegmentUnavailableError
 from plateau_core.retention import Retention, RetentionReport
 from plateau_core.store import Store
 from plateau_core.writer import SealedSegment, Writer, WriterListener, WriterStats
@@ -29,6 +30,7 @@ __all__ = [
     "FlushTimeoutError",
     "InvalidInputError",
     "ManifestConflictError",
+    "ManifestUnusableError",
     "MiB",
     "PartitionLockedError",
     "PartitionSpan",
@@ -40,6 +42,7 @@ __all__ = [
     "RollPolicy",
     "SealError",
     "SealedSegment",
+    "SegmentCorruptError",
     "SegmentRecord",
     "SegmentState",
     "SegmentUnavailableError",

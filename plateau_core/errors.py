@@ -46,3 +46,17 @@ class BackpressureError(PlateauError):
         self.partition = partition
         self.reason = reason
         self.detail = detail
+
+
+class ManifestUnusableError(PlateauError):
+    """The manifest is lost or damaged while segment files exist: opening the store would
+    treat every segment as an orphan, so it is refused until the manifest is rebuilt."""
+
+    def __init__(self, data_dir: object, reason: str) -> None:
+        super().__init__(
+            f"the manifest of {data_dir} {reason}; segment files are intact on disk. Stop "
+            "plateau serve and run `plateau rebuild-manifest --config FILE` to rebuild it "
+            "from the segment files (or restore manifest.db from a copy)"
+        )
+        self.data_dir = data_dir
+        self.reason = reason

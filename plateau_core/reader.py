@@ -10,7 +10,11 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import structlog
+from pyarrow import ipc
 
+from plateau_core import checksums as crcs
+from plateau_core.checksums import ChecksumFormatError
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.manifest import SegmentRecord
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
@@ -23,8 +27,24 @@ Order = Literal["asc", "desc"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+log = structlog.get_logger(__name__)
+
+
 class SegmentUnavailableError(PlateauError):
     """A segment in the read snapshot cannot be read; it is reported, never skipped."""
+
+
+class SegmentCorruptError(SegmentUnavailableError):
+    """A segment file disagrees with its manifest row (size or checksums): its bytes changed
+    after it was written. No row of it is returned."""
+
+    def __init__(self, segment: SegmentRecord, problem: str) -> None:
+        super().__init__(
+            f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
+            f"[{segment.start_offset}, {segment.end_offset})) is corrupt: {problem}"
+        )
+        self.segment = segment
+        self.problem = problem
 
 
 def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
@@ -204,8 +224,24 @@ class ReadResult:
 
     def _segment_batches(self, segment: SegmentRecord) -> Iterator[pa.RecordBatch]:
         path = self.store.segment_path(segment)
-        for batch in segment_batches(path, segment, self.request, self.scan):
-            yield conform(batch, self.schema)
+        try:
+            batches = segment_batches(path, segment, self.request, self.scan)
+            for batch in batches:
+                yield conform(batch, self.schema)
+        except SegmentCorruptError as exc:
+            # So the next query plans without it instead of failing on it again.
+            if self.store.manifest.quarantine(segment.id, exc.problem):
+                log.error(
+                    "segment_quarantined",
+                    topic=segment.topic,
+                    partition=segment.partition,
+                    start_offset=segment.start_offset,
+                    end_offset=segment.end_offset,
+                    path=segment.path,
+                    problem=exc.problem,
+                    found_by="read",
+                )
+            raise
 
     @property
     def opened(self) -> list[str]:
@@ -237,9 +273,12 @@ def needed_fields(path: Path, columns: tuple[str, ...] | None) -> list[int] | No
     """Indices of the columns to decode: the projection plus what the filters need."""
     if columns is None:
         return None
-    names = open_segment(path).schema.names
+    return _field_indices(open_segment(path).schema, columns)
+
+
+def _field_indices(schema: pa.Schema, columns: tuple[str, ...]) -> list[int]:
     wanted = {*columns, OFFSET, TIMESTAMP}
-    return [i for i, name in enumerate(names) if name in wanted]
+    return [i for i, name in enumerate(schema.names) if name in wanted]
 
 
 def segment_batches(
@@ -251,24 +290,101 @@ def segment_batches(
     """The rows of one segment file that pass `request`, batch by batch, in its own schema.
 
     Needs only the file and its manifest row, so Spark executors call it without the manifest.
+    Before the first batch is returned, the file's size, its head and tail and every batch
+    about to be decoded are checked against the row's checksums: a corrupt segment raises
+    SegmentCorruptError and yields nothing. Batches the index skips are not read at all.
     """
+    unavailable = (
+        f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
+        f"[{segment.start_offset}, {segment.end_offset})) cannot be read"
+    )
     try:
-        reader = open_segment(path, needed_fields(path, request.columns))
+        size = path.stat().st_size
+        if size != segment.size_bytes:
+            raise SegmentCorruptError(
+                segment, f"size is {size} bytes, the manifest says {segment.size_bytes}"
+            )
+        source = pa.memory_map(str(path), "r")
     except (OSError, pa.ArrowException) as exc:
-        raise SegmentUnavailableError(
-            f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
-            f"[{segment.start_offset}, {segment.end_offset})) cannot be read: {exc}"
-        ) from exc
-    counters.opened.append(segment.path)
-    filtered = not request.covers(segment)
-    index = read_batch_index(reader) if filtered else None
+        raise SegmentUnavailableError(f"{unavailable}: {exc}") from exc
+    with source:
+        data = crcs.file_buffer(source)
+        checksums = _checksums(segment)
+        if data.size != segment.size_bytes:
+            raise SegmentCorruptError(
+                segment, f"size is {data.size} bytes, the manifest says {segment.size_bytes}"
+            )
+        if checksums is not None and (problem := crcs.ends_problem(data, checksums)):
+            raise SegmentCorruptError(segment, problem)
+        try:
+            reader = ipc.open_file(data)
+            if request.columns is not None:
+                fields = _field_indices(reader.schema, request.columns)
+                options = ipc.IpcReadOptions(included_fields=fields)
+                reader = ipc.open_file(data, options=options)
+        except (OSError, pa.ArrowException) as exc:
+            raise SegmentUnavailableError(f"{unavailable}: {exc}") from exc
+        counters.opened.append(segment.path)
+        count = reader.num_record_batches
+        if checksums is not None and len(checksums.batches) != count:
+            raise SegmentCorruptError(
+                segment,
+                f"the file holds {count} record batches, its checksums {len(checksums.batches)}",
+            )
+        filtered = not request.covers(segment)
+        selected = _select(reader, request, counters, filtered=filtered)
+        if checksums is not None:
+            # All before the first yield: a consumer never holds rows of a segment that then
+            # turns out to be corrupt.
+            for i in selected:
+                if problem := crcs.batch_problem(data, checksums, i):
+                    raise SegmentCorruptError(segment, problem)
+        yield from _decode(
+            reader, selected, request, counters, filtered=filtered, unavailable=unavailable
+        )
+
+
+def _select(
+    reader: ipc.RecordBatchFileReader,
+    request: ReadRequest,
+    counters: ScanCounters,
+    *,
+    filtered: bool,
+) -> list[int]:
+    """The batches to decode, in read order; those the footer index rules out are skipped."""
     count = reader.num_record_batches
+    index = read_batch_index(reader) if filtered else None
     indices = range(count - 1, -1, -1) if request.order == "desc" else range(count)
+    selected = []
     for i in indices:
         if index is not None and not request.overlaps(index[i]):
             counters.batches_skipped += 1
-            continue
-        batch = reader.get_batch(i)
+        else:
+            selected.append(i)
+    return selected
+
+
+def _checksums(segment: SegmentRecord) -> crcs.Checksums | None:
+    try:
+        return segment.checksums
+    except ChecksumFormatError as exc:
+        raise SegmentCorruptError(segment, f"its recorded checksums are unreadable: {exc}") from exc
+
+
+def _decode(
+    reader: ipc.RecordBatchFileReader,
+    selected: list[int],
+    request: ReadRequest,
+    counters: ScanCounters,
+    *,
+    filtered: bool,
+    unavailable: str,
+) -> Iterator[pa.RecordBatch]:
+    for i in selected:
+        try:
+            batch = reader.get_batch(i)
+        except (OSError, pa.ArrowException) as exc:
+            raise SegmentUnavailableError(f"{unavailable}: batch {i}: {exc}") from exc
         counters.batches_read += 1
         if filtered:
             mask = request.mask(batch)

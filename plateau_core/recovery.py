@@ -4,7 +4,9 @@
 - segment files the manifest does not know are removed: their records were never
   acknowledged, so the consumer replays them from Kafka;
 - a manifest row whose file is missing, unreadable or disagrees with it is quarantined:
-  reported loudly and excluded from reads, never served silently.
+  reported loudly and excluded from reads, never served silently. The check is the cheap
+  one (size, the head and tail checksums, the footer and the offset column); serve checks
+  every batch's checksum once at start (plateau_core.verify).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import structlog
 
 from plateau_core.manifest import READABLE_STATES, SegmentState
 from plateau_core.names import TEMP_MARKER, partition_dir, segment_start
-from plateau_core.segment_file import quick_check
+from plateau_core.verify import check_segment
 
 if TYPE_CHECKING:
     from plateau_core.store import Store
@@ -46,7 +48,7 @@ def recover_partition(store: Store, topic: str, partition: int) -> int | None:
     for row in rows:
         if row.state not in READABLE_STATES:
             continue
-        problem = quick_check(store.data_dir / row.path, row.stats)
+        problem = check_segment(store.data_dir / row.path, row, batches=False)
         if problem is not None and store.manifest.quarantine(row.id, problem):
             log.error(
                 "segment_quarantined",

@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import ipc
 
+import plateau_core.checksums as crcs
+from plateau_core.checksums import Checksums
 from plateau_core.errors import InvalidInputError
 from plateau_core.names import TEMP_MARKER, segment_name
 from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
@@ -43,6 +45,8 @@ class SegmentStats:
     time_max: int
     size_bytes: int
     schema_fingerprint: str
+    # None for segments recorded before checksums existed: they get the other checks only.
+    checksums: Checksums | None = None
 
 
 def table_stats(table: pa.Table) -> tuple[int, int, int, int]:
@@ -71,17 +75,24 @@ def write_segment(
     final = directory / segment_name(start)
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
     options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    ranges: list[crcs.BatchRange] = []
     try:
+        # OSFile is unbuffered, so tell() around each write is where that batch's message
+        # lies in the file.
         with pa.OSFile(str(temp), "wb") as sink:
             footer = {BATCH_INDEX_KEY: json.dumps(index, separators=(",", ":")).encode()}
             with ipc.new_file(sink, table.schema, options=options, metadata=footer) as writer:
                 for group in groups:
+                    before = sink.tell()
                     # One regrouped copy at a time, dropped once written.
                     writer.write_table(
                         group.combine_chunks() if group.column(0).num_chunks > 1 else group
                     )
+                    ranges.append((before, sink.tell() - before))
             if fsync:
                 sink.flush()
+        # Read back while the file is still in the page cache, before fsync makes it durable.
+        checksums = crcs.of_written(temp, ranges)
         if fsync:
             _fsync_path(temp)
         temp.rename(final)
@@ -98,6 +109,7 @@ def write_segment(
         time_max=time_max,
         size_bytes=final.stat().st_size,
         schema_fingerprint=fingerprint(table.schema),
+        checksums=checksums,
     )
     return final, stats
 
@@ -159,7 +171,8 @@ def open_segment(path: Path, fields: list[int] | None = None) -> ipc.RecordBatch
 
 
 def inspect_segment(path: Path) -> SegmentStats:
-    """Read a segment file's own facts; raises on a file that is not a readable segment."""
+    """Read a segment file's own facts, checksums included; raises on a file that is not a
+    readable segment."""
     reader = open_segment(path)
     table = reader.read_all()
     if table.num_rows == 0:
@@ -174,6 +187,7 @@ def inspect_segment(path: Path) -> SegmentStats:
         time_max=time_max,
         size_bytes=path.stat().st_size,
         schema_fingerprint=fingerprint(table.schema),
+        checksums=crcs.of_file(path),
     )
 
 

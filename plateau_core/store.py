@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DatabaseError
 
-from plateau_core.errors import InvalidInputError
+from plateau_core.errors import InvalidInputError, ManifestUnusableError
 from plateau_core.manifest import Manifest, PartitionSpan, SegmentRecord, sqlite_url
-from plateau_core.names import validate_topic
+from plateau_core.names import SEGMENT_SUFFIX, segment_start, validate_topic
 from plateau_core.policies import WriterPolicy
 from plateau_core.reader import ReadRequest, ReadResult
 from plateau_core.writer import Writer, WriterListener
@@ -47,7 +50,7 @@ class Store:
         # Owner-only: segments hold whatever the producers wrote.
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         url_text = manifest_url or sqlite_url(data_dir / MANIFEST_FILE)
-        manifest = Manifest(url_text)
+        manifest = open_manifest(data_dir, url_text)
         for path in manifest.database_files():
             if path.is_relative_to(data_dir):
                 path.chmod(0o600)
@@ -112,3 +115,60 @@ class Store:
         self, policy: WriterPolicy | None = None, listener: WriterListener | None = None
     ) -> Writer:
         return Writer(self, policy, listener)
+
+
+def open_manifest(data_dir: Path, url: str) -> Manifest:
+    """Open and migrate the manifest, refusing a lost or damaged one while segments exist.
+
+    Without this, a new empty manifest beside existing segment files would make recovery
+    delete every one of them as an orphan. The check runs before migrating, so a refused
+    open leaves no manifest behind that a second open would take for a real one.
+    """
+    parsed = make_url(url)
+    database = parsed.database
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and database
+        and database != ":memory:"
+        and not Path(database).exists()
+        and has_segment_files(data_dir)
+    ):
+        raise ManifestUnusableError(data_dir, f"({database}) is missing")
+    try:
+        manifest = Manifest(url, upgrade=False)
+        try:
+            if manifest.version_at_open == 0 and has_segment_files(data_dir):
+                raise ManifestUnusableError(data_dir, "is empty (new) but segment files exist")
+            manifest.upgrade()
+        except BaseException:
+            manifest.close()
+            raise
+    except DatabaseError as exc:
+        if not is_corruption(exc.orig):
+            raise
+        raise ManifestUnusableError(data_dir, f"is damaged ({exc.orig})") from exc
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
+        raise ManifestUnusableError(data_dir, f"is damaged ({exc})") from exc
+    return manifest
+
+
+def is_corruption(error: BaseException | None) -> bool:
+    """SQLite's "not a database" and "malformed" errors, as opposed to locks or permissions
+    (which are OperationalErrors and mean the file is fine)."""
+    if not isinstance(error, sqlite3.DatabaseError) or isinstance(error, sqlite3.OperationalError):
+        return False
+    name = getattr(error, "sqlite_errorname", "")
+    return name in ("", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT")
+
+
+def segment_files(data_dir: Path) -> Iterator[Path]:
+    """Every file named like a segment under data_dir/topics/{topic}/{partition}/."""
+    for path in (data_dir / "topics").glob(f"*/*/*{SEGMENT_SUFFIX}"):
+        if segment_start(path.name) is not None:
+            yield path
+
+
+def has_segment_files(data_dir: Path) -> bool:
+    return next(segment_files(data_dir), None) is not None

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,16 @@ from sqlalchemy import (
     event,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from plateau_core.checksums import Checksums
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest.migrations import migrate
+from plateau_core.manifest.migrations import current_version, migrate
 from plateau_core.manifest.models import (
     READABLE_STATES,
     GapRow,
@@ -66,6 +69,14 @@ class SegmentRecord:
     replicated_at: int | None
     deleting_at: int | None
     problem: str | None
+    checksums_json: str | None = None
+
+    @cached_property
+    def checksums(self) -> Checksums | None:
+        """Parsed on first use: planning a read lists many rows and checks few of them.
+
+        Raises ChecksumFormatError when the recorded text cannot be parsed."""
+        return None if self.checksums_json is None else Checksums.from_json(self.checksums_json)
 
     @property
     def stats(self) -> SegmentStats:
@@ -77,6 +88,7 @@ class SegmentRecord:
             time_max=self.time_max,
             size_bytes=self.size_bytes,
             schema_fingerprint=self.schema_fingerprint,
+            checksums=self.checksums,
         )
 
     @classmethod
@@ -98,6 +110,7 @@ class SegmentRecord:
             replicated_at=row.replicated_at,
             deleting_at=row.deleting_at,
             problem=row.problem,
+            checksums_json=row.checksums,
         )
 
 
@@ -120,7 +133,11 @@ class PartitionSpan:
 class Manifest:
     """Typed access to the manifest database; every change is one short transaction."""
 
-    def __init__(self, url: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S, upgrade: bool = True
+    ) -> None:
+        """Open the manifest at `url`; `upgrade=False` leaves migrations to `upgrade()`, so
+        the caller can look at `version_at_open` before a new manifest is created."""
         self.url = url
         self._sqlite = make_url(url).get_backend_name() == "sqlite"
         self._write_lock = threading.Lock()
@@ -130,7 +147,30 @@ class Manifest:
         else:
             self.engine = create_engine(url, pool_pre_ping=True)
             self._read_engine = self.engine
+        # 0 means the database held no manifest: a new store, or a lost manifest.
+        self.version_at_open = current_version(self._read_engine)
+        self.schema_version = self.version_at_open
+        if upgrade:
+            self.upgrade()
+
+    def upgrade(self) -> int:
+        """Apply pending migrations; returns the schema version."""
         self.schema_version = migrate(self.engine, self._read_engine)
+        return self.schema_version
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self._sqlite
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's quick_check of the database file: [] when sound, else what it found.
+
+        Other databases check their own storage, so they always answer []."""
+        if not self._sqlite:
+            return []
+        with self._read_engine.connect() as conn:
+            rows = [str(r[0]) for r in conn.execute(text("PRAGMA quick_check"))]
+        return [] if rows == ["ok"] else rows
 
     def close(self) -> None:
         self.engine.dispose()
@@ -230,6 +270,7 @@ class Manifest:
                     schema_fingerprint=stats.schema_fingerprint,
                     state=SegmentState.SEALED.value,
                     created_at=stamp,
+                    checksums=None if stats.checksums is None else stats.checksums.to_json(),
                 )
             )
             if session.get(SchemaRow, (topic, stats.schema_fingerprint)) is None:
@@ -249,6 +290,46 @@ class Manifest:
                     "concurrently"
                 ) from exc
         return True
+
+    def record_quarantined(
+        self,
+        topic: str,
+        partition: int,
+        path: str,
+        problem: str,
+        *,
+        start_offset: int,
+        end_offset: int,
+        size_bytes: int,
+        stats: SegmentStats | None = None,
+    ) -> None:
+        """Record a file that must not be served as a quarantined row (rebuilding a manifest).
+
+        The row keeps the file from being removed as an orphan and lists it in reports. It
+        does not move the watermark. `stats` fills in what the file told, when it was read.
+        """
+        stamp = now_ms()
+        with self._write() as session:
+            session.add(
+                SegmentRow(
+                    topic=topic,
+                    partition=partition,
+                    start_offset=start_offset,
+                    end_offset=end_offset,
+                    record_count=0 if stats is None else stats.record_count,
+                    time_min=0 if stats is None else stats.time_min,
+                    time_max=0 if stats is None else stats.time_max,
+                    size_bytes=size_bytes,
+                    path=path,
+                    schema_fingerprint="" if stats is None else stats.schema_fingerprint,
+                    state=SegmentState.QUARANTINED.value,
+                    created_at=stamp,
+                    problem=problem,
+                    checksums=None
+                    if stats is None or stats.checksums is None
+                    else stats.checksums.to_json(),
+                )
+            )
 
     def advance_watermark(self, topic: str, partition: int, next_offset: int) -> bool:
         """Move the watermark forward over offsets that land nowhere (skipped records).
@@ -282,6 +363,12 @@ class Manifest:
             return _rowcount(moved) == 1
 
     # --- reads -----------------------------------------------------------------------------
+
+    def segment_state(self, segment_id: int) -> SegmentState | None:
+        """The row's state now, or None once it was removed."""
+        with self._read() as session:
+            state = session.scalar(select(SegmentRow.state).where(SegmentRow.id == segment_id))
+            return None if state is None else SegmentState(state)
 
     def watermark(self, topic: str, partition: int) -> int | None:
         with self._read() as session:

@@ -35,9 +35,17 @@ def _v2_gaps(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables["gaps"]])
 
 
+def _v3_checksums(conn: Connection) -> None:
+    # v1 creates tables from the current models, so a new manifest already has the column.
+    columns = {c["name"] for c in inspect(conn).get_columns("segments")}
+    if "checksums" not in columns:
+        conn.exec_driver_sql("ALTER TABLE segments ADD COLUMN checksums TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
     Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
+    Migration(3, "segments.checksums: CRC32s of each file's regions", _v3_checksums),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -76,6 +76,9 @@ class SegmentRow(Base):
     replicated_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     deleting_at: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     problem: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # CRC32s of the file's regions as compact JSON (plateau_core.checksums); NULL for
+    # segments recorded before schema version 3.
+    checksums: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class SchemaRow(Base):

@@ -1,0 +1,355 @@
+"""Rebuilding a lost or corrupted manifest from the segment files (`plateau rebuild-manifest`).
+
+The segment files carry everything a sealed segment's row holds: offsets, times, schema;
+checksums are computed again from the files. What only the manifest knew cannot come back:
+see RebuildReport.notes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+from sqlalchemy.engine import make_url
+
+from plateau_core.errors import InvalidInputError, PartitionLockedError, PlateauError
+from plateau_core.manifest import Manifest, sqlite_url
+from plateau_core.names import (
+    TEMP_MARKER,
+    relative_segment_path,
+    segment_start,
+    validate_topic,
+)
+from plateau_core.partition_lock import PartitionLock
+from plateau_core.segment_file import SegmentStats, inspect_segment, open_segment
+from plateau_core.store import MANIFEST_FILE
+from plateau_core.verify import SET_ASIDE_MARKER
+
+log = structlog.get_logger(__name__)
+
+NOTES = (
+    "replication state is not in the segment files: every segment is recorded as sealed and "
+    "replicated_offset starts at 0, so the next `plateau replicate` copies everything again "
+    "(its Parquet files are rewritten under the same names)",
+    "recorded gaps (offsets Kafka had deleted before plateau read them) are not in the files "
+    "and are no longer listed",
+    "each watermark is the end of the partition's last readable segment: records after it "
+    "that were skipped or sent to the dead-letter topic are read from Kafka again and "
+    "handled again by their mapping's on_error",
+)
+
+
+class RebuildRefusedError(PlateauError):
+    """The manifest cannot be rebuilt now (serve running, a non-empty target database)."""
+
+
+@dataclass(frozen=True)
+class RebuiltPartition:
+    topic: str
+    partition: int
+    segments: int
+    records: int
+    bytes: int
+    watermark: int | None
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A segment file not recorded as readable, and why."""
+
+    topic: str
+    partition: int
+    path: str  # relative to data_dir, where it is now
+    start_offset: int
+    problem: str
+
+
+@dataclass
+class RebuildReport:
+    data_dir: str
+    manifest_url: str
+    moved_aside: list[str] = field(default_factory=list)
+    partitions: list[RebuiltPartition] = field(default_factory=list)
+    quarantined: list[SkippedFile] = field(default_factory=list)
+    set_aside: list[SkippedFile] = field(default_factory=list)
+    temp_removed: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=lambda: list(NOTES))
+
+    @property
+    def segments(self) -> int:
+        return sum(p.segments for p in self.partitions)
+
+    def lines(self) -> list[str]:
+        out = [f"rebuilt the manifest of {self.data_dir} ({self.manifest_url})"]
+        out += [f"  moved aside: {path}" for path in self.moved_aside]
+        for p in self.partitions:
+            out.append(
+                f"  {p.topic}[{p.partition}]: {p.segments} segments, {p.records:,} records, "
+                f"{p.bytes:,} bytes, watermark {p.watermark}"
+            )
+        for skipped in self.quarantined:
+            out.append(f"  QUARANTINED {skipped.path}: {skipped.problem}")
+        for skipped in self.set_aside:
+            out.append(
+                f"  SET ASIDE {skipped.path}: {skipped.problem}; its records from offset "
+                f"{skipped.start_offset} are read from Kafka again"
+            )
+        out += [f"  removed temp file {path}" for path in self.temp_removed]
+        out += [f"  ignored {path}: not a topic/partition folder" for path in self.ignored]
+        out.append(f"{self.segments} segments recorded. Not rebuilt:")
+        out += [f"  - {note}" for note in self.notes]
+        return out
+
+
+def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> RebuildReport:
+    """Replace the manifest of `data_dir` with one rebuilt from its segment files.
+
+    Refused while any partition lock is held (serve running). The old SQLite files are
+    renamed to `*.broken-{UTC time}`, not deleted. Each partition's files are read and
+    validated in offset order; good ones are recorded as sealed segments. A file that cannot
+    be read, or that overlaps the one before it, is kept and recorded as quarantined, so it is
+    reported and never served nor removed; one at the end of its partition is renamed aside
+    instead (its offsets are above the watermark, and Kafka's replay would write a segment
+    under its name).
+    """
+    root = Path(data_dir).expanduser().resolve()
+    if not root.is_dir():
+        raise RebuildRefusedError(f"there is no data folder at {root}; nothing to rebuild")
+    url = manifest_url or sqlite_url(root / MANIFEST_FILE)
+    report = RebuildReport(data_dir=str(root), manifest_url=url)
+    folders = _partition_folders(root, report)
+    locks = _lock_all(folders)
+    try:
+        report.moved_aside = _clear_manifest(url)
+        manifest = Manifest(url)
+        try:
+            for topic, partition, folder in folders:
+                _PartitionRebuild(root, manifest, topic, partition, report).run(folder)
+        finally:
+            manifest.close()
+    finally:
+        for lock in locks:
+            lock.release()
+    log.info(
+        "manifest_rebuilt",
+        data_dir=str(root),
+        segments=report.segments,
+        partitions=len(report.partitions),
+        quarantined=len(report.quarantined),
+        set_aside=len(report.set_aside),
+    )
+    return report
+
+
+def _partition_folders(root: Path, report: RebuildReport) -> list[tuple[str, int, Path]]:
+    topics = root / "topics"
+    found: list[tuple[str, int, Path]] = []
+    if not topics.is_dir():
+        return found
+    for topic_dir in sorted(p for p in topics.iterdir() if p.is_dir()):
+        try:
+            topic = validate_topic(topic_dir.name)
+        except InvalidInputError:
+            report.ignored.append(topic_dir.relative_to(root).as_posix())
+            continue
+        for folder in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
+            if not folder.name.isdigit():
+                report.ignored.append(folder.relative_to(root).as_posix())
+                continue
+            found.append((topic, int(folder.name), folder))
+    return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+def _lock_all(folders: list[tuple[str, int, Path]]) -> list[PartitionLock]:
+    """Every partition's writer lock, held for the whole rebuild: a serve starting meanwhile
+    would otherwise recover a partition against a half-built manifest and delete its files."""
+    locks: list[PartitionLock] = []
+    try:
+        for topic, partition, folder in folders:
+            try:
+                locks.append(PartitionLock.acquire(folder, timeout_s=0))
+            except PartitionLockedError:
+                raise RebuildRefusedError(
+                    f"{topic}[{partition}] is locked by a writer: plateau serve appears to be "
+                    "running on this data_dir; stop it, then run rebuild-manifest again"
+                ) from None
+    except BaseException:
+        for lock in locks:
+            lock.release()
+        raise
+    return locks
+
+
+def _clear_manifest(url: str) -> list[str]:
+    """Move an SQLite manifest's files aside; for other databases, insist on an empty one."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        probe = Manifest(url, upgrade=False)
+        try:
+            if probe.version_at_open != 0:
+                raise RebuildRefusedError(
+                    f"the manifest database {parsed.render_as_string(hide_password=True)} "
+                    "already holds a manifest; rebuild-manifest only fills an empty database: "
+                    "drop plateau's tables (schema_version, partitions, segments, schemas, "
+                    "gaps) or point storage.manifest_url at a new database"
+                )
+        finally:
+            probe.close()
+        return []
+    if not parsed.database or parsed.database == ":memory:":
+        return []
+    base = Path(parsed.database)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    moved: list[str] = []
+    for path in (base, Path(f"{base}-wal"), Path(f"{base}-shm")):
+        if not path.exists():
+            continue
+        target = path.with_name(f"{path.name}.broken-{stamp}")
+        if target.exists():
+            raise RebuildRefusedError(f"{target} already exists; try again in a second")
+        path.rename(target)
+        moved.append(str(target))
+        log.warning("manifest_moved_aside", path=str(path), to=str(target))
+    return moved
+
+
+@dataclass
+class _PartitionRebuild:
+    """One partition folder, recorded into the new manifest in offset order."""
+
+    root: Path
+    manifest: Manifest
+    topic: str
+    partition: int
+    report: RebuildReport
+    watermark: int | None = None
+    segments: int = 0
+    records: int = 0
+    bytes: int = 0
+
+    def run(self, folder: Path) -> None:
+        files: list[tuple[int, Path]] = []
+        for entry in sorted(folder.iterdir()):
+            if TEMP_MARKER in entry.name:
+                entry.unlink(missing_ok=True)
+                self.report.temp_removed.append(entry.relative_to(self.root).as_posix())
+                log.warning(
+                    "temp_file_removed", topic=self.topic, partition=self.partition, path=str(entry)
+                )
+            elif (start := segment_start(entry.name)) is not None:
+                files.append((start, entry))
+        unreadable: list[tuple[int, Path, str]] = []  # since the last good segment
+        for start, path in sorted(files):
+            stats, schema, problem = _read(path, start)
+            if stats is None or schema is None:
+                unreadable.append((start, path, problem or "unreadable"))
+            elif self.watermark is not None and stats.start_offset < self.watermark:
+                problem = (
+                    f"offsets [{stats.start_offset}, {stats.end_offset}) overlap the segment "
+                    f"before it, which ends at {self.watermark}"
+                )
+                self.quarantine(path, start, stats.end_offset, problem, stats)
+            else:
+                for bad_start, bad_path, bad_problem in unreadable:
+                    # Bounded by this readable segment: its offsets lie below this one's start.
+                    end = max(bad_start, stats.start_offset)
+                    self.quarantine(bad_path, bad_start, end, bad_problem, None)
+                unreadable = []
+                self.record(start, stats, schema)
+        for bad_start, bad_path, bad_problem in unreadable:
+            if self.watermark is not None and bad_start < self.watermark:
+                self.quarantine(bad_path, bad_start, bad_start, bad_problem, None)
+            else:
+                self.set_aside(bad_path, bad_start, bad_problem)
+        self.report.partitions.append(
+            RebuiltPartition(
+                self.topic, self.partition, self.segments, self.records, self.bytes, self.watermark
+            )
+        )
+        log.info(
+            "partition_rebuilt",
+            topic=self.topic,
+            partition=self.partition,
+            segments=self.segments,
+            records=self.records,
+            next_offset=self.watermark,
+        )
+
+    def record(self, start: int, stats: SegmentStats, schema: pa.Schema) -> None:
+        relative = relative_segment_path(self.topic, self.partition, start)
+        self.manifest.commit_segment(self.topic, self.partition, stats, relative, schema)
+        self.watermark = stats.end_offset
+        self.segments += 1
+        self.records += stats.record_count
+        self.bytes += stats.size_bytes
+        log.info(
+            "segment_recorded",
+            topic=self.topic,
+            partition=self.partition,
+            start_offset=stats.start_offset,
+            end_offset=stats.end_offset,
+            records=stats.record_count,
+            path=relative,
+        )
+
+    def quarantine(
+        self, path: Path, start: int, end: int, problem: str, stats: SegmentStats | None
+    ) -> None:
+        relative = path.relative_to(self.root).as_posix()
+        self.manifest.record_quarantined(
+            self.topic,
+            self.partition,
+            relative,
+            problem,
+            start_offset=start,
+            end_offset=end,
+            size_bytes=path.stat().st_size,
+            stats=stats,
+        )
+        self.report.quarantined.append(
+            SkippedFile(self.topic, self.partition, relative, start, problem)
+        )
+        log.error(
+            "segment_quarantined",
+            topic=self.topic,
+            partition=self.partition,
+            start_offset=start,
+            end_offset=end,
+            path=relative,
+            problem=problem,
+            found_by="rebuild",
+        )
+
+    def set_aside(self, path: Path, start: int, problem: str) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = path.with_name(f"{path.name}{SET_ASIDE_MARKER}{stamp}")
+        path.rename(target)
+        relative = target.relative_to(self.root).as_posix()
+        self.report.set_aside.append(
+            SkippedFile(self.topic, self.partition, relative, start, problem)
+        )
+        log.error(
+            "segment_set_aside",
+            topic=self.topic,
+            partition=self.partition,
+            start_offset=start,
+            path=relative,
+            problem=problem,
+            reason="unreadable and after the last readable segment: its records are read "
+            "from Kafka again",
+        )
+
+
+def _read(path: Path, start: int) -> tuple[SegmentStats | None, pa.Schema | None, str | None]:
+    try:
+        stats = inspect_segment(path)
+        schema = open_segment(path).schema
+    except (OSError, pa.ArrowException, InvalidInputError) as exc:
+        return None, None, f"unreadable: {exc}"
+    if stats.start_offset != start:
+        return None, None, f"holds offsets from {stats.start_offset}, its name says {start}"
+    return stats, schema, None

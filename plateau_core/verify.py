@@ -1,0 +1,289 @@
+"""Checking segment files against the manifest: one segment, or the whole store.
+
+`check_segment` is the single definition of "this file is what its row says": recovery runs
+it without the per-batch checksums (cheap), `verify_store` and `plateau verify` with them,
+and `deep=True` also decodes every batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import structlog
+
+from plateau_core import checksums as crcs
+from plateau_core.checksums import ChecksumFormatError
+from plateau_core.errors import ManifestUnusableError
+from plateau_core.manifest import READABLE_STATES, SegmentRecord, SegmentState
+from plateau_core.names import TEMP_MARKER, segment_start
+from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
+from plateau_core.segment_file import open_segment, quick_check
+
+if TYPE_CHECKING:
+    from plateau_core.store import Store
+
+log = structlog.get_logger(__name__)
+
+# The suffix rebuild-manifest gives a file it could not record (see plateau_core.rebuild).
+SET_ASIDE_MARKER = ".unreadable-"
+
+
+def check_segment(
+    path: Path, record: SegmentRecord, deep: bool = False, *, batches: bool = True
+) -> str | None:
+    """What is wrong with the segment file at `path` given its manifest row, or None.
+
+    Checks the size, that the checksummed regions tile the file, the head and tail crcs and
+    (with `batches`) every batch's crc, then the footer and offset column against the row.
+    `deep` decodes every batch with full validation and compares offsets, row count, times
+    and schema with the row. Rows recorded before checksums existed skip the crcs.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "file is missing"
+    if size != record.size_bytes:
+        return f"size is {size} bytes, the manifest says {record.size_bytes}"
+    try:
+        checksums = record.checksums
+    except ChecksumFormatError as exc:
+        return f"its recorded checksums are unreadable: {exc}"
+    if checksums is not None:
+        try:
+            with pa.memory_map(str(path), "r") as source:
+                data = crcs.file_buffer(source)
+                check = crcs.file_problem if batches else crcs.ends_problem
+                problem = check(data, checksums)
+        except (OSError, pa.ArrowException) as exc:
+            return f"unreadable: {exc}"
+        if problem is not None:
+            return problem
+    problem = quick_check(path, record.stats)
+    if problem is not None or not deep:
+        return problem
+    return _deep_check(path, record)
+
+
+def _deep_check(path: Path, record: SegmentRecord) -> str | None:
+    try:
+        reader = open_segment(path)
+        if fingerprint(reader.schema) != record.schema_fingerprint:
+            return (
+                f"schema fingerprint is {fingerprint(reader.schema)}, the manifest says "
+                f"{record.schema_fingerprint}"
+            )
+        rows = 0
+        previous: int | None = None
+        time_min: int | None = None
+        time_max: int | None = None
+        for i in range(reader.num_record_batches):
+            batch = reader.get_batch(i)
+            batch.validate(full=True)
+            if batch.num_rows == 0:
+                continue
+            rows += batch.num_rows
+            offsets = batch.column(OFFSET)
+            first = offsets[0].as_py()
+            if previous is not None and first < previous:
+                return f"offsets go backwards at batch {i}"
+            if (
+                len(offsets) > 1
+                and not pc.all(
+                    pc.greater_equal(offsets.slice(1), offsets.slice(0, len(offsets) - 1))
+                ).as_py()
+            ):
+                return f"offsets go backwards inside batch {i}"
+            previous = offsets[len(offsets) - 1].as_py()
+            bounds = pc.min_max(batch.column(TIMESTAMP).cast(pa.int64()))
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            time_min = low if time_min is None else min(time_min, low)
+            time_max = high if time_max is None else max(time_max, high)
+    except (OSError, pa.ArrowException) as exc:
+        return f"does not decode: {exc}"
+    if rows != record.record_count:
+        return f"decodes to {rows} rows, the manifest says {record.record_count}"
+    if (time_min, time_max) != (record.time_min, record.time_max):
+        return (
+            f"times span {time_min}..{time_max}, the manifest says "
+            f"{record.time_min}..{record.time_max}"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class SegmentProblem:
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    path: str
+    problem: str
+    quarantined: bool  # by this run (for `problems`) or before it (for `quarantined`)
+
+
+@dataclass
+class VerifyReport:
+    """What `verify_store` found. `clean` when there is nothing to act on."""
+
+    data_dir: str
+    deep: bool
+    segments: int = 0  # readable segments checked
+    bytes: int = 0
+    seconds: float = 0.0
+    problems: list[SegmentProblem] = field(default_factory=list)
+    quarantined: list[SegmentProblem] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)
+    temp_files: list[str] = field(default_factory=list)
+    set_aside: list[str] = field(default_factory=list)
+    manifest_problems: list[str] = field(default_factory=list)
+
+    @property
+    def problem_count(self) -> int:
+        return (
+            len(self.problems)
+            + len(self.quarantined)
+            + len(self.orphans)
+            + len(self.temp_files)
+            + len(self.set_aside)
+            + len(self.manifest_problems)
+        )
+
+    @property
+    def clean(self) -> bool:
+        return self.problem_count == 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "clean": self.clean}
+
+    def lines(self) -> list[str]:
+        """The report for people."""
+        kind = "deep" if self.deep else "checksum"
+        out = [
+            f"{self.data_dir}: {kind} check of {self.segments} segments, "
+            f"{self.bytes:,} bytes in {self.seconds:.1f} s"
+        ]
+        for problem in self.manifest_problems:
+            out.append(f"  manifest: {problem}")
+        for found in self.problems:
+            action = "quarantined now" if found.quarantined else "not quarantined"
+            out.append(f"  BAD {_describe(found)}: {found.problem} ({action})")
+        for found in self.quarantined:
+            out.append(f"  QUARANTINED {_describe(found)}: {found.problem}")
+        for path in self.orphans:
+            out.append(f"  ORPHAN {path}: not in the manifest (removed on acquire)")
+        for path in self.temp_files:
+            out.append(f"  TEMP {path}: left by an interrupted seal (removed on acquire)")
+        for path in self.set_aside:
+            out.append(f"  SET ASIDE {path}: unreadable, kept by rebuild-manifest for inspection")
+        out.append("clean" if self.clean else f"{self.problem_count} problem(s)")
+        return out
+
+
+def _describe(found: SegmentProblem) -> str:
+    return (
+        f"{found.path} ({found.topic}[{found.partition}] offsets "
+        f"[{found.start_offset}, {found.end_offset}))"
+    )
+
+
+def verify_store(store: Store, *, deep: bool = False, quarantine: bool = False) -> VerifyReport:
+    """Check every readable segment of every topic against its row and checksums; list
+    files the manifest does not know and rows already quarantined.
+
+    With `quarantine`, a bad segment is moved to the quarantined state (excluded from reads,
+    logged as `segment_quarantined`). Nothing is deleted: orphans and temp files are left to
+    recovery, which removes them when their partition is acquired.
+    """
+    started = time.monotonic()
+    report = VerifyReport(data_dir=str(store.data_dir), deep=deep)
+    report.manifest_problems = store.manifest.integrity_check()
+    # Files first, then rows: a segment sealed in between is then known, not an orphan.
+    files = list(_partition_files(store.data_dir))
+    rows = store.manifest.segments(states=tuple(SegmentState))
+    known = {row.path for row in rows}
+    for relative in files:
+        name = relative.rsplit("/", 1)[-1]
+        if TEMP_MARKER in name:
+            report.temp_files.append(relative)
+        elif SET_ASIDE_MARKER in name:
+            report.set_aside.append(relative)
+        elif segment_start(name) is not None and relative not in known:
+            report.orphans.append(relative)
+    for row in rows:
+        if row.state is SegmentState.QUARANTINED:
+            report.quarantined.append(_found(row, row.problem or "quarantined", quarantined=True))
+            continue
+        if row.state not in READABLE_STATES:
+            continue
+        problem = check_segment(store.segment_path(row), row, deep)
+        report.segments += 1
+        report.bytes += row.size_bytes
+        if problem is None:
+            continue
+        if store.manifest.segment_state(row.id) not in READABLE_STATES:
+            continue  # retention retired it while we looked: not a problem
+        moved = quarantine and store.manifest.quarantine(row.id, problem)
+        report.problems.append(_found(row, problem, quarantined=moved))
+        log.error(
+            "segment_quarantined" if moved else "segment_corrupt",
+            topic=row.topic,
+            partition=row.partition,
+            start_offset=row.start_offset,
+            end_offset=row.end_offset,
+            path=row.path,
+            problem=problem,
+        )
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _found(row: SegmentRecord, problem: str, *, quarantined: bool) -> SegmentProblem:
+    return SegmentProblem(
+        topic=row.topic,
+        partition=row.partition,
+        start_offset=row.start_offset,
+        end_offset=row.end_offset,
+        path=row.path,
+        problem=problem,
+        quarantined=quarantined,
+    )
+
+
+def _partition_files(data_dir: Path) -> Iterator[str]:
+    """Paths relative to data_dir, '/'-separated like the manifest's, of the files in the
+    partition folders."""
+    for path in sorted((data_dir / "topics").glob("*/*/*")):
+        if path.is_file():
+            yield path.relative_to(data_dir).as_posix()
+
+
+def verify_at_start(store: Store, *, full: bool) -> VerifyReport | None:
+    """What serve runs before its workers start: the manifest's own integrity check always,
+    and with `full` every segment's checksums (bad ones are quarantined). Returns the report
+    of the full check."""
+    problems = store.manifest.integrity_check()
+    if problems:
+        raise ManifestUnusableError(
+            store.data_dir, f"fails SQLite's integrity check ({'; '.join(problems[:3])})"
+        )
+    if not full:
+        return None
+    report = verify_store(store, quarantine=True)
+    log.info(
+        "store_verified",
+        data_dir=str(store.data_dir),
+        segments=report.segments,
+        bytes=report.bytes,
+        seconds=round(report.seconds, 3),
+        problems=len(report.problems),
+        quarantined=len(report.quarantined) + len(report.problems),
+        orphans=len(report.orphans),
+        temp_files=len(report.temp_files),
+    )
+    return report

@@ -1,0 +1,210 @@
+"""Rebuilding a lost or corrupted manifest from the segment files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from sqlalchemy import text
+
+from plateau_core import SegmentState, Store, WriterPolicy
+from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
+from plateau_core.segment_file import write_segment
+from plateau_core.verify import verify_store
+from tests.support import batch
+
+SEGMENT_FIELDS = (
+    "topic",
+    "partition",
+    "start_offset",
+    "end_offset",
+    "record_count",
+    "time_min",
+    "time_max",
+    "size_bytes",
+    "path",
+    "schema_fingerprint",
+    "state",
+    "checksums_json",
+)
+
+
+def _fill(data: Path) -> None:
+    """Two topics, three partitions, a schema change, and a store that was replicated."""
+    with Store.open(data) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            for topic, partition in (("a", 0), ("a", 1), ("b", 0)):
+                writer.acquire(topic, partition)
+                for start in range(0, 40, 10):
+                    writer.append(topic, partition, batch(range(start, start + 10)))
+                    writer.flush()
+            extra = {"note": pa.array(["x"] * 5)}
+            writer.append("b", 0, batch(range(40, 45), extra=extra))
+            writer.flush()
+        finally:
+            writer.close()
+        first = store.manifest.segments("a", partitions=[0])[0]
+        store.manifest.mark_replicated([first.id])
+
+
+def _snapshot(store: Store) -> tuple[list[tuple[Any, ...]], dict[tuple[str, int], int]]:
+    rows = [
+        tuple(getattr(r, f) for f in SEGMENT_FIELDS)
+        for r in store.manifest.segments(states=tuple(SegmentState))
+    ]
+    marks = {(s.topic, s.partition): s.next_offset for s in store.spans()}
+    return rows, marks
+
+
+def _drop_manifest(data: Path) -> None:
+    for name in ("manifest.db", "manifest.db-wal", "manifest.db-shm"):
+        (data / name).unlink(missing_ok=True)
+
+
+def _as_sealed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    state = SEGMENT_FIELDS.index("state")
+    return [(*r[:state], SegmentState.SEALED, *r[state + 1 :]) for r in rows]
+
+
+@pytest.mark.parametrize("loss", ["deleted", "corrupted"])
+def test_rebuild_reproduces_segments_offsets_and_watermarks(tmp_path: Path, loss: str) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    with Store.open(data) as store:
+        rows, marks = _snapshot(store)
+        schemas = {t: store.manifest.schemas(t) for t in ("a", "b")}
+        tables = {t: store.read(t).to_table() for t in ("a", "b")}
+    if loss == "deleted":
+        _drop_manifest(data)
+    else:
+        raw = bytearray((data / "manifest.db").read_bytes())
+        raw[:64] = b"\0" * 64
+        (data / "manifest.db").write_bytes(bytes(raw))
+
+    report = rebuild_manifest(data)
+
+    assert report.segments == len(rows)
+    assert report.quarantined == report.set_aside == []
+    if loss == "corrupted":
+        assert any(".broken-" in path for path in report.moved_aside)
+    with Store.open(data) as store:
+        again, again_marks = _snapshot(store)
+        # Replication state is not in the files: the replicated segment comes back sealed.
+        assert again == _as_sealed(rows)
+        assert again_marks == marks
+        assert {t: store.manifest.schemas(t) for t in ("a", "b")} == schemas
+        for topic, table in tables.items():
+            assert store.read(topic).to_table().equals(table)
+        assert verify_store(store).clean
+        # Ingestion resumes at the watermark as before.
+        writer = store.writer(WriterPolicy(fsync=False))
+        assert writer.acquire("a", 0) == 40
+        writer.append("a", 0, batch(range(40, 50)))
+        writer.close()
+        assert store.read("a", partitions=[0]).to_table().column("offset").to_pylist() == list(
+            range(50)
+        )
+    assert any("replicat" in note for note in report.notes)
+
+
+def test_rebuild_is_refused_while_a_partition_is_locked(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    with Store.open(data) as store:
+        writer = store.writer(WriterPolicy())
+        writer.acquire("b", 0)
+        try:
+            with pytest.raises(RebuildRefusedError, match="serve appears to be running"):
+                rebuild_manifest(data)
+        finally:
+            writer.close()
+        # Nothing was touched: the manifest is still the one in use.
+        assert (data / "manifest.db").exists()
+        assert not list(data.glob("*.broken-*"))
+        assert len(store.manifest.segments()) == 13
+
+
+def test_unreadable_and_overlapping_files_are_kept_and_never_served(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    folder = data / "topics/a/0"
+    names = sorted(p.name for p in folder.glob("*.arrow"))  # starts 0, 10, 20, 30
+    (folder / names[1]).write_bytes(b"not a segment at all")
+    last = folder / names[3]
+    last.write_bytes(last.read_bytes()[:200])
+    # In another partition, a leftover that overlaps the segment before it, [20, 30).
+    write_segment(data / "topics/a/1", pa.Table.from_batches([batch(range(25, 35))]))
+    (folder / ".00000000000000000040.arrow.tmp-abcdefabcdef").write_bytes(b"half")
+    _drop_manifest(data)
+
+    report = rebuild_manifest(data)
+
+    quarantined = {q.path: q for q in report.quarantined}
+    overlapping = "topics/a/1/00000000000000000025.arrow"
+    assert set(quarantined) == {f"topics/a/0/{names[1]}", overlapping}
+    assert "unreadable" in quarantined[f"topics/a/0/{names[1]}"].problem
+    assert "overlap" in quarantined[overlapping].problem
+    [aside] = report.set_aside
+    assert aside.start_offset == 30
+    assert (data / aside.path).exists()
+    assert not last.exists()
+    assert report.temp_removed == ["topics/a/0/.00000000000000000040.arrow.tmp-abcdefabcdef"]
+    with Store.open(data) as store:
+        # The watermark is the end of the last readable segment: 30 on is read from Kafka again.
+        assert store.manifest.watermark("a", 0) == 30
+        served = store.read("a", partitions=[0]).to_table().column("offset").to_pylist()
+        assert served == list(range(10)) + list(range(20, 30))
+        writer = store.writer(WriterPolicy(fsync=False))
+        assert writer.acquire("a", 0) == 30
+        writer.append("a", 0, batch(range(30, 40)))  # the replay: no clash with what was kept
+        writer.flush()
+        writer.acquire("a", 1)
+        writer.close()
+        assert (folder / names[1]).exists()  # quarantined files are not orphans
+        assert (data / overlapping).exists()
+        assert store.manifest.watermark("a", 1) == 40
+        served = store.read("a", partitions=[1]).to_table().column("offset").to_pylist()
+        assert served == list(range(40))
+        served = store.read("a", partitions=[0]).to_table().column("offset").to_pylist()
+        assert served == list(range(10)) + list(range(20, 40))
+        report_after = verify_store(store)
+        assert sorted(q.path for q in report_after.quarantined) == sorted(quarantined)
+        assert report_after.set_aside == [aside.path]
+        assert report_after.problems == []
+
+
+def test_watermark_moves_back_to_the_last_segment(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    with Store.open(data) as store:
+        store.manifest.advance_watermark("a", 1, 55)  # skipped records after the last segment
+        store.manifest.record_gap("a", 1, 60, 70)
+    _drop_manifest(data)
+    rebuild_manifest(data)
+    with Store.open(data) as store:
+        assert store.manifest.watermark("a", 1) == 40
+        assert store.manifest.gaps("a") == []
+
+
+def test_rebuild_of_an_empty_data_dir(tmp_path: Path) -> None:
+    with pytest.raises(RebuildRefusedError, match="no data folder"):
+        rebuild_manifest(tmp_path / "empty")
+    (tmp_path / "empty").mkdir()
+    report = rebuild_manifest(tmp_path / "empty")
+    assert report.segments == 0
+    with Store.open(tmp_path / "empty") as store:
+        assert store.spans() == []
+
+
+def test_rebuild_moves_the_old_manifest_aside(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    report = rebuild_manifest(data)
+    moved = [Path(p) for p in report.moved_aside]
+    assert moved and all(p.exists() for p in moved)
+    assert moved[0].name.startswith("manifest.db.broken-")
+    with Store.open(data) as store, store.manifest.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM segments")).scalar() == 13
