@@ -2,7 +2,8 @@
 
 It serves development and the test suite: it listens on 127.0.0.1 only, on free ports
 picked at start, and keeps its data in one folder so that a stopped broker can be started
-again on the same ports with the same data.
+again on the same ports with the same data. With `BrokerSettings.security` it also serves
+SASL_SSL (and SASL_PLAINTEXT) listeners; see bridge.local_kafka.security.
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ from confluent_kafka.admin import AdminClient
 
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+from bridge.local_kafka.security import (
+    CREDENTIALS_FILE,
+    SECURITY_DIR,
+    SecureEndpoints,
+    SecurityMaterial,
+    SecuritySettings,
+    prepare,
+    write_private,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -44,8 +54,10 @@ class BrokerSettings:
     heap: str = "512m"
     start_timeout_s: float = 90.0
     stop_timeout_s: float = 30.0
-    # Extra server.properties entries (for example SASL listeners in security tests).
+    # Extra server.properties entries, applied last (they override anything above).
     properties: Mapping[str, str] = field(default_factory=dict)
+    # SASL_SSL (and SASL_PLAINTEXT) listeners next to PLAINTEXT; None: PLAINTEXT only.
+    security: SecuritySettings | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,7 @@ class BrokerState:
     controller_port: int
     kafka_version: str
     started_at: float
+    secure_bootstrap_servers: str | None = None
 
     def write(self, work_dir: Path) -> None:
         (work_dir / STATE_FILE).write_text(json.dumps(self.__dict__, indent=2) + "\n")
@@ -73,6 +86,7 @@ class BrokerState:
             controller_port=int(raw["controller_port"]),
             kafka_version=str(raw["kafka_version"]),
             started_at=float(raw["started_at"]),
+            secure_bootstrap_servers=raw.get("secure_bootstrap_servers"),
         )
 
 
@@ -134,8 +148,11 @@ class LocalKafka:
         # When the owning process dies (a test run killed hard), the kernel kills the broker
         # too, so no java process is left behind.
         self.tie_to_parent = tie_to_parent
+        self.sasl_ssl_port: int | None = None
+        self.sasl_plaintext_port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
+        self._security: SecurityMaterial | None = None
 
     @property
     def log_path(self) -> Path:
@@ -150,6 +167,22 @@ class LocalKafka:
         if self.port is None:
             raise LocalKafkaError("the broker has not been started yet")
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def security(self) -> SecureEndpoints:
+        """Where and how clients reach the secured listeners (needs `settings.security`)."""
+        material = self._security
+        if material is None or self.sasl_ssl_port is None:
+            raise LocalKafkaError("the broker has no secured listeners, or has not started yet")
+        return SecureEndpoints(
+            sasl_ssl_bootstrap=f"127.0.0.1:{self.sasl_ssl_port}",
+            sasl_plaintext_bootstrap=None
+            if self.sasl_plaintext_port is None
+            else f"127.0.0.1:{self.sasl_plaintext_port}",
+            ca_file=material.ca_file,
+            username=material.username,
+            password=material.password,
+        )
 
     @property
     def pid(self) -> int | None:
@@ -178,10 +211,12 @@ class LocalKafka:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
         self.controller_port = self.controller_port or free_port()
+        formatted = (self.data_dir / "meta.properties").exists()
+        self._prepare_security(formatted)
         properties = self._write_config()
         classpath = f"{libs}/*"
         log4j = f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}"
-        if not (self.data_dir / "meta.properties").exists():
+        if not formatted:
             self._format(java, classpath, log4j, properties)
         cmd = [
             java,
@@ -212,6 +247,7 @@ class LocalKafka:
             controller_port=self.controller_port,
             kafka_version=self.settings.kafka_version,
             started_at=time.time(),
+            secure_bootstrap_servers=self.security.sasl_ssl_bootstrap if self._security else None,
         ).write(self.work_dir)
         self._wait_ready(started)
         log.info(
@@ -265,29 +301,58 @@ class LocalKafka:
             f"{self.settings.start_timeout_s:.0f}s\n{self.log_tail()}"
         )
 
+    def _prepare_security(self, formatted: bool) -> None:
+        security = self.settings.security
+        if security is None:
+            return
+        if formatted and not (self.work_dir / SECURITY_DIR / CREDENTIALS_FILE).exists():
+            # SCRAM users are created when the storage is formatted, so they cannot be added
+            # to a broker folder that was first started without security.
+            raise LocalKafkaError(
+                f"{self.work_dir} was formatted without security; use a fresh broker folder"
+            )
+        self._security = prepare(self.work_dir, security)
+        self.sasl_ssl_port = self.sasl_ssl_port or free_port()
+        if security.sasl_plaintext:
+            self.sasl_plaintext_port = self.sasl_plaintext_port or free_port()
+
     def _format(self, java: str, classpath: str, log4j: str, properties: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         cmd = [java, log4j, "-cp", classpath, "kafka.tools.StorageTool", "format"]
         # `--cluster-id=` form: a random id may start with "-" and read as an option.
         cmd += [f"--cluster-id={cluster_id}", f"--config={properties}"]
+        if self._security is not None:
+            cmd += ["--add-scram", self._security.scram_argument()]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
+            output = done.stdout + done.stderr
+            if self._security is not None:
+                output = output.replace(self._security.password, "***")
             raise LocalKafkaError(
                 f"formatting KRaft storage in {self.data_dir} failed (exit {done.returncode}):\n"
-                f"{done.stdout}{done.stderr}"
+                f"{output}"
             )
 
     def _write_config(self) -> Path:
+        # Each client listener is named after its protocol.
+        client_listeners: dict[str, int | None] = {"PLAINTEXT": self.port}
+        if self.sasl_ssl_port is not None:
+            client_listeners["SASL_SSL"] = self.sasl_ssl_port
+        if self.sasl_plaintext_port is not None:
+            client_listeners["SASL_PLAINTEXT"] = self.sasl_plaintext_port
+        protocols = {name: name for name in client_listeners} | {"CONTROLLER": "PLAINTEXT"}
+        advertised = ",".join(f"{n}://127.0.0.1:{p}" for n, p in client_listeners.items())
         props: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                f"{name}:{protocol}" for name, protocol in protocols.items()
+            ),
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "offsets.topic.replication.factor": "1",
@@ -300,9 +365,13 @@ class LocalKafka:
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
         }
+        if self._security is not None:
+            secured = [n for n in client_listeners if n != "PLAINTEXT"]
+            props.update(self._security.server_properties(secured))
         props.update(self.settings.properties)
         path = self.work_dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        # Owner-only: with PLAIN enabled it holds the user's password.
+        write_private(path, "".join(f"{k}={v}\n" for k, v in props.items()))
         (self.work_dir / "log4j2.properties").write_text(_LOG4J_TEMPLATE.format(log=self.log_path))
         return path
 

@@ -6,6 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
+import yaml
+
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka.broker import (
     STATE_FILE,
@@ -17,6 +19,12 @@ from bridge.local_kafka.broker import (
     stop_pid,
 )
 from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+from bridge.local_kafka.security import (
+    SECURITY_DIR,
+    SecureEndpoints,
+    SecuritySettings,
+    write_private,
+)
 from plateau_core.cache import default_cache_dir
 
 
@@ -37,6 +45,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions.add_parser("fetch", help="download the broker jars with Maven (once)")
     start = actions.add_parser("start", help="start the broker in the background")
     start.add_argument("--port", type=int, default=None, help="listener port (default: free)")
+    start.add_argument(
+        "--secure",
+        action="store_true",
+        help="also serve SASL_SSL and SASL_PLAINTEXT (SCRAM-SHA-256, PLAIN) with a generated "
+        "CA; writes plateau's kafka settings to <dir>/security/plateau-kafka.yaml",
+    )
     actions.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
     actions.add_parser("status", help="say whether the broker runs and where")
     parser.set_defaults(handler=run)
@@ -54,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         (work_dir / STATE_FILE).unlink(missing_ok=True)
         state = None
     if args.action == "start":
+        if args.secure:
+            settings = BrokerSettings(kafka_version=args.kafka_version, security=SecuritySettings())
         return _start(work_dir, settings, state, args.port)
     if args.action == "stop":
         return _stop(work_dir, settings, state)
@@ -68,8 +84,27 @@ def _start(
     if state is not None:
         print(f"already running: {state.bootstrap_servers} (pid {state.pid})")
         return 0
-    print(LocalKafka(work_dir, settings, port=port).start())
+    broker = LocalKafka(work_dir, settings, port=port)
+    bootstrap = broker.start()
+    if settings.security is not None:
+        secured = broker.security
+        snippet = _write_client_settings(work_dir, secured)
+        print(
+            f"SASL_SSL: {secured.sasl_ssl_bootstrap}, SASL_PLAINTEXT: "
+            f"{secured.sasl_plaintext_bootstrap}, user {secured.username}, CA {secured.ca_file}"
+        )
+        print(f"plateau settings (with the password): {snippet}")
+    print(bootstrap)
     return 0
+
+
+def _write_client_settings(work_dir: Path, secured: SecureEndpoints) -> Path:
+    """A `kafka:` section to paste into plateau.yaml; owner-only, as it holds the password."""
+    config = secured.client_config()
+    kafka: dict[str, str] = {"bootstrap_servers": config.pop("bootstrap.servers"), **config}
+    path = work_dir / SECURITY_DIR / "plateau-kafka.yaml"
+    write_private(path, yaml.safe_dump({"kafka": kafka}, sort_keys=False))
+    return path
 
 
 def _stop(work_dir: Path, settings: BrokerSettings, state: BrokerState | None) -> int:
@@ -88,8 +123,11 @@ def _status(work_dir: Path, state: BrokerState | None) -> int:
         return 1
     answering = broker_answers(state.bootstrap_servers)
     uptime = time.time() - state.started_at
+    secured = (
+        f", SASL_SSL {state.secure_bootstrap_servers}" if state.secure_bootstrap_servers else ""
+    )
     print(
         f"{'running' if answering else 'not answering'}: {state.bootstrap_servers} "
-        f"(pid {state.pid}, Kafka {state.kafka_version}, up {uptime:.0f}s, dir {work_dir})"
+        f"(pid {state.pid}, Kafka {state.kafka_version}, up {uptime:.0f}s, dir {work_dir}{secured})"
     )
     return 0 if answering else 1

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from confluent_kafka.admin import AdminClient
 
+from bridge.check import check
+from bridge.config import parse_config
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.broker import is_broker_process, pid_alive
@@ -89,3 +93,41 @@ def test_session_broker_is_tied_to_this_process(kafka_broker: LocalKafka | None)
     # The broker runs in its own session, so a Ctrl-C at the terminal does not reach it
     # before the fixture stops it cleanly.
     assert os.getsid(pid) != os.getsid(0)
+
+
+def test_cli_secure_start_survives_a_restart(tmp_path: Path) -> None:
+    work_dir = tmp_path / "secure-kafka"
+
+    def plateau(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "bridge.cli", "kafka", "--dir", str(work_dir), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+
+    def secured_check() -> list[str]:
+        snippet = yaml.safe_load((work_dir / "security" / "plateau-kafka.yaml").read_text())
+        config = parse_config(
+            {
+                "kafka": snippet["kafka"],
+                "storage": {"data_dir": str(tmp_path / "data")},
+                "topics": [{"source": "anything"}],
+            }
+        )
+        return check(config, timeout_s=20)
+
+    try:
+        started = plateau("start", "--secure")
+        assert started.returncode == 0, started.stderr
+        assert "SASL_SSL: 127.0.0.1:" in started.stdout
+        assert stat.S_IMODE((work_dir / "security" / "plateau-kafka.yaml").stat().st_mode) == 0o600
+        assert "SASL_SSL 127.0.0.1:" in plateau("status").stdout
+        ca = (work_dir / "security" / "ca.pem").read_bytes()
+        assert any(line.endswith("answered (1 broker(s))") for line in secured_check())
+        assert plateau("stop").returncode == 0
+
+        # The SCRAM user lives in the formatted metadata: a restart must keep its password
+        # (and the CA clients already trust), whatever ports it gets this time.
+        again = plateau("start", "--secure")
+        assert again.returncode == 0, again.stderr
+        assert (work_dir / "security" / "ca.pem").read_bytes() == ca
+        assert any(line.endswith("answered (1 broker(s))") for line in secured_check())
+    finally:
+        plateau("stop")
