@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import structlog
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bridge.decode import Poison
 from bridge.decode.common import header_list, offset_of
 from bridge.errors import BridgeError
+from bridge.kafka_client import librdkafka_logger
 
 log = structlog.get_logger(__name__)
 
@@ -33,7 +34,7 @@ class DeadLetters:
         if not poison:
             return
         if self._producer is None:
-            self._producer = Producer(self._config)
+            self._producer = Producer(self._config, logger=librdkafka_logger())
         failures: list[str] = []
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
@@ -50,14 +51,20 @@ class DeadLetters:
                 (ERROR_HEADERS[3], item.error.encode()),
             ]
             _kind, stamp = message.timestamp()
-            self._producer.produce(
-                dlq_topic,
-                value=message.value(),
-                key=message.key(),
-                headers=headers,
-                timestamp=stamp if stamp > 0 else 0,
-                on_delivery=delivered,
-            )
+            try:
+                self._producer.produce(
+                    dlq_topic,
+                    value=message.value(),
+                    key=message.key(),
+                    headers=headers,
+                    timestamp=stamp if stamp > 0 else 0,
+                    on_delivery=delivered,
+                )
+            except (KafkaException, BufferError) as exc:
+                raise BridgeError(
+                    f"cannot send {message.topic()}[{message.partition()}] offset "
+                    f"{offset_of(message)} to the dead-letter topic {dlq_topic!r}: {exc}"
+                ) from None
             log.warning(
                 "record_dead_lettered",
                 topic=message.topic(),

@@ -38,7 +38,7 @@ from bridge.decode import Decoder, Poison, decoder_for
 from bridge.decode.common import offset_of
 from bridge.dlq import DeadLetters
 from bridge.errors import BridgeError
-from bridge.kafka_client import ENFORCED_CONSUMER, client_config
+from bridge.kafka_client import ENFORCED_CONSUMER, client_config, librdkafka_logger
 from bridge.telemetry import WorkerTelemetry
 from bridge.worker_status import StatusFile, new_run_id
 from plateau_core import (
@@ -50,8 +50,12 @@ from plateau_core import (
     WriterListener,
     WriterPolicy,
 )
+from plateau_core.errors import InvalidInputError
+from plateau_core.names import validate_topic
+from plateau_core.schema import merge_schemas
 
 log = structlog.get_logger(__name__)
+CLIENT_ERROR_LOG_INTERVAL_S = 30.0
 
 Key = tuple[str, int]  # (source topic, partition)
 
@@ -144,6 +148,9 @@ class Worker:
         if previous is not None:  # restarted by the supervisor: counters carry on
             self.telemetry.load(previous.get("telemetry", {}))
         self._kafka_down: str | None = None
+        self._gaps_due = 0.0
+        # Per error code: when it was last logged and how often it recurred since.
+        self._client_errors: dict[str, tuple[float, int]] = {}
         self._sealed: queue.SimpleQueue[Committable] = queue.SimpleQueue()
         self._wake = threading.Event()
         storage = config.storage
@@ -165,7 +172,9 @@ class Worker:
             "error_cb": self._on_client_error,
             "stats_cb": self._on_stats,
         }
-        self.consumer = Consumer({**self._consumer_config(), **callbacks}, logger=None)
+        self.consumer = Consumer(
+            {**self._consumer_config(), **callbacks}, logger=librdkafka_logger()
+        )
 
     # --- configuration --------------------------------------------------------------------
 
@@ -193,7 +202,13 @@ class Worker:
         return client_config(self.config, defaults, enforced)
 
     def _producer_config(self) -> dict[str, str | int]:
-        return client_config(self.config, {"linger.ms": 5}, {"enable.idempotence": "true"})
+        defaults: dict[str, str | int] = {
+            "linger.ms": 5,
+            # A poison record is as large as the source topic allowed; librdkafka's 1 MB
+            # default would refuse a bigger one before the DLQ's broker is even asked.
+            "message.max.bytes": 1_000_000_000,
+        }
+        return client_config(self.config, defaults, {"enable.idempotence": "true"})
 
     def subscriptions(self) -> list[str]:
         return [
@@ -221,6 +236,9 @@ class Worker:
                 self._commit_sealed()
                 if messages:
                     self._ingest(messages)
+                if time.monotonic() >= self._gaps_due:
+                    self._gaps_due = time.monotonic() + 1.0
+                    self._advance_past_gaps()
                 if self._status.due():
                     self._status.write(self.snapshot())
         finally:
@@ -238,6 +256,31 @@ class Worker:
                 fresh = list(itertools.compress(fetched, (o >= state.next_offset for o in offsets)))
             if fresh:
                 self._land(key, state, fresh)
+
+    def _advance_past_gaps(self) -> None:
+        """Move each partition past offsets Kafka's consumer skipped without delivering a
+        record: transaction markers, and with read_committed the records of aborted
+        transactions.
+
+        Gaps between landed records need nothing; but when a partition ends with them (every
+        committed transaction does: its marker is the last offset), neither the watermark
+        nor the committed offset would reach the end, and the partition would look stalled
+        with records "waiting" forever. The consumer's position is past them; the watermark
+        moves there once everything before it is sealed, as it does over skipped poison.
+        """
+        active = {key: s for key, s in self._partitions.items() if s.paused_reason is None}
+        if not active:
+            return
+        try:
+            positions = self.consumer.position([TopicPartition(t, p) for t, p in active])
+        except KafkaException:
+            return  # asked again in a second
+        for tp in positions:
+            state = active.get((tp.topic, tp.partition))
+            if state is None or tp.error is not None or tp.offset <= state.next_offset:
+                continue
+            self.writer.skip(state.plateau_topic, tp.partition, tp.offset)
+            state.next_offset = tp.offset
 
     def _without_errors(self, messages: Sequence[Message]) -> Sequence[Message]:
         errors = list(map(Message.error, messages))
@@ -403,10 +446,29 @@ class Worker:
             mapping = self.config.mapping_for(source)
             if mapping is None:
                 raise BridgeError(f"no topic mapping matches the assigned topic {source!r}")
-            route = Route(mapping, mapping.plateau_topic(source), decoder_for(mapping))
+            plateau_topic = mapping.plateau_topic(source)
+            try:
+                validate_topic(plateau_topic)
+            except InvalidInputError as exc:
+                index = self.config.topics.index(mapping)
+                raise BridgeError(
+                    f"topics.{index}.name {mapping.name!r} lands Kafka topic {source!r} in "
+                    f"{plateau_topic!r}, which is not a usable plateau topic: {exc}"
+                ) from None
+            route = Route(mapping, plateau_topic, decoder_for(mapping))
+            self._seed(route)
             self._routes[source] = route
             self._plateau_to_source[route.plateau_topic] = source
         return route
+
+    def _seed(self, route: Route) -> None:
+        stored = self.store.manifest.schemas(route.plateau_topic)
+        if not stored:
+            return
+        try:
+            route.decoder.seed(merge_schemas(stored.values()))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            log.warning("stored_schemas_disagree", topic=route.plateau_topic, error=str(exc))
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -549,7 +611,22 @@ class Worker:
         self.telemetry.add("errors", ("kafka_" + error.name().strip("_").lower(),))
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
             self._kafka_down = f"all brokers down ({self.config.kafka.bootstrap_servers})"
-        log.warning("kafka_client_error", worker=self.name, error=str(error), code=error.name())
+        # librdkafka reports every failed attempt of every connection (with its own
+        # backoff); during an outage that is tens of lines a second. Log each kind once,
+        # then once per CLIENT_ERROR_LOG_INTERVAL_S with how often it recurred meanwhile.
+        now = time.monotonic()
+        last, repeated = self._client_errors.get(error.name(), (-CLIENT_ERROR_LOG_INTERVAL_S, 0))
+        if now - last < CLIENT_ERROR_LOG_INTERVAL_S:
+            self._client_errors[error.name()] = (last, repeated + 1)
+            return
+        self._client_errors[error.name()] = (now, 0)
+        log.warning(
+            "kafka_client_error",
+            worker=self.name,
+            error=str(error),
+            code=error.name(),
+            repeated=repeated,
+        )
 
     def _on_stats(self, document: str) -> None:
         """librdkafka's statistics: whether any real broker connection is up."""
@@ -561,6 +638,7 @@ class Worker:
         if any(state == "UP" for state in states):
             if self._kafka_down is not None:
                 log.info("kafka_reachable", worker=self.name)
+                self._client_errors.clear()  # a new outage is logged from its first error
             self._kafka_down = None
         elif states:
             self._kafka_down = f"no broker connection up ({self.config.kafka.bootstrap_servers})"

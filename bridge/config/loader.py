@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from bridge.config.models import Config
+from bridge.config.models import Config, KafkaConfig
 from bridge.errors import ConfigError
 
 ENV_PREFIX = "PLATEAU__"
@@ -20,12 +20,18 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     """The validated configuration, or ConfigError naming the file, the key path and why."""
     source = Path(path)
     try:
-        text = source.read_text()
+        text = source.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text: {exc}") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid YAML: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits, say
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     if raw is None:
         raw = {}
@@ -86,25 +92,21 @@ def apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str], source: Pat
             parts[1] = parts[1].replace("_", ".")
         try:
             parsed = yaml.safe_load(value) if value else value
-        except yaml.YAMLError:
-            parsed = value
+        except (yaml.YAMLError, RecursionError, ValueError):
+            parsed = value  # validated as the string it is
         _set(raw, parts, parsed, name, source)
 
 
-_KAFKA_FIELDS = {
-    "bootstrap_servers",
-    "group_id",
-    "auto_offset_reset",
-    "isolation_level",
-    "poll_batch",
-}
+# plateau's own kafka keys keep their underscores; any other key is librdkafka's.
+_KAFKA_FIELDS = frozenset(KafkaConfig.model_fields)
 
 
 def _set(node: Any, parts: list[str], value: Any, env_name: str, source: Path) -> None:
     for i, part in enumerate(parts):
         last = i == len(parts) - 1
         if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
+            # isdecimal, not isdigit: int() refuses digits like "²" that isdigit accepts.
+            if not part.isdecimal() or int(part) >= len(node):
                 raise ConfigError(f"{env_name}: {source} has no list item {part!r} there")
             if last:
                 node[int(part)] = value

@@ -120,6 +120,12 @@ class StorageConfig(Strict):
     retention_interval: Duration = Field(
         default=30.0, description="How often retention runs while serving."
     )
+    verify_on_start: bool = Field(
+        default=True,
+        description="Check every segment's checksums once when serve starts, before its "
+        "workers, quarantining bad ones: reads the whole store, so start-up takes about "
+        "its size divided by the disk's read speed (seconds per GiB from a cold disk).",
+    )
 
 
 class RollConfig(Strict):
@@ -252,8 +258,14 @@ class TopicMapping(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> TopicMapping:
         if self.name is not None:
+            # With the shortest Kafka topic for {source}: a template that is too long even
+            # then, or that escapes its folder, is refused here rather than when a topic
+            # matches (a longer matching topic is refused by the worker, naming this key).
             template = self.name.replace("{source}", "x")
-            validate_topic(template)
+            try:
+                validate_topic(template)
+            except ValueError as exc:
+                raise ValueError(f"name {_short(self.name)}: {exc}") from None
             if self.is_regex and "{source}" not in self.name:
                 raise ValueError(
                     "a regex mapping lands each matching topic separately: its name must "
@@ -262,7 +274,10 @@ class TopicMapping(Strict):
         if self.on_error == "dlq" and not self.dlq:
             raise ValueError("on_error: dlq needs a dlq topic")
         if self.dlq is not None:
-            validate_topic(self.dlq)
+            try:
+                validate_topic(self.dlq)
+            except ValueError as exc:
+                raise ValueError(f"dlq {_short(self.dlq)}: {exc}") from None
         if self.schema_ is not None and self.format != "json":
             raise ValueError("schema applies to format: json only")
         if self.timestamp.startswith("field:") and self.format == "raw":
@@ -311,6 +326,11 @@ class S3Config(Strict):
             secret_access_key=_secret(self.secret_access_key),
             session_token=_secret(self.session_token),
         )
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
 def _secret(value: SecretStr | None) -> str | None:

@@ -13,27 +13,42 @@ from confluent_kafka import Message
 
 from bridge.decode.common import Decoded, Envelope, Poison, envelope_columns
 from bridge.decode.json_format import RESERVED, event_times
-from plateau_core.schema import TIMESTAMP_TYPE
+from plateau_core.errors import InvalidInputError
+from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch
 
 
 class ArrowDecoder:
     def __init__(self, envelope: Envelope, timestamp_field: str | None = None) -> None:
         self.envelope = envelope
         self.timestamp_field = timestamp_field
+        # The data columns so far, unified: a message whose columns cannot be unified with
+        # them is poison, so the topic's segments stay readable as one table.
+        self.known: pa.Schema | None = None
+
+    def seed(self, stored: pa.Schema) -> None:
+        """Start from the columns the plateau topic already has (after a restart)."""
+        fields = [f for f in stored if f.name not in RESERVED]
+        self.known = _unified(self.known, pa.schema(fields)) or self.known
 
     def decode(self, messages: Sequence[Message]) -> Decoded:
         result = Decoded()
         for message in messages:
             try:
                 table = _read_stream(message.value())
-            except (pa.ArrowException, ValueError) as exc:
+            # A truncated or corrupted stream surfaces as OSError ("Expected to be able to
+            # read 80 bytes for message body") as often as ArrowInvalid.
+            except (pa.ArrowException, OSError, ValueError) as exc:
                 result.poison.append(Poison(message, f"not an Arrow IPC stream: {exc}"))
                 continue
             if table.num_rows == 0:
                 continue
-            clash = [n for n in table.column_names if n in RESERVED]
-            if clash:
-                result.poison.append(Poison(message, f"columns {clash} shadow plateau's own"))
+            problem = _schema_problem(table)
+            if problem is not None:
+                result.poison.append(Poison(message, problem))
+                continue
+            known = _unified(self.known, table.schema)
+            if known is None:
+                result.poison.append(Poison(message, _type_change(self.known, table.schema)))
                 continue
             timestamps = None
             if self.timestamp_field is not None:
@@ -41,6 +56,7 @@ class ArrowDecoder:
                 if bad:
                     result.poison.append(Poison(message, next(iter(bad.values()))))
                     continue
+            self.known = known
             result.batches.extend(self._rows(message, table, timestamps))
         return _merge_runs(result)
 
@@ -64,6 +80,50 @@ def _read_stream(value: bytes | None) -> pa.Table:
         table = reader.read_all()
     table.validate(full=True)
     return table
+
+
+def _unified(known: pa.Schema | None, schema: pa.Schema) -> pa.Schema | None:
+    """`known` widened by `schema` (new columns added, int32 to int64 and the like), or None
+    when a column changed to a type it cannot be read together with."""
+    if known is None:
+        return schema.remove_metadata()
+    if schema.equals(known):  # the common case, without building a new schema
+        return known
+    try:
+        return pa.unify_schemas([known, schema.remove_metadata()], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def _type_change(known: pa.Schema | None, schema: pa.Schema) -> str:
+    changed = [
+        f"{f.name!r} is {f.type}, the topic's is {known.field(f.name).type}"
+        for f in schema
+        if known is not None and f.name in known.names and known.field(f.name).type != f.type
+    ]
+    return "columns changed type: " + "; ".join(changed)
+
+
+def _schema_problem(table: pa.Table) -> str | None:
+    """Why the writer would refuse these columns (duplicate names, a type plateau does not
+    store, plateau's own names), or None.
+
+    Checked per message so that the message is poison: the writer's refusal of an append
+    would stop the worker whatever on_error says.
+    """
+    clash = [n for n in table.column_names if n in RESERVED]
+    if clash:
+        return f"columns {clash} shadow plateau's own"
+    empty = table.to_batches()[0].slice(0, 0)
+    probe = pa.RecordBatch.from_arrays(
+        [pa.array([], pa.int64()), pa.array([], TIMESTAMP_TYPE), *empty.columns],
+        names=["offset", "timestamp", *empty.schema.names],
+    )
+    try:
+        normalize_batch(probe)
+    except InvalidInputError as exc:
+        return f"not storable: {exc}"
+    return None
 
 
 def _repeat(array: pa.Array, n: int) -> pa.Array:

@@ -40,6 +40,10 @@ class Decoder(Protocol):
         """Decode messages of one partition, given in offset order."""
         ...
 
+    def seed(self, stored: pa.Schema) -> None:
+        """The plateau topic's columns so far (from its segments), before the first decode."""
+        ...
+
 
 @dataclass(frozen=True)
 class Envelope:

@@ -8,6 +8,7 @@ become poison, in offset order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping, Sequence
 
@@ -43,6 +44,21 @@ class JsonDecoder:
         )
         self.known: pa.Schema | None = self.declared
         self.timestamp_field = timestamp_field
+
+    def seed(self, stored: pa.Schema) -> None:
+        """Start from the columns the plateau topic already has (after a restart): a field
+        that changes type against them is poison, as it would be without the restart,
+        instead of landing as a column the topic's segments cannot be read together with."""
+        if self.declared is not None:
+            return
+        fields = [
+            f.with_name(f.name[:-1]) if f.name[:-1] in RESERVED else f
+            for f in stored
+            if f.name not in RESERVED
+        ]
+        # When the stored segments already disagree, decoding goes on from what it learns.
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
+            self.known = _widen([self.known, pa.schema(fields)])
 
     def decode(self, messages: Sequence[Message]) -> Decoded:
         result = Decoded()
@@ -93,7 +109,7 @@ class JsonDecoder:
     def _read(self, lines: list[bytes]) -> pa.Table:
         data = b"\n".join(lines)
         options = pajson.ParseOptions(
-            explicit_schema=self.known,
+            explicit_schema=_pinned(self.known),
             unexpected_field_behavior="ignore" if self.declared is not None else "infer",
         )
         read = pajson.ReadOptions(block_size=max(len(data) + 1, 1 << 16), use_threads=False)
@@ -140,7 +156,29 @@ def _one_line(value: bytes | None) -> tuple[bytes, str | None]:
             stripped = json.dumps(json.loads(stripped), separators=(",", ":")).encode()
         except (ValueError, UnicodeDecodeError) as exc:
             return b"", f"not JSON: {exc}"
+    if not stripped.startswith(b"{"):
+        # Arrow's reader takes a top-level `null` as a row of nulls next to other rows, and
+        # crashes the process on a block of nothing else; numbers, strings and arrays it
+        # refuses, but only after parsing.
+        return b"", f"not a JSON object: {stripped[:40]!r}"
     return stripped, None
+
+
+def _pinned(known: pa.Schema | None) -> pa.Schema | None:
+    """The fields whose types later records must keep: those seen with a value.
+
+    A field seen only as null (or an empty list) has no type yet; pinning it to null would
+    make every later record with a value for it poison.
+    """
+    if known is None:
+        return None
+    return pa.schema([f for f in known if not _has_null(f.type)])
+
+
+def _has_null(dtype: pa.DataType) -> bool:
+    if pa.types.is_null(dtype):
+        return True
+    return any(_has_null(dtype.field(i).type) for i in range(dtype.num_fields))
 
 
 def _short(exc: Exception) -> str:

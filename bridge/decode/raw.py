@@ -14,6 +14,9 @@ class RawDecoder:
     def __init__(self, envelope: Envelope) -> None:
         self.envelope = envelope
 
+    def seed(self, stored: pa.Schema) -> None:
+        """Nothing to learn: the columns of a raw topic never change."""
+
     def decode(self, messages: Sequence[Message]) -> Decoded:
         if not messages:
             return Decoded()

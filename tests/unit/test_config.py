@@ -121,12 +121,16 @@ def test_environment_overrides(tmp_path: Path) -> None:
         env={
             "PLATEAU__KAFKA__BOOTSTRAP_SERVERS": "b:2",
             "PLATEAU__KAFKA__SASL_PASSWORD": "s3cret",
+            "PLATEAU__KAFKA__START_WITHOUT_WATERMARK": "committed",
             "PLATEAU__STORAGE__MEMORY_BUDGET": "64MiB",
             "PLATEAU__TOPICS__0__FORMAT": "json",
             "UNRELATED": "x",
         },
     )
     assert config.kafka.bootstrap_servers == "b:2"
+    # Every one of plateau's own kafka keys, not only some, is told from librdkafka's.
+    assert config.kafka.start_without_watermark == "committed"
+    assert "start.without.watermark" not in config.kafka.librdkafka()
     assert config.kafka.librdkafka()["sasl.password"] == "s3cret"
     assert config.storage.memory_budget == 64 * 1024 * 1024
     assert config.topics[0].format == "json"

@@ -1,0 +1,122 @@
+"""Decoders on bad input, without a broker: every message ends as rows or as poison with a
+reason, never as an exception (which would stop the worker whatever on_error says) or a
+crash. tests/reliability/test_bad_input.py runs the same cases end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+
+from bridge.config import TopicMapping
+from bridge.decode import Decoded, decoder_for
+
+
+def _decode(mapping: dict[str, object], values: list[bytes | None]) -> Decoded:
+    decoder = decoder_for(TopicMapping.model_validate({"source": "t", **mapping}))
+    return decoder.decode([_message(i, v) for i, v in enumerate(values)])
+
+
+def _message(offset: int, value: bytes | None) -> Message:
+    return Message(
+        topic="t",
+        partition=0,
+        offset=offset,
+        value=value,
+        timestamp=(TIMESTAMP_CREATE_TIME, 1_700_000_000_000),
+    )
+
+
+def _poison(decoded: Decoded) -> dict[int, str]:
+    return {p.message.offset() or 0: p.error for p in decoded.poison}
+
+
+def _rows(decoded: Decoded) -> int:
+    return sum(b.num_rows for b in decoded.batches)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@pytest.mark.parametrize("document", [b"null", b"3", b'"s"', b"[1, 2]", b"true"])
+def test_json_documents_that_are_not_objects_are_poison(document: bytes) -> None:
+    # A block holding only `null` crashed Arrow's JSON reader (a segfault); next to other
+    # rows it became a row of nulls.
+    alone = _decode({"format": "json"}, [document])
+    assert _rows(alone) == 0 and "not a JSON object" in _poison(alone)[0]
+    mixed = _decode({"format": "json"}, [b'{"a": 1}', document, b'{"a": 2}'])
+    assert _rows(mixed) == 2 and set(_poison(mixed)) == {1}
+
+
+def test_json_field_first_seen_as_null_takes_the_first_type_it_gets() -> None:
+    decoder = decoder_for(TopicMapping(source="t", format="json"))
+    values = [b'{"f": null, "g": []}', b'{"f": 5, "g": [1]}', b'{"f": "x"}']
+    results = [decoder.decode([_message(i, v)]) for i, v in enumerate(values)]
+    assert [_rows(r) for r in results] == [1, 1, 0]
+    assert results[1].batches[0].schema.field("f").type == pa.int64()
+
+
+def test_json_seeded_decoder_refuses_a_type_change_after_a_restart() -> None:
+    decoder = decoder_for(TopicMapping(source="t", format="json"))
+    decoder.seed(pa.schema([("offset", pa.int64()), ("f", pa.int64()), ("offset_", pa.string())]))
+    decoded = decoder.decode([_message(0, b'{"f": "x"}'), _message(1, b'{"f": 2, "offset": "o"}')])
+    assert set(_poison(decoded)) == {0} and _rows(decoded) == 1
+
+
+def test_arrow_stream_truncated_anywhere_is_poison_or_complete() -> None:
+    table = pa.table({"n": list(range(6))})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=2)
+    whole = bytes(sink.getvalue().to_pybytes())
+    empty = 0
+    for cut in range(len(whole)):
+        decoded = _decode({"format": "arrow"}, [whole[:cut]])
+        # Cut at a batch boundary the stream is a shorter valid one; anywhere else, poison.
+        assert _rows(decoded) in (0, 2, 4, 6)
+        assert not (decoded.poison and _rows(decoded))
+        empty += not decoded.poison and not _rows(decoded)
+    assert empty == 1  # the schema alone: a valid stream of no rows, nothing to land
+
+
+@pytest.mark.parametrize(
+    ("table", "why"),
+    [
+        (pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"]), "duplicate"),
+        (pa.table({"u": pa.array(["a"]).dictionary_encode()}), "unsupported"),
+        (pa.table({"d": pa.array([1], pa.duration("s"))}), "unsupported"),
+        (pa.table({"key": [1]}), "shadow"),
+    ],
+)
+def test_arrow_columns_plateau_cannot_store_are_poison(table: pa.Table, why: str) -> None:
+    decoded = _decode({"format": "arrow"}, [_ipc(pa.table({"a": [1]})), _ipc(table)])
+    assert _rows(decoded) == 1 and why in _poison(decoded)[1]
+
+
+def test_arrow_column_that_changes_type_is_poison() -> None:
+    values = [
+        _ipc(pa.table({"a": pa.array([1], pa.int64())})),
+        _ipc(pa.table({"a": ["one"]})),
+        _ipc(pa.table({"a": pa.array([2], pa.int32())})),  # widens to the topic's int64
+        _ipc(pa.table({"b": [1.5]})),  # a new column
+    ]
+    decoded = _decode({"format": "arrow"}, values)
+    assert _rows(decoded) == 3
+    assert "'a' is string, the topic's is int64" in _poison(decoded)[1]
+
+
+def test_random_bytes_never_raise() -> None:
+    rng = random.Random(7)
+    for fmt in ("json", "arrow"):
+        values: list[bytes | None] = [rng.randbytes(rng.randrange(1, 300)) for _ in range(300)]
+        values += [b"\xff\xff\xff\xff" + rng.randbytes(40) for _ in range(50)]
+        values += [json.dumps({"n": 1}).encode(), None]
+        decoded = _decode({"format": fmt}, values)
+        assert _rows(decoded) + len(decoded.poison) >= len(values) - 1
