@@ -7,14 +7,19 @@ import argparse
 import json
 import sys
 
+import structlog
+
 from bridge.commands import config_argument
 from bridge.config import load_config
 from bridge.config.models import Config
 from bridge.serve import open_store
+from plateau_core import SegmentState, Store
 from plateau_core.errors import ManifestUnusableError
 from plateau_core.rebuild import rebuild_manifest
 from plateau_core.store import segment_files
 from plateau_core.verify import verify_store
+
+log = structlog.get_logger(__name__)
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +36,12 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "--quarantine",
         action="store_true",
         help="mark bad segments quarantined, so queries and replication exclude them",
+    )
+    verify_parser.add_argument(
+        "--forget-quarantined",
+        action="store_true",
+        help="once you gave up on quarantined segments: hand them to retention, which "
+        "deletes their files after storage.deletion_grace and drops their rows",
     )
     verify_parser.add_argument("--json", action="store_true", help="one JSON object")
     verify_parser.set_defaults(handler=_verify)
@@ -57,14 +68,39 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"manifest: {exc}")
         return 1
     try:
+        forgotten = _forget_quarantined(store) if args.forget_quarantined else 0
         report = verify_store(store, deep=args.deep, quarantine=args.quarantine)
     finally:
         store.close()
+    if forgotten:
+        print(
+            f"{forgotten} quarantined segment(s) handed to retention: files deleted after "
+            f"storage.deletion_grace ({config.storage.deletion_grace:g}s)",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         print("\n".join(report.lines()))
     return 0 if report.clean else 1
+
+
+def _forget_quarantined(store: Store) -> int:
+    """Quarantined rows stay (excluded, listed by verify) until an operator lets them go;
+    marking them deleting lets retention remove file and row the usual crash-safe way."""
+    rows = store.manifest.segments(states=(SegmentState.QUARANTINED,))
+    moved = store.manifest.mark_deleting([row.id for row in rows])
+    for row in rows:
+        if row.id in moved:
+            log.warning(
+                "quarantined_segment_released",
+                topic=row.topic,
+                partition=row.partition,
+                start_offset=row.start_offset,
+                end_offset=row.end_offset,
+                path=row.path,
+            )
+    return len(moved)
 
 
 def _rebuild(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from plateau_core import checksums as crcs
 from plateau_core.checksums import ChecksumFormatError
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.manifest import SegmentRecord
+from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
 
@@ -230,17 +231,7 @@ class ReadResult:
                 yield conform(batch, self.schema)
         except SegmentCorruptError as exc:
             # So the next query plans without it instead of failing on it again.
-            if self.store.manifest.quarantine(segment.id, exc.problem):
-                log.error(
-                    "segment_quarantined",
-                    topic=segment.topic,
-                    partition=segment.partition,
-                    start_offset=segment.start_offset,
-                    end_offset=segment.end_offset,
-                    path=segment.path,
-                    problem=exc.problem,
-                    found_by="read",
-                )
+            quarantine(self.store.manifest, segment, exc.problem, found_by="read")
             raise
 
     @property

@@ -17,6 +17,7 @@ import structlog
 
 from plateau_core.manifest import READABLE_STATES, SegmentState
 from plateau_core.names import TEMP_MARKER, partition_dir, segment_start
+from plateau_core.quarantine import quarantine
 from plateau_core.verify import check_segment
 
 if TYPE_CHECKING:
@@ -49,14 +50,6 @@ def recover_partition(store: Store, topic: str, partition: int) -> int | None:
         if row.state not in READABLE_STATES:
             continue
         problem = check_segment(store.data_dir / row.path, row, batches=False)
-        if problem is not None and store.manifest.quarantine(row.id, problem):
-            log.error(
-                "segment_quarantined",
-                topic=topic,
-                partition=partition,
-                start_offset=row.start_offset,
-                end_offset=row.end_offset,
-                path=row.path,
-                problem=problem,
-            )
+        if problem is not None:
+            quarantine(store.manifest, row, problem, found_by="acquire")
     return store.manifest.watermark(topic, partition)

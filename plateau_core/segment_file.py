@@ -191,17 +191,25 @@ def inspect_segment(path: Path) -> SegmentStats:
     )
 
 
+def size_problem(path: Path, size_bytes: int) -> str | None:
+    """The file is missing or not the size its manifest row says; None when it is."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "file is missing"
+    if size != size_bytes:
+        return f"size is {size} bytes, the manifest says {size_bytes}"
+    return None
+
+
 def quick_check(path: Path, expected: SegmentStats) -> str | None:
     """Cheap consistency check of a file against its manifest row; a problem or None.
 
     Reads the footer and the offset column only, so startup stays fast on large stores.
     """
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return "file is missing"
-    if size != expected.size_bytes:
-        return f"size is {size} bytes, the manifest says {expected.size_bytes}"
+    problem = size_problem(path, expected.size_bytes)
+    if problem is not None:
+        return problem
     try:
         reader = open_segment(path)
         rows = 0

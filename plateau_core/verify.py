@@ -22,8 +22,9 @@ from plateau_core.checksums import ChecksumFormatError
 from plateau_core.errors import ManifestUnusableError
 from plateau_core.manifest import READABLE_STATES, SegmentRecord, SegmentState
 from plateau_core.names import TEMP_MARKER, segment_start
+from plateau_core.quarantine import quarantine as quarantine_segment
 from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
-from plateau_core.segment_file import open_segment, quick_check
+from plateau_core.segment_file import open_segment, quick_check, size_problem
 
 if TYPE_CHECKING:
     from plateau_core.store import Store
@@ -44,12 +45,9 @@ def check_segment(
     `deep` decodes every batch with full validation and compares offsets, row count, times
     and schema with the row. Rows recorded before checksums existed skip the crcs.
     """
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return "file is missing"
-    if size != record.size_bytes:
-        return f"size is {size} bytes, the manifest says {record.size_bytes}"
+    problem = size_problem(path, record.size_bytes)
+    if problem is not None:
+        return problem
     try:
         checksums = record.checksums
     except ChecksumFormatError as exc:
@@ -228,17 +226,18 @@ def verify_store(store: Store, *, deep: bool = False, quarantine: bool = False) 
             continue
         if store.manifest.segment_state(row.id) not in READABLE_STATES:
             continue  # retention retired it while we looked: not a problem
-        moved = quarantine and store.manifest.quarantine(row.id, problem)
+        moved = quarantine and quarantine_segment(store.manifest, row, problem, found_by="verify")
         report.problems.append(_found(row, problem, quarantined=moved))
-        log.error(
-            "segment_quarantined" if moved else "segment_corrupt",
-            topic=row.topic,
-            partition=row.partition,
-            start_offset=row.start_offset,
-            end_offset=row.end_offset,
-            path=row.path,
-            problem=problem,
-        )
+        if not moved:
+            log.error(
+                "segment_corrupt",
+                topic=row.topic,
+                partition=row.partition,
+                start_offset=row.start_offset,
+                end_offset=row.end_offset,
+                path=row.path,
+                problem=problem,
+            )
     report.seconds = time.monotonic() - started
     return report
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -16,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
 from bridge.config import Config, parse_config
+from bridge.errors import LocalKafkaError
+from bridge.local_kafka import BrokerSettings, LocalKafka
 from bridge.serve import serve
 from plateau_core import Store
 
@@ -203,3 +207,35 @@ def wait_readyz(
             return body
         time.sleep(0.2)
     raise AssertionError(f"/readyz never matched; last answer: {body}")
+
+
+def serve_until_landed(
+    config: Path, data_dir: Path, topic: str, ends: Mapping[int, int], timeout_s: float = 120.0
+) -> tuple[float, str]:
+    """`plateau serve` as a process until every partition of `topic` reaches `ends`, then
+    SIGTERM: (seconds from start to landed, its stderr). Fails unless it exits cleanly."""
+    process = serve_process(config)
+    started = time.monotonic()
+    try:
+        wait_landed(data_dir, topic, ends, timeout_s=timeout_s)
+        seconds = time.monotonic() - started
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr[-3000:]
+    return seconds, stderr
+
+
+@contextmanager
+def running_broker(work_dir: Path, settings: BrokerSettings | None = None) -> Iterator[LocalKafka]:
+    """A local broker for the block, stopped after it; the test fails (never skips) with
+    the broker's reason when it cannot start."""
+    broker = LocalKafka(work_dir, settings, tie_to_parent=True)
+    try:
+        broker.start()
+    except LocalKafkaError as exc:
+        pytest.fail(f"the local Kafka broker could not start: {exc}", pytrace=False)
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -11,16 +11,15 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import structlog
 from pyspark.sql import SparkSession
 
-from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
 from bridge.topics import create_topic
 from plateau_core.spark import session
+from tests.bridge_support import running_broker
 
 # Fixtures whose use makes a test an integration test (selected out by -m "not integration").
 _INTEGRATION_FIXTURES = {"kafka", "kafka_broker", "spark"}
@@ -38,15 +37,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafk
     if os.environ.get("PLATEAU_TEST_BOOTSTRAP"):
         yield None
         return
-    broker = LocalKafka(Path(tmp_path_factory.mktemp("kafka")), tie_to_parent=True)
-    try:
-        broker.start()
-    except LocalKafkaError as exc:
-        pytest.fail(f"the local Kafka broker could not start: {exc}", pytrace=False)
-    try:
+    with running_broker(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="session")

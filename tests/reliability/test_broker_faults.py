@@ -15,7 +15,6 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from structlog.testing import capture_logs
 
-from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
 from bridge.produce import Record, produce, producer_config
 from bridge.topics import create_topic
@@ -25,6 +24,7 @@ from tests.bridge_support import (
     free_port,
     get,
     make_config,
+    running_broker,
     serving,
     wait_landed,
     wait_readyz,
@@ -37,15 +37,8 @@ from tests.reliability.support import Recorder, every_offset, scale
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
     """A broker these tests may stop: the session's must stay up for everything else."""
-    broker = LocalKafka(tmp_path_factory.mktemp("kafka-faults"), tie_to_parent=True)
-    try:
-        broker.start()
-    except LocalKafkaError as exc:
-        pytest.fail(f"the local Kafka broker could not start: {exc}", pytrace=False)
-    try:
+    with running_broker(tmp_path_factory.mktemp("kafka-faults")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 class SteadyProducer(threading.Thread):

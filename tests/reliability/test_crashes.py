@@ -23,6 +23,7 @@ from tests.bridge_support import (
     committed,
     end_offsets,
     serve_process,
+    serve_until_landed,
     wait_landed,
     write_config_file,
 )
@@ -120,14 +121,7 @@ def test_kill_9_during_seals_loses_and_duplicates_nothing(
         done.set()
         producer.join(timeout=180)
     ends = end_offsets(kafka, topic)
-    process = serve_process(config)
-    restarted = time.monotonic()
-    try:
-        wait_landed(data_dir, topic, ends, timeout_s=180)
-        recover_s = time.monotonic() - restarted
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=60)
+    recover_s, _ = serve_until_landed(config, data_dir, topic, ends, timeout_s=180)
     assert len(kills) == rounds
     reliability.check(
         "kill -9 during seals",

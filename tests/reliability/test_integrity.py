@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,14 @@ import pytest
 from bridge.produce import Record, produce
 from plateau_core import SegmentState, Store
 from plateau_core.manifest import SegmentRecord
-from tests.bridge_support import REPO, end_offsets, serve_process, wait_landed, write_config_file
+from tests.bridge_support import (
+    REPO,
+    end_offsets,
+    serve_process,
+    serve_until_landed,
+    wait_landed,
+    write_config_file,
+)
 from tests.reliability.support import Recorder, every_offset, scale
 
 PARTITIONS = 3
@@ -114,15 +120,7 @@ def test_corrupt_truncated_and_deleted_segments_are_quarantined_never_served(
     # More records while serve is down: the restart has to land them around the damage.
     produced += _produce(kafka, topic, first, first // 3)
     ends = end_offsets(kafka, topic)
-    process = serve_process(config)
-    restarted = time.monotonic()
-    try:
-        wait_landed(data_dir, topic, ends, timeout_s=120)
-        recover_s = time.monotonic() - restarted
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr[-3000:]
+    recover_s, stderr = serve_until_landed(config, data_dir, topic, ends)
     logged = {e["path"]: e for e in _events(stderr, "segment_quarantined")}
     assert set(logged) == victims, stderr[-3000:]
     for row in (flipped, truncated, deleted):
@@ -204,15 +202,7 @@ def test_lost_manifest_is_refused_then_rebuilt_and_ingestion_resumes(
 
     produced += _produce(kafka, topic, first, first // 3)
     ends = end_offsets(kafka, topic)
-    process = serve_process(config)
-    restarted = time.monotonic()
-    try:
-        wait_landed(data_dir, topic, ends, timeout_s=120)
-        recover_s = time.monotonic() - restarted
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr[-3000:]
+    recover_s, stderr = serve_until_landed(config, data_dir, topic, ends)
     reliability.check(
         f"manifest {loss}",
         f"serve stopped; manifest.db {loss}; serve refused to start; "

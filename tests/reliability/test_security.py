@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from bridge.check import check
-from bridge.errors import BridgeError, LocalKafkaError
+from bridge.errors import BridgeError
 from bridge.local_kafka import BrokerSettings, LocalKafka
 from bridge.local_kafka.security import Mechanism, Protocol, SecuritySettings
 from bridge.produce import Record, produce
@@ -32,6 +32,7 @@ from tests.bridge_support import (
     end_offsets,
     free_port,
     make_config,
+    running_broker,
     serving,
     wait_landed,
     wait_readyz,
@@ -46,19 +47,9 @@ WRONG_PASSWORD = "not-the-password-4f1d"
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
     """One secured broker for the module, stopped when its last test is done."""
-    broker = LocalKafka(
-        tmp_path_factory.mktemp("secure-kafka"),
-        BrokerSettings(security=SecuritySettings()),
-        tie_to_parent=True,
-    )
-    try:
-        broker.start()
-    except LocalKafkaError as exc:
-        pytest.fail(f"the secured local Kafka broker could not start: {exc}", pytrace=False)
-    try:
+    settings = BrokerSettings(security=SecuritySettings())
+    with running_broker(tmp_path_factory.mktemp("secure-kafka"), settings) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def _topic(broker: LocalKafka, partitions: int) -> str:

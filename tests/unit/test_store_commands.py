@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bridge.cli import main
-from plateau_core import Store, WriterPolicy
+from plateau_core import Retention, SegmentState, Store, StoreLimits, WriterPolicy
 from tests.support import batch
 
 
@@ -48,6 +48,16 @@ def test_verify_exits_0_when_clean_and_1_naming_the_damage(
     assert not report["problems"][0]["quarantined"]
     assert main(["verify", "--config", str(config), "--quarantine", "--deep"]) == 1
     assert "quarantined now" in capsys.readouterr().out
+    assert main(["verify", "--config", str(config)]) == 1  # still listed as quarantined
+    # Given up on: handed to retention, excluded from now on, and verify is clean again.
+    assert main(["verify", "--config", str(config), "--forget-quarantined"]) == 0
+    assert "1 quarantined segment(s) handed to retention" in capsys.readouterr().err
+    with Store.open(config.parent / "data") as store:
+        (row,) = store.manifest.segments("t", states=(SegmentState.DELETING,))
+        assert row.path == "topics/t/0/00000000000000000010.arrow"
+        Retention(store, limits=StoreLimits(deletion_grace_s=0)).run()
+        assert store.manifest.segments("t", states=tuple(SegmentState))[1].start_offset == 20
+    assert not victim.exists()
 
 
 def test_verify_reports_a_lost_manifest(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
