@@ -8,9 +8,13 @@ PLATEAU_TEST_BOOTSTRAP to run the suite against a broker you already have instea
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import platform
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -19,7 +23,8 @@ from pyspark.sql import SparkSession
 from bridge.local_kafka import LocalKafka
 from bridge.topics import create_topic
 from plateau_core.spark import session
-from tests.bridge_support import running_broker
+from tests.bridge_support import REPO, running_broker
+from tests.reliability.support import FULL, Recorder
 
 # Fixtures whose use makes a test an integration test (selected out by -m "not integration").
 _INTEGRATION_FIXTURES = {"kafka", "kafka_broker", "spark"}
@@ -65,6 +70,35 @@ def _default_logging() -> Iterator[None]:
     on stderr); every test after them expects structlog's defaults again."""
     yield
     structlog.reset_defaults()
+
+
+_RECORDER = Recorder()
+_STARTED = time.time()
+
+
+@pytest.fixture
+def reliability(request: pytest.FixtureRequest) -> Iterator[Recorder]:
+    """The session's reliability recorder (tests/reliability/support.py)."""
+    _RECORDER.test = request.node.nodeid
+    yield _RECORDER
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The recorded rows, for tests/reliability/report.py to render."""
+    if not _RECORDER.rows:
+        return
+    default = REPO / ".cache" / "reliability" / "last.json"
+    target = Path(os.environ.get("PLATEAU_RELIABILITY_RESULTS", default))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "mode": "full" if FULL else "short",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(_STARTED)),
+        "seconds": round(time.time() - _STARTED, 1),
+        "exit_status": int(exitstatus),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "rows": _RECORDER.as_json(),
+    }
+    target.write_text(json.dumps(document, indent=2) + "\n")
 
 
 _topic_counter = itertools.count()
