@@ -30,7 +30,7 @@ bench: setup $(VENV)/.bench
 # docs/reliability.md rendered from its results. `make test` runs the short form.
 reliability: setup
 	PLATEAU_RELIABILITY=full PLATEAU_RELIABILITY_RESULTS=$(CURDIR)/docs/reliability-results.json \
-		$(BIN)/pytest tests/reliability; status=$$?; \
+		$(BIN)/pytest -m reliability; status=$$?; \
 	$(BIN)/python -m tests.reliability.report docs/reliability-results.json \
 		--out docs/reliability.md; exit $$status
 

@@ -145,7 +145,7 @@ def test_corrupt_truncated_and_deleted_segments_are_quarantined_never_served(
     assert after.returncode == 1  # the quarantined segments stay listed until dealt with
     assert after.stdout.count("QUARANTINED") == 3
     reliability.check(
-        "corrupt segment files",
+        "Corrupt segment files",
         "serve stopped; one segment's bytes flipped, one truncated, one deleted; "
         "`plateau verify` run, more produced, serve restarted",
         data_dir,
@@ -204,7 +204,7 @@ def test_lost_manifest_is_refused_then_rebuilt_and_ingestion_resumes(
     ends = end_offsets(kafka, topic)
     recover_s, stderr = serve_until_landed(config, data_dir, topic, ends)
     reliability.check(
-        f"manifest {loss}",
+        f"Manifest {loss}",
         f"serve stopped; manifest.db {loss}; serve refused to start; "
         "`plateau rebuild-manifest --yes`; more produced; serve restarted",
         data_dir,

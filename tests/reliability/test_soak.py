@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from bridge.produce import producer_config
@@ -115,10 +116,14 @@ def _flat(values: list[int], *, slack: float, absolute: int) -> bool:
     return second <= first * (1 + slack) + absolute
 
 
+SECONDS = scale(60, 600)
+
+
+@pytest.mark.timeout(SECONDS + 300)
 def test_soak_steady_load_with_retention(
     kafka: str, topic_factory: Callable[..., str], tmp_path: Path, reliability: Recorder
 ) -> None:
-    seconds = scale(60, 600)
+    seconds = SECONDS
     topic = topic_factory(partitions=PARTITIONS)
     data_dir = tmp_path / "data"
     config = {

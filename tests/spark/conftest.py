@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pyarrow as pa
 import pytest
 from moto.server import ThreadedMotoServer
 
 from plateau_core import RollPolicy, Store, WriterPolicy
+from plateau_core.replication import S3Settings, Target
 from tests.support import BASE_MS, append_patiently, batch
 
 MINUTE_MS = 60_000
@@ -64,3 +67,23 @@ def s3_endpoint() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+def s3_bucket_target(s3_endpoint: str, reach_at: str | None = None) -> Target:
+    """A new bucket on the test S3 server, as a replication target reached at `reach_at`
+    (the server itself by default; a relay in front of it in the outage test)."""
+    bucket = f"plateau-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+    ).create_bucket(Bucket=bucket)
+    settings = S3Settings(
+        endpoint_url=reach_at or s3_endpoint,
+        region="us-east-1",
+        access_key_id="k",
+        secret_access_key="s",
+    )
+    return Target.parse(f"s3://{bucket}/replica", settings)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from pathlib import Path
 
-import boto3
 import pyarrow.dataset as ds
 import pytest
 from pyarrow import fs
 from pyspark.sql import SparkSession
 
 from plateau_core import RetentionPolicy, SegmentState, Store, StoreLimits
-from plateau_core.replication import Replicator, S3Settings, Target, write_task
+from plateau_core.replication import Replicator, Target, write_task
 from plateau_core.retention import Retention
-from tests.spark.conftest import minute_batches, write_segments
+from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.support import batch
 
 DAY_MS = 86_400_000
@@ -106,18 +104,7 @@ def test_unfinished_run_then_rerun_leaves_no_duplicates(
 
 @pytest.fixture
 def s3_target(s3_endpoint: str) -> Target:
-    settings = S3Settings(
-        endpoint_url=s3_endpoint, region="us-east-1", access_key_id="k", secret_access_key="s"
-    )
-    bucket = f"plateau-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="k",
-        aws_secret_access_key="s",
-    ).create_bucket(Bucket=bucket)
-    return Target.parse(f"s3://{bucket}/replica", settings)
+    return s3_bucket_target(s3_endpoint)
 
 
 def s3_keys(target: Target, topic: str = "t") -> Counter[tuple[int, int]]:

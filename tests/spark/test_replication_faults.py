@@ -7,23 +7,23 @@ from __future__ import annotations
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlparse
 
-import boto3
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from plateau_core import RetentionPolicy, SegmentState, Store, StoreLimits
-from plateau_core.replication import Replicator, S3Settings, Target
+from plateau_core.replication import Replicator
 from plateau_core.retention import Retention
 from tests.reliability.support import Audit, Recorder
-from tests.spark.conftest import minute_batches, write_segments
+from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.spark.test_replication import s3_keys
 from tests.support import batch
+
+pytestmark = pytest.mark.reliability
 
 
 class Outage:
@@ -106,21 +106,6 @@ def outage(s3_endpoint: str) -> Iterator[Outage]:
         relay.close()
 
 
-def _target(s3_endpoint: str, endpoint: str) -> Target:
-    bucket = f"plateau-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="k",
-        aws_secret_access_key="s",
-    ).create_bucket(Bucket=bucket)
-    settings = S3Settings(
-        endpoint_url=endpoint, region="us-east-1", access_key_id="k", secret_access_key="s"
-    )
-    return Target.parse(f"s3://{bucket}/replica", settings)
-
-
 def test_object_storage_outage_mid_replication(
     spark: SparkSession,
     tmp_path: Path,
@@ -131,7 +116,7 @@ def test_object_storage_outage_mid_replication(
     store = Store.open(tmp_path / "data")
     for partition in (0, 1):
         write_segments(store, "t", partition, minute_batches(partition, 4), roll_rows=100)
-    target = _target(s3_endpoint, outage.endpoint)
+    target = s3_bucket_target(s3_endpoint, reach_at=outage.endpoint)
     replicator = Replicator(store, target)
     assert replicator.run_once(spark).segments == 8
 
