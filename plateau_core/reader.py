@@ -290,11 +290,6 @@ def segment_batches(
         f"[{segment.start_offset}, {segment.end_offset})) cannot be read"
     )
     try:
-        size = path.stat().st_size
-        if size != segment.size_bytes:
-            raise SegmentCorruptError(
-                segment, f"size is {size} bytes, the manifest says {segment.size_bytes}"
-            )
         source = pa.memory_map(str(path), "r")
     except (OSError, pa.ArrowException) as exc:
         raise SegmentUnavailableError(f"{unavailable}: {exc}") from exc

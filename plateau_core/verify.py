@@ -198,9 +198,14 @@ def verify_store(store: Store, *, deep: bool = False, quarantine: bool = False) 
     logged as `segment_quarantined`). Nothing is deleted: orphans and temp files are left to
     recovery, which removes them when their partition is acquired.
     """
-    started = time.monotonic()
     report = VerifyReport(data_dir=str(store.data_dir), deep=deep)
     report.manifest_problems = store.manifest.integrity_check()
+    return _check_files(store, report, quarantine=quarantine)
+
+
+def _check_files(store: Store, report: VerifyReport, *, quarantine: bool) -> VerifyReport:
+    """The file part of verify_store, filling `report`."""
+    started = time.monotonic()
     # Files first, then rows: a segment sealed in between is then known, not an orphan.
     files = list(_partition_files(store.data_dir))
     rows = store.manifest.segments(states=tuple(SegmentState))
@@ -219,7 +224,7 @@ def verify_store(store: Store, *, deep: bool = False, quarantine: bool = False) 
             continue
         if row.state not in READABLE_STATES:
             continue
-        problem = check_segment(store.segment_path(row), row, deep)
+        problem = check_segment(store.segment_path(row), row, report.deep)
         report.segments += 1
         report.bytes += row.size_bytes
         if problem is None:
@@ -273,7 +278,8 @@ def verify_at_start(store: Store, *, full: bool) -> VerifyReport | None:
         )
     if not full:
         return None
-    report = verify_store(store, quarantine=True)
+    # The manifest was just checked: only the files are left.
+    report = _check_files(store, VerifyReport(str(store.data_dir), deep=False), quarantine=True)
     log.info(
         "store_verified",
         data_dir=str(store.data_dir),

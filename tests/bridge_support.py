@@ -148,6 +148,26 @@ def write_config_file(
     )
 
 
+def plateau_command(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    log_level: str | None = "WARNING",
+    timeout_s: float = 120.0,
+) -> subprocess.CompletedProcess[str]:
+    """A `plateau` command run to its end in its own process, output captured.
+    `log_level=None` keeps the command's default level."""
+    level = [] if log_level is None else ["--log-level", log_level]
+    return subprocess.run(
+        [sys.executable, "-m", "bridge.cli", *level, *args],
+        cwd=REPO,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
 def serve_process(config: Path, workers: int = 1) -> subprocess.Popen[str]:
     """`plateau serve` as its own process (stderr piped, for the test to read at the end)."""
     return subprocess.Popen(

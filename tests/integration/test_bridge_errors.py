@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,7 +17,15 @@ from bridge.produce import Record, produce
 from bridge.serve import EXIT_POISON, serve
 from bridge.topics import create_topic
 from plateau_core import Store
-from tests.bridge_support import committed, end_offsets, make_config, serving, stored, wait_landed
+from tests.bridge_support import (
+    committed,
+    end_offsets,
+    make_config,
+    plateau_command,
+    serving,
+    stored,
+    wait_landed,
+)
 
 GOOD = [json.dumps({"n": i}).encode() for i in range(10)]
 BAD = {3: b"{not json", 7: b"\xff\xfe\x00garbage"}
@@ -139,17 +145,6 @@ def test_regex_mapping_picks_up_a_topic_created_later(kafka: str, tmp_path: Path
     assert stored(tmp_path, f"landed-{late}").num_rows == 20
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-
-
 def test_check_and_status_commands(
     kafka: str, topic_factory: Callable[..., str], tmp_path: Path
 ) -> None:
@@ -166,14 +161,14 @@ def test_check_and_status_commands(
             }
         )
     )
-    checked = _cli("check", "--config", str(config_file))
+    checked = plateau_command("check", "--config", str(config_file))
     assert checked.returncode == 0, checked.stderr
     assert f"topic {topic}: found {topic}" in checked.stdout
 
     config = make_config(kafka, tmp_path / "data", [{"source": topic}], group=f"g-{topic}")
     with serving(config):
         wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic))
-    status = _cli("status", "--config", str(config_file), "--json")
+    status = plateau_command("status", "--config", str(config_file), "--json")
     assert status.returncode == 0, status.stderr
     document = json.loads(status.stdout)
     partitions = document["topics"][topic]["partitions"]
@@ -185,7 +180,7 @@ def test_check_and_status_commands(
         assert row["segments"] >= 1
         assert row["time_min"].endswith("+00:00")
         assert row["paused"] is None
-    table = _cli("status", "--config", str(config_file))
+    table = plateau_command("status", "--config", str(config_file))
     assert table.returncode == 0
     assert topic in table.stdout
 
@@ -201,7 +196,7 @@ def test_check_fails_when_brokers_do_not_answer(tmp_path: Path) -> None:
             }
         )
     )
-    checked = _cli("check", "--config", str(config_file))
+    checked = plateau_command("check", "--config", str(config_file))
     assert checked.returncode != 0
     assert "no answer from 127.0.0.1:1" in checked.stderr
 

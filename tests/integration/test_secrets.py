@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.bridge_support import REPO
+from tests.bridge_support import REPO, plateau_command
 
 FILE_SECRET = "kafka-FILE-secret-7c1e"
 ENV_SECRET = "kafka-ENV-secret-93ab"
@@ -24,18 +24,6 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _plateau(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_secrets_stay_out_of_every_output(tmp_path: Path) -> None:
@@ -60,10 +48,12 @@ def test_secrets_stay_out_of_every_output(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PLATEAU__KAFKA__SASL_PASSWORD": ENV_SECRET}
     outputs = {}
-    check = _plateau("check", "--config", str(config), env=env)
+    check = plateau_command("check", "--config", str(config), env=env, log_level=None, timeout_s=60)
     assert check.returncode != 0, "check must fail when the brokers do not answer"
     outputs["check"] = check.stdout + check.stderr
-    status = _plateau("status", "--config", str(config), "--json", env=env)
+    status = plateau_command(
+        "status", "--config", str(config), "--json", env=env, log_level=None, timeout_s=60
+    )
     outputs["status"] = status.stdout + status.stderr
     serve = subprocess.Popen(
         [sys.executable, "-m", "bridge.cli", "--log-level", "DEBUG", "serve", "-c", str(config)],

@@ -4,8 +4,6 @@ is back every produced record lands exactly once."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,11 +17,11 @@ from bridge.local_kafka import LocalKafka
 from bridge.produce import Record, produce, producer_config
 from bridge.topics import create_topic
 from tests.bridge_support import (
-    REPO,
     end_offsets,
     free_port,
     get,
     make_config,
+    plateau_command,
     running_broker,
     serving,
     wait_landed,
@@ -133,14 +131,7 @@ def test_broker_unreachable_at_start(
     own_broker.stop()
     config_file = tmp_path / "plateau.yaml"
     write_config_file(config_file, bootstrap, topic, "g-start")
-    check = subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "check", "--config", str(config_file)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    check = plateau_command("check", "--config", str(config_file), log_level=None)
     assert check.returncode != 0
     assert bootstrap in check.stderr + check.stdout, check.stderr
     port = free_port()

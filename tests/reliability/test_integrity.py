@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,8 +16,8 @@ from bridge.produce import Record, produce
 from plateau_core import SegmentState, Store
 from plateau_core.manifest import SegmentRecord
 from tests.bridge_support import (
-    REPO,
     end_offsets,
+    plateau_command,
     serve_process,
     serve_until_landed,
     wait_landed,
@@ -53,17 +51,6 @@ def _land(config: Path, data_dir: Path, kafka: str, topic: str, total: int) -> i
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr[-3000:]
     return produced
-
-
-def _plateau(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _events(stderr: str, name: str) -> list[dict[str, Any]]:
@@ -109,11 +96,11 @@ def test_corrupt_truncated_and_deleted_segments_are_quarantined_never_served(
     (data_dir / deleted.path).unlink()
     victims = {flipped.path, truncated.path, deleted.path}
 
-    verified = _plateau("verify", "--config", str(config))
+    verified = plateau_command("verify", "--config", str(config))
     assert verified.returncode == 1, verified.stdout + verified.stderr
     for victim in victims:
         assert victim in verified.stdout, verified.stdout
-    as_json = _plateau("verify", "--config", str(config), "--json")
+    as_json = plateau_command("verify", "--config", str(config), "--json")
     assert as_json.returncode == 1
     assert {p["path"] for p in json.loads(as_json.stdout)["problems"]} == victims
 
@@ -141,7 +128,7 @@ def test_corrupt_truncated_and_deleted_segments_are_quarantined_never_served(
         p: [o for o in offsets if (p, o) not in excluded]
         for p, offsets in every_offset(ends).items()
     }
-    after = _plateau("verify", "--config", str(config))
+    after = plateau_command("verify", "--config", str(config))
     assert after.returncode == 1  # the quarantined segments stay listed until dealt with
     assert after.stdout.count("QUARANTINED") == 3
     reliability.check(
@@ -192,12 +179,12 @@ def test_lost_manifest_is_refused_then_rebuilt_and_ingestion_resumes(
     assert str(data_dir) in stderr
     assert sorted(p.name for p in data_dir.glob("topics/*/*/*.arrow")) == segments
 
-    without_yes = _plateau("rebuild-manifest", "--config", str(config))
+    without_yes = plateau_command("rebuild-manifest", "--config", str(config))
     assert without_yes.returncode == 2
-    rebuilt = _plateau("rebuild-manifest", "--config", str(config), "--yes")
+    rebuilt = plateau_command("rebuild-manifest", "--config", str(config), "--yes")
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     assert f"{len(segments)} segments recorded" in rebuilt.stdout
-    clean = _plateau("verify", "--config", str(config))
+    clean = plateau_command("verify", "--config", str(config))
     assert clean.returncode == 0, clean.stdout
 
     produced += _produce(kafka, topic, first, first // 3)

@@ -32,6 +32,7 @@ from tests.bridge_support import (
     end_offsets,
     free_port,
     make_config,
+    plateau_command,
     running_broker,
     serving,
     wait_landed,
@@ -146,14 +147,7 @@ def test_check_with_a_wrong_password_fails_on_authentication(
     bootstrap, security = _kafka_settings(secure_broker, sasl_password=WRONG_PASSWORD)
     config = _config_file(tmp_path / "plateau.yaml", bootstrap, security, free_port())
     started = time.monotonic()
-    checked = subprocess.run(
-        [sys.executable, "-m", "bridge.cli", "check", "--config", str(config)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    checked = plateau_command("check", "--config", str(config), log_level=None, timeout_s=60)
     output = checked.stdout + checked.stderr
     assert checked.returncode != 0, output
     assert "authentication failed" in checked.stderr, output
