@@ -9,7 +9,7 @@ export PLATEAU_CACHE_DIR ?= $(CURDIR)/.cache
 # Spark workers must run the same interpreter as the driver.
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: run test bench reliability setup kafka-jars lint typecheck unit integration kafka-start kafka-stop clean
+.PHONY: run test bench reliability setup kafka-jars lint typecheck unit integration kafka-start kafka-stop compose-check clean
 
 run: setup
 	$(BIN)/plateau demo
@@ -62,6 +62,11 @@ unit: $(VENV)/.installed
 
 integration: setup
 	$(BIN)/pytest -m integration
+
+# The compose stack up, records checked in the store and in the replica, the stack down
+# again (needs a Docker engine with Compose v2; about 5 minutes).
+compose-check: $(VENV)/.installed
+	$(BIN)/python compose/check.py
 
 kafka-start: setup
 	$(BIN)/plateau kafka start

@@ -74,7 +74,7 @@ from plateau_core.cache import default_cache_dir
 PEERS = {"spark-ss": BENCH_DIR / "peer_spark.py", "quixstreams": BENCH_DIR / "peer_quix.py"}
 # LocalFileSink with ParquetFormat is in quixstreams 3.23 and later.
 QUIX_REQUIREMENT = "quixstreams[parquet]>=3.23,<4"
-# plateau's worker sets this librdkafka property (bridge/worker.py); the Python ceiling gets
+# plateau's worker sets this librdkafka property (bridge/consume/worker.py); the Python ceiling gets
 # the same, or the comparison would measure librdkafka's default back-off instead.
 TUNED = Tier("tuned", {"fetch.queue.backoff.ms": "10"})
 _SERVICES = ("checkout", "payments", "search", "auth", "inventory", "shipping", "catalog")

@@ -40,8 +40,8 @@ import pyarrow.parquet as pq
 from confluent_kafka import KafkaError, Message, Producer
 from ingest_bench import BENCH_DIR, PYTHON, REPO, BenchError, broker, raw_values
 
-from bridge.produce import producer_config
-from bridge.topics import create_topic
+from bridge.demo.producer import producer_config
+from bridge.local_kafka.topics import create_topic
 from plateau_core import Store
 
 SAMPLE_S = 0.05

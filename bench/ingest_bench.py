@@ -60,11 +60,11 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from ingest_ceiling import CLK_TCK, STEADY
 from ingest_ceiling import thread_cpu as process_threads
 
+from bridge.demo.producer import producer_config
 from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.broker import BrokerSettings
+from bridge.local_kafka.topics import create_topic
 from bridge.logs import configure_logging
-from bridge.produce import producer_config
-from bridge.topics import create_topic
 from plateau_core import Store
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -597,27 +597,32 @@ _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>[^:()]+)(?::(?P<line>\d+))?\)$")
 # Buckets of the worker thread's samples: walking each stack from the leaf up, the first frame
 # that matches a rule (function, file prefix, text on the frame's source line) decides.
 _RULES: list[tuple[str, str, str, str]] = [
-    ("consumer.consume()", "run", "bridge/worker.py", "consumer.consume("),
-    ("status file write", "write", "bridge/worker_status.py", ""),
-    ("_commit_sealed", "_commit_sealed", "bridge/worker.py", ""),
-    ("_resume_ready", "_resume_ready", "bridge/worker.py", ""),
-    ("decode: timestamp column", "kafka_timestamps", "bridge/decode/common.py", ""),
-    ("decode: headers column", "header_array", "bridge/decode/common.py", ""),
-    ("decode: headers column", "header_list", "bridge/decode/common.py", ""),
-    ("decode: offset column", "envelope_columns", "bridge/decode/common.py", '"offset"'),
-    ("decode: timestamp column", "envelope_columns", "bridge/decode/common.py", "kafka_timest"),
-    ("decode: key column", "envelope_columns", "bridge/decode/common.py", '"key"'),
-    ("decode: headers column", "envelope_columns", "bridge/decode/common.py", '"headers"'),
-    ("decode: value column", "decode", "bridge/decode/raw.py", '"value"'),
-    ("decode: RecordBatch.from_pydict", "decode", "bridge/decode/raw.py", "from_pydict"),
-    ("decode: other", "", "bridge/decode/", ""),
+    ("consumer.consume()", "run", "bridge/consume/worker.py", "consumer.consume("),
+    ("status file write", "write", "bridge/ops/worker_status.py", ""),
+    ("_commit_sealed", "_commit_sealed", "bridge/consume/worker.py", ""),
+    ("_resume_ready", "_resume_ready", "bridge/consume/worker.py", ""),
+    ("decode: timestamp column", "kafka_timestamps", "bridge/consume/decode/common.py", ""),
+    ("decode: headers column", "header_array", "bridge/consume/decode/common.py", ""),
+    ("decode: headers column", "header_list", "bridge/consume/decode/common.py", ""),
+    ("decode: offset column", "envelope_columns", "bridge/consume/decode/common.py", '"offset"'),
+    (
+        "decode: timestamp column",
+        "envelope_columns",
+        "bridge/consume/decode/common.py",
+        "kafka_timest",
+    ),
+    ("decode: key column", "envelope_columns", "bridge/consume/decode/common.py", '"key"'),
+    ("decode: headers column", "envelope_columns", "bridge/consume/decode/common.py", '"headers"'),
+    ("decode: value column", "decode", "bridge/consume/decode/raw.py", '"value"'),
+    ("decode: RecordBatch.from_pydict", "decode", "bridge/consume/decode/raw.py", "from_pydict"),
+    ("decode: other", "", "bridge/consume/decode/", ""),
     ("writer.append: normalize_batch", "normalize_batch", "plateau_core/schema.py", ""),
     ("writer.append: other", "append", "plateau_core/writer.py", ""),
-    ("_land: other (next offset, stats)", "_land", "bridge/worker.py", ""),
-    ("_ingest: group by partition", "by_partition", "bridge/worker.py", ""),
-    ("_ingest: error check", "_without_errors", "bridge/worker.py", ""),
-    ("_ingest: fresh-offset check", "_ingest", "bridge/worker.py", ""),
-    ("worker loop: other", "run", "bridge/worker.py", ""),
+    ("_land: other (next offset, stats)", "_land", "bridge/consume/worker.py", ""),
+    ("_ingest: group by partition", "by_partition", "bridge/consume/worker.py", ""),
+    ("_ingest: error check", "_without_errors", "bridge/consume/worker.py", ""),
+    ("_ingest: fresh-offset check", "_ingest", "bridge/consume/worker.py", ""),
+    ("worker loop: other", "run", "bridge/consume/worker.py", ""),
 ]
 
 
@@ -695,7 +700,7 @@ def analyse_pyspy(path: Path) -> dict[str, Any]:
             continue
         main_total += count
         frames = [Frame.parse(p) for p in parts if not p.startswith(("thread ", "process "))]
-        if not any(f.func == "run" and f.file == "bridge/worker.py" for f in frames):
+        if not any(f.func == "run" and f.file == "bridge/consume/worker.py" for f in frames):
             buckets["outside Worker.run (imports, start-up, shutdown)"] += count
             continue
         in_loop += count
@@ -1056,7 +1061,7 @@ def run_all(args: argparse.Namespace, work: Path, workers: list[int], stamp: str
             "roll_max_age": args.max_age,
             "broker_heap": args.broker_heap,
             "tiers": {t.name: t.properties for t in tiers},
-            "producer": "bridge.produce.producer_config (lz4, linger 5 ms), round-robin",
+            "producer": "bridge.demo.producer.producer_config (lz4, linger 5 ms), round-robin",
         },
         "topics": [asdict(t) for t in (raw, arrow) if t is not None],
         "summary": summarise(cases, tiers),

@@ -9,7 +9,7 @@ decoder's columns one by one, `normalize_batch`, and `Writer.append` into a real
 run on the writer's threads as in `plateau serve`). Each stage is timed on its own, so the
 cost per message of every step of the path is measured without a sampling profiler.
 
-`worker` runs bridge.worker.Worker in-process (no `plateau serve` around it) until every
+`worker` runs bridge.consume.worker.Worker in-process (no `plateau serve` around it) until every
 record is sealed, timing the garbage collector through gc.callbacks.
 """
 
@@ -31,19 +31,19 @@ from confluent_kafka import Consumer, Message
 from ingest_ceiling import POLL_BATCH, GcTimer, check, cpu_s, thread_cpu
 
 from bridge.config import parse_config
-from bridge.decode.common import (
+from bridge.consume.decode.common import (
     Envelope,
     envelope_columns,
     header_array,
     kafka_timestamps,
 )
-from bridge.decode.raw import RawDecoder
+from bridge.consume.decode.raw import RawDecoder
+from bridge.consume.worker import Worker, by_partition
 from bridge.logs import configure_logging
 from bridge.serve import tune_gc
-from bridge.worker import Worker, by_partition
 from plateau_core import RollPolicy, SealedSegment, Store, WriterListener, WriterPolicy
+from plateau_core.policies import Compression
 from plateau_core.schema import normalize_batch
-from plateau_core.segment_file import Compression
 
 # --- the worker's path, stage by stage -----------------------------------------------------------
 
@@ -230,7 +230,7 @@ def worker(
     properties: dict[str, str],
     gc_default: bool,
 ) -> None:
-    """bridge.worker.Worker.run() in this process until `expected` records are sealed, with
+    """bridge.consume.worker.Worker.run() in this process until `expected` records are sealed, with
     the garbage collector's time measured (what a sampling profiler does not show).
 
     The collector is tuned as `plateau serve` tunes it (bridge.serve.tune_gc), or, with

@@ -39,8 +39,8 @@ from pyspark.sql import functions as fn
 from read_bench import TOPIC, add_store_arguments, build_settings, ensure_store, windows
 
 from plateau_core import Store
-from plateau_core.replication import Replicator, Target, write_task
-from plateau_core.spark import session
+from plateau_spark import session
+from plateau_spark.replication import Replicator, Target, write_task
 
 TARGET_SCAN_RATIO = 0.7
 TARGET_PRUNING = 20.0

@@ -41,7 +41,7 @@ from benchdata import (
 )
 
 from plateau_core import BackpressureError, MiB, RollPolicy, Store, WriterPolicy
-from plateau_core.segment_file import COMPRESSIONS
+from plateau_core.policies import COMPRESSIONS
 
 TOPIC = "bench"
 SETTINGS_FILE = "read-bench.json"

@@ -57,7 +57,7 @@ from plateau_core import (
     WriterListener,
     WriterPolicy,
 )
-from plateau_core.segment_file import COMPRESSIONS
+from plateau_core.policies import COMPRESSIONS
 
 TOPIC = "bench"
 CASES = ("limit", "plateau")

@@ -1,22 +1,31 @@
-"""structlog set-up: JSON lines when not on a terminal, readable console output on one."""
+"""structlog set-up: readable console lines for a person at a terminal, JSON lines for a
+collector.
+
+Every lifecycle event carries its topic, partition and offsets as fields; the console
+renderer shows them as key=value after the event name, the JSON renderer as keys.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO, cast
+from typing import Literal, TextIO, cast
 
 import structlog
 
+LogFormat = Literal["auto", "console", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "console", "json")
 
-def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
-    """Configure structlog for the whole process; `json=None` decides by stderr being a TTY."""
-    as_json = not sys.stderr.isatty() if json is None else json
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
-        if as_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    )
+
+def configure_logging(level: str = "INFO", fmt: str | None = "auto") -> None:
+    """Configure structlog for the whole process.
+
+    `fmt` "auto" (or None) picks the console renderer when stderr is a terminal and JSON
+    otherwise; colours only ever go to a terminal.
+    """
+    if fmt not in (*LOG_FORMATS, None):
+        raise ValueError(f"log format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
+    renderer = _renderer(fmt or "auto", sys.stderr.isatty())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -32,6 +41,12 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
+
+
+def _renderer(fmt: str, tty: bool) -> structlog.types.Processor:
+    if fmt == "json" or (fmt == "auto" and not tty):
+        return structlog.processors.JSONRenderer()
+    return structlog.dev.ConsoleRenderer(colors=tty)
 
 
 class _CurrentStderr:

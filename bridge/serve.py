@@ -15,54 +15,26 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
 import structlog
 
 from bridge.config.models import Config
-from bridge.endpoint import MetricsEndpoint
+from bridge.consume.worker import PoisonStopError, Worker
 from bridge.logs import configure_logging
-from bridge.metrics import ServeCollector, ServeCounters, registry
-from bridge.monitor import Monitor
-from bridge.worker import PoisonStopError, Worker
-from bridge.worker_status import new_run_id, remove_run, remove_stale
-from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits
+from bridge.ops.endpoint import MetricsEndpoint
+from bridge.ops.metrics import ServeCollector, ServeCounters, registry
+from bridge.ops.monitor import Monitor
+from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
+from bridge.store import open_store, retention_for
+from plateau_core import Store
 from plateau_core.verify import verify_at_start
 
 log = structlog.get_logger(__name__)
 
 EXIT_POISON = 3
 EXIT_ERROR = 1
-
-
-def open_store(config: Config) -> Store:
-    return Store.open(config.storage.data_dir, manifest_url=config.storage.manifest_url)
-
-
-def retention_for(
-    config: Config,
-    store: Store,
-    observer: Callable[[RetentionReport], None] | None = None,
-) -> Retention:
-    storage = config.storage
-
-    def resolve(topic: str) -> RetentionPolicy | None:
-        mapping = config.mapping_for_plateau_topic(topic)
-        return None if mapping is None else config.retention_policy(mapping)
-
-    return Retention(
-        store,
-        default=config.defaults.retention.apply(RetentionPolicy()),
-        limits=StoreLimits(
-            max_bytes=storage.max_bytes,
-            min_free_disk_bytes=storage.min_free_disk,
-            deletion_grace_s=storage.deletion_grace,
-        ),
-        resolve=resolve,
-        observer=observer,
-    )
 
 
 def install_stop_handlers(stop: threading.Event) -> None:
@@ -149,8 +121,8 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 20, 20)
 
 
-def _child(config: Config, name: str, run: str, log_level: str) -> None:
-    configure_logging(log_level)
+def _child(config: Config, name: str, run: str, log_level: str, log_format: str) -> None:
+    configure_logging(log_level, log_format)
     stop = threading.Event()
     install_stop_handlers(stop)
     store = open_store(config)
@@ -166,12 +138,16 @@ def _supervise(
 ) -> int:
     context = multiprocessing.get_context("spawn")
     level = os.environ.get("PLATEAU_LOG_LEVEL", "INFO")
+    # The children's stderr is this process's: "auto" decides the same way there.
+    log_format = os.environ.get("PLATEAU_LOG_FORMAT", "auto")
     children: dict[str, BaseProcess] = {}
     restarts: dict[str, float] = {}
     finished: dict[str, int] = {}
 
     def start(name: str) -> None:
-        process = context.Process(target=_child, args=(config, name, run, level), name=name)
+        process = context.Process(
+            target=_child, args=(config, name, run, level, log_format), name=name
+        )
         process.start()
         children[name] = process
         log.info("worker_process_started", worker=name, pid=process.pid)

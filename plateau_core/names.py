@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from plateau_core.errors import InvalidInputError
@@ -10,6 +11,7 @@ from plateau_core.errors import InvalidInputError
 MAX_TOPIC_LENGTH = 249
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 SEGMENT_SUFFIX = ".arrow"
+MANIFEST_FILE = "manifest.db"
 TEMP_MARKER = ".tmp-"
 
 
@@ -53,3 +55,14 @@ def segment_start(name: str) -> int | None:
 def relative_segment_path(topic: str, partition: int, start_offset: int) -> str:
     """The path stored in the manifest: relative to data_dir, '/'-separated."""
     return f"topics/{validate_topic(topic)}/{partition}/{segment_name(start_offset)}"
+
+
+def segment_files(data_dir: Path) -> Iterator[Path]:
+    """Every file named like a segment under data_dir/topics/{topic}/{partition}/."""
+    for path in (data_dir / "topics").glob(f"*/*/*{SEGMENT_SUFFIX}"):
+        if segment_start(path.name) is not None:
+            yield path
+
+
+def has_segment_files(data_dir: Path) -> bool:
+    return next(segment_files(data_dir), None) is not None

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from plateau_core.errors import InvalidInputError
-from plateau_core.segment_file import COMPRESSIONS, Compression
+
+Compression = Literal["lz4", "zstd", "none"]
+COMPRESSIONS: tuple[Compression, ...] = ("lz4", "zstd", "none")
 
 MiB = 1024 * 1024
 

@@ -6,23 +6,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
 from pyarrow import ipc
 
-from plateau_core import checksums as crcs
-from plateau_core.checksums import ChecksumFormatError
+import plateau_core.crc as crcs
+from plateau_core.checksums import ChecksumFormatError, Checksums
 from plateau_core.errors import InvalidInputError, PlateauError
+from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
-
-if TYPE_CHECKING:
-    from plateau_core.store import Store
 
 Order = Literal["asc", "desc"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -179,7 +177,7 @@ class ReadResult:
     `opened` lists the segment files actually opened, in order.
     """
 
-    def __init__(self, store: Store, request: ReadRequest) -> None:
+    def __init__(self, store: StoreHandle, request: ReadRequest) -> None:
         self.store = store
         self.request = request
         segments = store.manifest.segments(
@@ -350,7 +348,7 @@ def _select(
     return selected
 
 
-def _checksums(segment: SegmentRecord) -> crcs.Checksums | None:
+def _checksums(segment: SegmentRecord) -> Checksums | None:
     try:
         return segment.checksums
     except ChecksumFormatError as exc:

@@ -18,14 +18,15 @@ from sqlalchemy.engine import make_url
 from plateau_core.errors import InvalidInputError, PartitionLockedError, PlateauError
 from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.names import (
+    MANIFEST_FILE,
     TEMP_MARKER,
     relative_segment_path,
     segment_start,
     validate_topic,
 )
 from plateau_core.partition_lock import PartitionLock
-from plateau_core.segment_file import SegmentStats, inspect_segment, open_segment
-from plateau_core.store import MANIFEST_FILE
+from plateau_core.segment_file import inspect_segment, open_segment
+from plateau_core.segment_stats import SegmentStats
 from plateau_core.verify import SET_ASIDE_MARKER
 
 log = structlog.get_logger(__name__)

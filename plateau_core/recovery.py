@@ -11,22 +11,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 
+from plateau_core.handle import StoreHandle
 from plateau_core.manifest import READABLE_STATES, SegmentState
 from plateau_core.names import TEMP_MARKER, partition_dir, segment_start
 from plateau_core.quarantine import quarantine
 from plateau_core.verify import check_segment
 
-if TYPE_CHECKING:
-    from plateau_core.store import Store
-
 log = structlog.get_logger(__name__)
 
 
-def recover_partition(store: Store, topic: str, partition: int) -> int | None:
+def recover_partition(store: StoreHandle, topic: str, partition: int) -> int | None:
     """Make the folder agree with the manifest; return the partition's watermark."""
     directory = partition_dir(store.data_dir, topic, partition)
     rows = store.manifest.segments(topic, partitions=[partition], states=tuple(SegmentState))

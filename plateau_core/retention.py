@@ -13,15 +13,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import structlog
 
+from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
 from plateau_core.policies import RetentionPolicy, StoreLimits
-
-if TYPE_CHECKING:
-    from plateau_core.store import Store
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +47,7 @@ class Retention:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreHandle,
         *,
         default: RetentionPolicy | None = None,
         topics: Mapping[str, RetentionPolicy] | None = None,

@@ -5,22 +5,20 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import ipc
 
-import plateau_core.checksums as crcs
-from plateau_core.checksums import Checksums
+import plateau_core.crc as crcs
+from plateau_core.checksums import BatchRange
 from plateau_core.errors import InvalidInputError
 from plateau_core.names import TEMP_MARKER, segment_name
+from plateau_core.policies import Compression
 from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
+from plateau_core.segment_stats import SegmentStats
 
-Compression = Literal["lz4", "zstd", "none"]
-COMPRESSIONS: tuple[Compression, ...] = ("lz4", "zstd", "none")
 # Footer metadata: per record batch [first offset, last offset, min time, max time], so
 # readers skip batches inside a segment as the manifest lets them skip segments.
 BATCH_INDEX_KEY = b"plateau.batches"
@@ -32,21 +30,6 @@ TARGET_BATCH_ROWS = 65536
 TARGET_BATCH_BYTES = 8 * 1024 * 1024
 
 BatchSpan = tuple[int, int, int, int]
-
-
-@dataclass(frozen=True)
-class SegmentStats:
-    """What the manifest records about a segment file."""
-
-    start_offset: int
-    end_offset: int  # exclusive: last offset + 1
-    record_count: int
-    time_min: int  # epoch milliseconds
-    time_max: int
-    size_bytes: int
-    schema_fingerprint: str
-    # None for segments recorded before checksums existed: they get the other checks only.
-    checksums: Checksums | None = None
 
 
 def table_stats(table: pa.Table) -> tuple[int, int, int, int]:
@@ -75,7 +58,7 @@ def write_segment(
     final = directory / segment_name(start)
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
     options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
-    ranges: list[crcs.BatchRange] = []
+    ranges: list[BatchRange] = []
     try:
         # OSFile is unbuffered, so tell() around each write is where that batch's message
         # lies in the file.

@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DatabaseError
 
-from plateau_core.errors import InvalidInputError, ManifestUnusableError
-from plateau_core.manifest import Manifest, PartitionSpan, SegmentRecord, sqlite_url
-from plateau_core.names import SEGMENT_SUFFIX, segment_start, validate_topic
+from plateau_core.errors import InvalidInputError
+from plateau_core.listener import WriterListener
+from plateau_core.manifest import Manifest, PartitionSpan, SegmentRecord, open_manifest, sqlite_url
+from plateau_core.names import MANIFEST_FILE, validate_topic
 from plateau_core.policies import WriterPolicy
-from plateau_core.reader import ReadRequest, ReadResult
-from plateau_core.writer import Writer, WriterListener
 
-MANIFEST_FILE = "manifest.db"
+if TYPE_CHECKING:
+    from plateau_core.reader import ReadResult
+    from plateau_core.writer import Writer
+
 TimeBound = datetime | int | None
 
 
 class Store:
-    """Open with `Store.open(data_dir)`; several processes may open the same store."""
+    """Open with `Store.open(data_dir)`; several processes may open the same store.
+
+    The reader and the writer are loaded when first used, so a command that only looks at
+    the manifest (`plateau status`) starts without loading Arrow.
+    """
 
     def __init__(self, data_dir: Path, manifest: Manifest) -> None:
         self.data_dir = data_dir
@@ -98,6 +101,8 @@ class Store:
     ) -> ReadResult:
         """Rows of `topic` with start_offset <= offset < end_offset and
         time_start <= timestamp < time_end, as RecordBatches of one merged schema."""
+        from plateau_core.reader import ReadRequest, ReadResult  # noqa: PLC0415
+
         request = ReadRequest.build(
             validate_topic(topic),
             partitions=partitions,
@@ -114,61 +119,6 @@ class Store:
     def writer(
         self, policy: WriterPolicy | None = None, listener: WriterListener | None = None
     ) -> Writer:
+        from plateau_core.writer import Writer  # noqa: PLC0415
+
         return Writer(self, policy, listener)
-
-
-def open_manifest(data_dir: Path, url: str) -> Manifest:
-    """Open and migrate the manifest, refusing a lost or damaged one while segments exist.
-
-    Without this, a new empty manifest beside existing segment files would make recovery
-    delete every one of them as an orphan. The check runs before migrating, so a refused
-    open leaves no manifest behind that a second open would take for a real one.
-    """
-    parsed = make_url(url)
-    database = parsed.database
-    if (
-        parsed.get_backend_name() == "sqlite"
-        and database
-        and database != ":memory:"
-        and not Path(database).exists()
-        and has_segment_files(data_dir)
-    ):
-        raise ManifestUnusableError(data_dir, f"({database}) is missing")
-    try:
-        manifest = Manifest(url, upgrade=False)
-        try:
-            if manifest.version_at_open == 0 and has_segment_files(data_dir):
-                raise ManifestUnusableError(data_dir, "is empty (new) but segment files exist")
-            manifest.upgrade()
-        except BaseException:
-            manifest.close()
-            raise
-    except DatabaseError as exc:
-        if not is_corruption(exc.orig):
-            raise
-        raise ManifestUnusableError(data_dir, f"is damaged ({exc.orig})") from exc
-    except sqlite3.DatabaseError as exc:
-        if not is_corruption(exc):
-            raise
-        raise ManifestUnusableError(data_dir, f"is damaged ({exc})") from exc
-    return manifest
-
-
-def is_corruption(error: BaseException | None) -> bool:
-    """SQLite's "not a database" and "malformed" errors, as opposed to locks or permissions
-    (which are OperationalErrors and mean the file is fine)."""
-    if not isinstance(error, sqlite3.DatabaseError) or isinstance(error, sqlite3.OperationalError):
-        return False
-    name = getattr(error, "sqlite_errorname", "")
-    return name in ("", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT")
-
-
-def segment_files(data_dir: Path) -> Iterator[Path]:
-    """Every file named like a segment under data_dir/topics/{topic}/{partition}/."""
-    for path in (data_dir / "topics").glob(f"*/*/*{SEGMENT_SUFFIX}"):
-        if segment_start(path.name) is not None:
-            yield path
-
-
-def has_segment_files(data_dir: Path) -> bool:
-    return next(segment_files(data_dir), None) is not None

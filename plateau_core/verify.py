@@ -11,23 +11,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
 
-from plateau_core import checksums as crcs
+import plateau_core.crc as crcs
 from plateau_core.checksums import ChecksumFormatError
 from plateau_core.errors import ManifestUnusableError
+from plateau_core.handle import StoreHandle
 from plateau_core.manifest import READABLE_STATES, SegmentRecord, SegmentState
 from plateau_core.names import TEMP_MARKER, segment_start
 from plateau_core.quarantine import quarantine as quarantine_segment
 from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
 from plateau_core.segment_file import open_segment, quick_check, size_problem
-
-if TYPE_CHECKING:
-    from plateau_core.store import Store
 
 log = structlog.get_logger(__name__)
 
@@ -190,7 +187,9 @@ def _describe(found: SegmentProblem) -> str:
     )
 
 
-def verify_store(store: Store, *, deep: bool = False, quarantine: bool = False) -> VerifyReport:
+def verify_store(
+    store: StoreHandle, *, deep: bool = False, quarantine: bool = False
+) -> VerifyReport:
     """Check every readable segment of every topic against its row and checksums; list
     files the manifest does not know and rows already quarantined.
 
@@ -203,7 +202,7 @@ def verify_store(store: Store, *, deep: bool = False, quarantine: bool = False) 
     return _check_files(store, report, quarantine=quarantine)
 
 
-def _check_files(store: Store, report: VerifyReport, *, quarantine: bool) -> VerifyReport:
+def _check_files(store: StoreHandle, report: VerifyReport, *, quarantine: bool) -> VerifyReport:
     """The file part of verify_store, filling `report`."""
     started = time.monotonic()
     # Files first, then rows: a segment sealed in between is then known, not an orphan.
@@ -267,7 +266,7 @@ def _partition_files(data_dir: Path) -> Iterator[str]:
             yield path.relative_to(data_dir).as_posix()
 
 
-def verify_at_start(store: Store, *, full: bool) -> VerifyReport | None:
+def verify_at_start(store: StoreHandle, *, full: bool) -> VerifyReport | None:
     """What serve runs before its workers start: the manifest's own integrity check always,
     and with `full` every segment's checksums (bad ones are quarantined). Returns the report
     of the full check."""
@@ -292,3 +291,25 @@ def verify_at_start(store: Store, *, full: bool) -> VerifyReport | None:
         temp_files=len(report.temp_files),
     )
     return report
+
+
+def forget_quarantined(store: StoreHandle) -> int:
+    """Hand every quarantined segment to retention; returns how many.
+
+    Quarantined rows stay (excluded from reads, listed by verify) until an operator gives
+    up on them; marking them deleting lets retention remove file and row the usual
+    crash-safe way, after the deletion grace.
+    """
+    rows = store.manifest.segments(states=(SegmentState.QUARANTINED,))
+    moved = store.manifest.mark_deleting([row.id for row in rows])
+    for row in rows:
+        if row.id in moved:
+            log.warning(
+                "quarantined_segment_released",
+                topic=row.topic,
+                partition=row.partition,
+                start_offset=row.start_offset,
+                end_offset=row.end_offset,
+                path=row.path,
+            )
+    return len(moved)

@@ -13,9 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import structlog
@@ -27,60 +25,18 @@ from plateau_core.errors import (
     ManifestConflictError,
     PlateauError,
 )
+from plateau_core.handle import StoreHandle
+from plateau_core.listener import SealedSegment, TopicPartition, WriterListener, WriterStats
 from plateau_core.names import partition_dir, relative_segment_path, validate_topic
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import RollPolicy, WriterPolicy
 from plateau_core.recovery import recover_partition
 from plateau_core.schema import fingerprint, normalize_batch
-from plateau_core.segment_file import SegmentStats, write_segment
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
 from plateau_core.slog import SealJob, SegmentLog
 
-if TYPE_CHECKING:
-    from plateau_core.store import Store
-
 log = structlog.get_logger(__name__)
-
-TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True)
-class SealedSegment:
-    """A segment that is durable and recorded: its end_offset may be committed to Kafka."""
-
-    topic: str
-    partition: int
-    start_offset: int
-    end_offset: int
-    record_count: int
-    size_bytes: int
-    path: Path
-    seconds: float
-
-
-class WriterListener:
-    """Hooks the owner of a Writer overrides; they run on writer threads, keep them short."""
-
-    def on_sealed(self, segment: SealedSegment) -> None:
-        """A segment is durable and in the manifest."""
-
-    def on_seal_failed(self, topic: str, partition: int, error: Exception) -> None:
-        """A seal failed; its records stay buffered and the seal is retried with backoff."""
-
-    def on_capacity(self) -> None:
-        """Memory or a partition's writer was released: paused partitions may be resumed."""
-
-    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
-        """The watermark moved over skipped offsets: `next_offset` may be committed."""
-
-
-@dataclass(frozen=True)
-class WriterStats:
-    partitions: int
-    buffered_bytes: int
-    in_flight_bytes: int
-    buffered_rows: int
-    seals_in_flight: int
-    failing: dict[TopicPartition, str]
 
 
 class Writer:
@@ -88,7 +44,7 @@ class Writer:
 
     def __init__(
         self,
-        store: Store,
+        store: StoreHandle,
         policy: WriterPolicy | None = None,
         listener: WriterListener | None = None,
         *,

@@ -1,8 +1,8 @@
 """Shared fixtures: one real Kafka broker per test session, and helpers around it.
 
-The broker is Apache Kafka run from its jars (bridge.local_kafka). If it cannot start,
-every test that needs it fails with the broker's log tail; nothing skips. Set
-PLATEAU_TEST_BOOTSTRAP to run the suite against a broker you already have instead.
+The broker is Apache Kafka run from its jars (bridge.local_kafka) unless the environment
+chooses the apache/kafka container or a running broker (tests/kafka_backend.py). If it
+cannot start, every test that needs it fails with the reason; nothing skips.
 """
 
 from __future__ import annotations
@@ -21,9 +21,15 @@ import structlog
 from pyspark.sql import SparkSession
 
 from bridge.local_kafka import LocalKafka
-from bridge.topics import create_topic
-from plateau_core.spark import session
+from bridge.local_kafka.topics import create_topic
+from plateau_spark import session
 from tests.bridge_support import REPO, running_broker
+from tests.kafka_backend import (
+    KafkaBackend,
+    KafkaBackendError,
+    choose_backend,
+    container_broker,
+)
 from tests.reliability.support import FULL, Recorder
 
 # Fixtures whose use makes a test an integration test (selected out by -m "not integration").
@@ -37,9 +43,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka | None]:
-    """The session's broker; None when PLATEAU_TEST_BOOTSTRAP names an external one."""
-    if os.environ.get("PLATEAU_TEST_BOOTSTRAP"):
+def kafka_backend() -> KafkaBackend:
+    try:
+        return choose_backend(os.environ)
+    except KafkaBackendError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(
+    kafka_backend: KafkaBackend, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalKafka | None]:
+    """The session's broker from jars; None when the session uses another (a container or
+    one already running)."""
+    if kafka_backend.kind != "jars":
         yield None
         return
     with running_broker(tmp_path_factory.mktemp("kafka")) as broker:
@@ -57,11 +74,20 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="session")
-def kafka(kafka_broker: LocalKafka | None) -> str:
+def kafka(kafka_backend: KafkaBackend, kafka_broker: LocalKafka | None) -> Iterator[str]:
     """Bootstrap servers of a real Kafka broker."""
-    if kafka_broker is None:
-        return os.environ["PLATEAU_TEST_BOOTSTRAP"]
-    return kafka_broker.bootstrap_servers
+    if kafka_broker is not None:
+        yield kafka_broker.bootstrap_servers
+    elif kafka_backend.kind == "external":
+        assert kafka_backend.bootstrap is not None
+        yield kafka_backend.bootstrap
+    else:
+        assert kafka_backend.image is not None
+        try:
+            with container_broker(kafka_backend.image) as bootstrap:
+                yield bootstrap
+        except KafkaBackendError as exc:
+            pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

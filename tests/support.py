@@ -10,7 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau_core import BackpressureError, RollPolicy, Store, Writer, WriterPolicy
-from plateau_core.segment_file import SegmentStats, write_segment
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
 
 BASE_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000

@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from bridge.config.models import Config, Duration, Size
+from bridge.config.fields import Duration, Size
+from bridge.config.models import Config
 from bridge.config.units import parse_duration, parse_size
 
 BEGIN = "<!-- reference: generated from bridge/config/models.py -->"

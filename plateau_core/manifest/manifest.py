@@ -2,34 +2,26 @@
 
 from __future__ import annotations
 
-import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-from sqlalchemy import (
-    Engine,
-    and_,
-    create_engine,
-    delete,
-    event,
-    func,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import and_, create_engine, delete, func, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from plateau_core.checksums import Checksums
 from plateau_core.errors import ManifestConflictError
+from plateau_core.manifest.commit import (
+    advance_for_segment,
+    already_recorded,
+    remember_schema,
+    rowcount,
+    segment_row,
+)
+from plateau_core.manifest.engine import DEFAULT_BUSY_TIMEOUT_S, sqlite_engine
 from plateau_core.manifest.migrations import current_version, migrate
 from plateau_core.manifest.models import (
     READABLE_STATES,
@@ -39,95 +31,11 @@ from plateau_core.manifest.models import (
     SegmentRow,
     SegmentState,
 )
-from plateau_core.segment_file import SegmentStats
+from plateau_core.manifest.records import PartitionSpan, SegmentRecord, now_ms
+from plateau_core.segment_stats import SegmentStats
 
-DEFAULT_BUSY_TIMEOUT_S = 30.0
-WAL_SIZE_LIMIT = 4 * 1024 * 1024
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class SegmentRecord:
-    """One manifest row, detached from the database session."""
-
-    id: int
-    topic: str
-    partition: int
-    start_offset: int
-    end_offset: int
-    record_count: int
-    time_min: int
-    time_max: int
-    size_bytes: int
-    path: str
-    schema_fingerprint: str
-    state: SegmentState
-    created_at: int
-    replicated_at: int | None
-    deleting_at: int | None
-    problem: str | None
-    checksums_json: str | None = None
-
-    @cached_property
-    def checksums(self) -> Checksums | None:
-        """Parsed on first use: planning a read lists many rows and checks few of them.
-
-        Raises ChecksumFormatError when the recorded text cannot be parsed."""
-        return None if self.checksums_json is None else Checksums.from_json(self.checksums_json)
-
-    @property
-    def stats(self) -> SegmentStats:
-        return SegmentStats(
-            start_offset=self.start_offset,
-            end_offset=self.end_offset,
-            record_count=self.record_count,
-            time_min=self.time_min,
-            time_max=self.time_max,
-            size_bytes=self.size_bytes,
-            schema_fingerprint=self.schema_fingerprint,
-            checksums=self.checksums,
-        )
-
-    @classmethod
-    def of(cls, row: SegmentRow) -> SegmentRecord:
-        return cls(
-            id=row.id,
-            topic=row.topic,
-            partition=row.partition,
-            start_offset=row.start_offset,
-            end_offset=row.end_offset,
-            record_count=row.record_count,
-            time_min=row.time_min,
-            time_max=row.time_max,
-            size_bytes=row.size_bytes,
-            path=row.path,
-            schema_fingerprint=row.schema_fingerprint,
-            state=SegmentState(row.state),
-            created_at=row.created_at,
-            replicated_at=row.replicated_at,
-            deleting_at=row.deleting_at,
-            problem=row.problem,
-            checksums_json=row.checksums,
-        )
-
-
-@dataclass(frozen=True)
-class PartitionSpan:
-    """A partition's watermark and what its readable segments cover."""
-
-    topic: str
-    partition: int
-    next_offset: int
-    replicated_offset: int
-    segments: int
-    records: int
-    bytes: int
-    start_offset: int | None
-    time_min: int | None
-    time_max: int | None
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class Manifest:
@@ -142,8 +50,8 @@ class Manifest:
         self._sqlite = make_url(url).get_backend_name() == "sqlite"
         self._write_lock = threading.Lock()
         if self._sqlite:
-            self.engine = _sqlite_engine(url, busy_timeout_s, immediate=True)
-            self._read_engine = _sqlite_engine(url, busy_timeout_s, immediate=False)
+            self.engine = sqlite_engine(url, busy_timeout_s, immediate=True)
+            self._read_engine = sqlite_engine(url, busy_timeout_s, immediate=False)
         else:
             self.engine = create_engine(url, pool_pre_ping=True)
             self._read_engine = self.engine
@@ -206,82 +114,11 @@ class Manifest:
         """
         stamp = now_ms()
         with self._write() as session:
-            existing = session.scalars(
-                select(SegmentRow).where(
-                    SegmentRow.topic == topic,
-                    SegmentRow.partition == partition,
-                    SegmentRow.start_offset == stats.start_offset,
-                )
-            ).one_or_none()
-            if existing is not None:
-                if (
-                    existing.end_offset == stats.end_offset
-                    and existing.record_count == stats.record_count
-                ):
-                    return False
-                raise ManifestConflictError(
-                    f"{topic}[{partition}] already has a segment at offset {stats.start_offset} "
-                    f"ending at {existing.end_offset} ({existing.record_count} rows); refusing "
-                    f"one ending at {stats.end_offset} ({stats.record_count} rows)"
-                )
-            current = session.get(PartitionRow, (topic, partition))
-            if current is None:
-                session.add(
-                    PartitionRow(
-                        topic=topic,
-                        partition=partition,
-                        next_offset=stats.end_offset,
-                        replicated_offset=0,
-                        updated_at=stamp,
-                    )
-                )
-            else:
-                if stats.start_offset < current.next_offset:
-                    raise ManifestConflictError(
-                        f"{topic}[{partition}] segment [{stats.start_offset}, {stats.end_offset}) "
-                        f"overlaps the watermark {current.next_offset}"
-                    )
-                # Compare-and-swap: the row count proves nobody moved the watermark meanwhile.
-                moved = session.execute(
-                    update(PartitionRow)
-                    .where(
-                        PartitionRow.topic == topic,
-                        PartitionRow.partition == partition,
-                        PartitionRow.next_offset == current.next_offset,
-                    )
-                    .values(next_offset=stats.end_offset, updated_at=stamp)
-                    .execution_options(synchronize_session=False)
-                )
-                if _rowcount(moved) != 1:
-                    raise ManifestConflictError(
-                        f"{topic}[{partition}] watermark moved concurrently"
-                    )
-            session.add(
-                SegmentRow(
-                    topic=topic,
-                    partition=partition,
-                    start_offset=stats.start_offset,
-                    end_offset=stats.end_offset,
-                    record_count=stats.record_count,
-                    time_min=stats.time_min,
-                    time_max=stats.time_max,
-                    size_bytes=stats.size_bytes,
-                    path=path,
-                    schema_fingerprint=stats.schema_fingerprint,
-                    state=SegmentState.SEALED.value,
-                    created_at=stamp,
-                    checksums=None if stats.checksums is None else stats.checksums.to_json(),
-                )
-            )
-            if session.get(SchemaRow, (topic, stats.schema_fingerprint)) is None:
-                session.add(
-                    SchemaRow(
-                        topic=topic,
-                        fingerprint=stats.schema_fingerprint,
-                        arrow_schema=schema.remove_metadata().serialize().to_pybytes(),
-                        first_seen=stamp,
-                    )
-                )
+            if already_recorded(session, topic, partition, stats):
+                return False
+            advance_for_segment(session, topic, partition, stats, stamp)
+            session.add(segment_row(topic, partition, stats, path, stamp))
+            remember_schema(session, topic, stats.schema_fingerprint, schema, stamp)
             try:
                 session.flush()
             except IntegrityError as exc:
@@ -360,7 +197,7 @@ class Manifest:
                 .values(next_offset=next_offset, updated_at=stamp)
                 .execution_options(synchronize_session=False)
             )
-            return _rowcount(moved) == 1
+            return rowcount(moved) == 1
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -492,11 +329,15 @@ class Manifest:
             return [SegmentRecord.of(row) for row in session.scalars(query)]
 
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
+        # Here rather than at the top: reading spans and watermarks (`plateau status`) must
+        # not pay for loading Arrow.
+        from pyarrow import ipc, py_buffer  # noqa: PLC0415
+
         with self._read() as session:
             rows = session.scalars(
                 select(SchemaRow).where(SchemaRow.topic == topic).order_by(SchemaRow.first_seen)
             )
-            return {r.fingerprint: pa.ipc.read_schema(pa.py_buffer(r.arrow_schema)) for r in rows}
+            return {r.fingerprint: ipc.read_schema(py_buffer(r.arrow_schema)) for r in rows}
 
     # --- state transitions -----------------------------------------------------------------
 
@@ -560,7 +401,7 @@ class Manifest:
                     SegmentRow.state == SegmentState.DELETING.value,
                 )
             )
-            return _rowcount(result)
+            return rowcount(result)
 
     def _transition(
         self,
@@ -600,53 +441,3 @@ def _move(
             .execution_options(synchronize_session=False)
         )
     return ids
-
-
-def _rowcount(result: Any) -> int:
-    return int(result.rowcount)
-
-
-def _sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engine:
-    connect_args = {"timeout": busy_timeout_s, "check_same_thread": False}
-    engine = create_engine(url, connect_args=connect_args)
-
-    @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-        # Let SQLAlchemy's begin hook below decide how transactions start.
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        _enable_wal(cursor, busy_timeout_s)
-        # FULL: the commit that precedes a Kafka offset commit must survive power loss.
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
-        # The WAL counts towards the store's fixed footprint: truncate it after checkpoints.
-        cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        # IMMEDIATE takes the write lock up front, so a read-then-write transaction waits
-        # for another process instead of failing with "database is locked" on upgrade.
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return engine
-
-
-def _enable_wal(cursor: Any, timeout_s: float) -> None:
-    """WAL lets readers run beside the writer. Switching a new database to it needs an
-    exclusive lock, which another process opening the store may hold for a moment."""
-    if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
-        return
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def sqlite_url(path: Path) -> str:
-    return f"sqlite:///{path}"

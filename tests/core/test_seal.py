@@ -20,7 +20,8 @@ from plateau_core import (
     WriterListener,
     WriterPolicy,
 )
-from plateau_core.segment_file import SegmentStats, write_segment
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
 from tests.support import batch
 
 

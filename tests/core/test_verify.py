@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
+import plateau_core.crc as crcs
 from plateau_core import (
     ManifestUnusableError,
     SegmentCorruptError,
@@ -19,7 +20,6 @@ from plateau_core import (
     Store,
     WriterPolicy,
 )
-from plateau_core import checksums as crcs
 from plateau_core.manifest import Manifest, SegmentRecord, sqlite_url
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.segment_file import write_segment

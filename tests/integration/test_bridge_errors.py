@@ -12,10 +12,10 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from bridge.dlq import ERROR_HEADERS
-from bridge.produce import Record, produce
+from bridge.consume.dlq import ERROR_HEADERS
+from bridge.demo.producer import Record, produce
+from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_POISON, serve
-from bridge.topics import create_topic
 from plateau_core import Store
 from tests.bridge_support import (
     committed,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
 
 BASE_MS = 1_750_000_000_000

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from bridge.produce import Record, produce
-from bridge.worker import Worker
+from bridge.consume.worker import Worker
+from bridge.demo.producer import Record, produce
 from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
 from tests.support import SlowDisk

@@ -9,7 +9,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from plateau_core import Store
 from tests.bridge_support import (
     committed,

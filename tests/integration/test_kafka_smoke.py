@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 
 RECORDS = 10_000
 PARTITIONS = 3

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 
-from bridge.check import check
 from bridge.config import parse_config
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.broker import is_broker_process, pid_alive
-from bridge.topics import create_topic
+from bridge.local_kafka.topics import create_topic
+from bridge.ops.check import check
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,9 @@ def test_start_failure_reports_the_broker_log(tmp_path: Path) -> None:
 
 def test_session_broker_is_tied_to_this_process(kafka_broker: LocalKafka | None) -> None:
     if kafka_broker is None:
-        pytest.fail("this test checks the local broker; unset PLATEAU_TEST_BOOTSTRAP")
+        pytest.fail(
+            "this test checks the local broker; unset PLATEAU_TEST_BOOTSTRAP and PLATEAU_TEST_KAFKA"
+        )
     pid = kafka_broker.pid
     assert pid is not None and is_broker_process(pid)
     # The broker runs in its own session, so a Ctrl-C at the terminal does not reach it

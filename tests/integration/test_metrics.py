@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from plateau_core import Store, Writer
 from tests.bridge_support import (
     end_offsets,
@@ -144,7 +144,7 @@ def test_a_forced_pause_shows_up(
     total = 30_000
     produce(kafka, topic, (Record(value=b"x" * 100 + str(i).encode()) for i in range(total)))
     slow = functools.partial(Writer, write=SlowDisk(0.05))
-    monkeypatch.setattr("plateau_core.store.Writer", slow)
+    monkeypatch.setattr("plateau_core.writer.Writer", slow)
     port = free_port()
     config = with_metrics(
         make_config(
@@ -181,7 +181,7 @@ def test_readyz_goes_red_while_a_writer_blocks_and_green_after(
 ) -> None:
     topic = topic_factory(partitions=1)
     disk = GatedDisk(timeout_s=120)
-    monkeypatch.setattr("plateau_core.store.Writer", functools.partial(Writer, write=disk))
+    monkeypatch.setattr("plateau_core.writer.Writer", functools.partial(Writer, write=disk))
     port = free_port()
     config = with_metrics(
         make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}"),

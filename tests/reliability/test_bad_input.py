@@ -24,11 +24,11 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from structlog.testing import capture_logs
 
 from bridge.config import Config, parse_config
-from bridge.dlq import ERROR_HEADERS
+from bridge.consume.dlq import ERROR_HEADERS
+from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError, ConfigError
-from bridge.produce import Record, produce
+from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_POISON, serve
-from bridge.topics import create_topic
 from tests.bridge_support import (
     committed,
     end_offsets,

@@ -13,9 +13,9 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 from structlog.testing import capture_logs
 
+from bridge.demo.producer import Record, produce, producer_config
 from bridge.local_kafka import LocalKafka
-from bridge.produce import Record, produce, producer_config
-from bridge.topics import create_topic
+from bridge.local_kafka.topics import create_topic
 from tests.bridge_support import (
     end_offsets,
     free_port,

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Producer
 
-from bridge.produce import Record, produce, producer_config
+from bridge.demo.producer import Record, produce, producer_config
 from plateau_core import Store
 from plateau_core.names import TEMP_MARKER, segment_start
 from tests.bridge_support import (

@@ -20,9 +20,10 @@ import pyarrow as pa
 import pytest
 from structlog.testing import capture_logs
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from plateau_core import Store, Writer
-from plateau_core.segment_file import SegmentStats, write_segment
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
 from tests.reliability.processes import ServeProcess, retired_events, retired_prefix
 from tests.reliability.support import Recorder, every_offset
@@ -212,7 +213,7 @@ def test_injected_enospc_pauses_and_resumes(
 ) -> None:
     topic = topic_factory(partitions=2)
     disk = FullDisk()
-    monkeypatch.setattr("plateau_core.store.Writer", functools.partial(Writer, write=disk))
+    monkeypatch.setattr("plateau_core.writer.Writer", functools.partial(Writer, write=disk))
     config = make_config(
         kafka,
         tmp_path,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from plateau_core import SegmentState, Store
 from plateau_core.manifest import SegmentRecord
 from tests.bridge_support import (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
 from tests.reliability.support import Recorder, every_offset

@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bridge.check import check
+from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError
 from bridge.local_kafka import BrokerSettings, LocalKafka
 from bridge.local_kafka.security import Mechanism, Protocol, SecuritySettings
-from bridge.produce import Record, produce
-from bridge.topics import create_topic
+from bridge.local_kafka.topics import create_topic
+from bridge.ops.check import check
 from tests.bridge_support import (
     REPO,
     end_offsets,

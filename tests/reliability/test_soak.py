@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from bridge.produce import producer_config
+from bridge.demo.producer import producer_config
 from plateau_core import SegmentState, Store
 from tests.bridge_support import end_offsets, wait_landed
 from tests.reliability.processes import ServeProcess, retired_events, retired_prefix

@@ -9,7 +9,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewPartitions
 from structlog.testing import capture_logs
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
 from tests.reliability.support import Recorder, every_offset
 

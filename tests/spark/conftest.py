@@ -13,7 +13,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from plateau_core import RollPolicy, Store, WriterPolicy
-from plateau_core.replication import S3Settings, Target
+from plateau_spark.replication import S3Settings, Target
 from tests.support import BASE_MS, append_patiently, batch
 
 MINUTE_MS = 60_000

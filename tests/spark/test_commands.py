@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from bridge.cli import main
 from plateau_core import SegmentState, Store
-from plateau_core.replication import Replicator, Target
+from plateau_spark.replication import Replicator, Target
 from tests.spark.conftest import minute_batches, write_segments
 from tests.spark.test_replication import spark_keys, stored_keys
 from tests.support import batch

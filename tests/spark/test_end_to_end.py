@@ -8,9 +8,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from bridge.produce import Record, produce
+from bridge.demo.producer import Record, produce
 from plateau_core import Store
-from plateau_core.replication import Replicator, Target
+from plateau_spark.replication import Replicator, Target
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
 
 BASE_MS = 1_760_000_000_000

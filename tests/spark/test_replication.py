@@ -11,8 +11,8 @@ from pyarrow import fs
 from pyspark.sql import SparkSession
 
 from plateau_core import RetentionPolicy, SegmentState, Store, StoreLimits
-from plateau_core.replication import Replicator, Target, write_task
 from plateau_core.retention import Retention
+from plateau_spark.replication import Replicator, Target, write_task
 from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.support import batch
 

@@ -16,8 +16,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from plateau_core import RetentionPolicy, SegmentState, Store, StoreLimits
-from plateau_core.replication import Replicator
 from plateau_core.retention import Retention
+from plateau_spark.replication import Replicator
 from tests.reliability.support import Audit, Recorder
 from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.spark.test_replication import s3_keys

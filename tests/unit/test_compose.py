@@ -6,6 +6,7 @@ containers get is loaded with plateau's own loader, as the containers would load
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import tomllib
@@ -306,3 +307,34 @@ def test_dockerfile_serves_metrics_where_the_config_listens(
         data_dir in run and re.search(r"(-o plateau|chown plateau)", run)
         for run in instructions(runtime, "RUN")
     ), "the data folder must belong to the plateau user before the volume copies it"
+
+
+def _compose_check() -> Any:
+    spec = importlib.util.spec_from_file_location("compose_check", ROOT / "compose" / "check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compose_check_counts_what_landed_and_what_was_replicated() -> None:
+    check = _compose_check()
+    document = {
+        "topics": {
+            "a": {"partitions": {"0": {"records": 10, "replicated_offset": 4}}},
+            "b": {
+                "partitions": {
+                    "0": {"records": 3, "replicated_offset": 3},
+                    "1": {"records": 0, "replicated_offset": 0},
+                }
+            },
+        }
+    }
+    assert check.landed_and_replicated(document) == (13, 7)
+
+
+def test_compose_check_says_when_docker_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    check = _compose_check()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(check.CheckError, match="docker is not installed"):
+        check.require_docker()

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
 from bridge.config import TopicMapping
-from bridge.decode import Decoded, decoder_for
+from bridge.consume.decode import Decoded, decoder_for
 
 
 def _decode(mapping: dict[str, object], values: list[bytes | None]) -> Decoded:

@@ -10,9 +10,10 @@ from collections.abc import Iterable
 
 import pytest
 
-from bridge import demo
 from bridge.cli import build_parser, main
-from bridge.produce import Record
+from bridge.cli import demo as demo_cli
+from bridge.demo import events
+from bridge.demo.producer import Record
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -23,6 +24,7 @@ def test_defaults_and_handler() -> None:
     args = parse("--bootstrap-servers", "kafka:9092", "--topic", "events")
     assert vars(args) | {"handler": None} == {
         "log_level": "INFO",
+        "log_format": "auto",
         "command": "demo-producer",
         "bootstrap_servers": "kafka:9092",
         "topic": "events",
@@ -31,7 +33,7 @@ def test_defaults_and_handler() -> None:
         "seconds": None,
         "handler": None,
     }
-    assert args.handler is demo.run_producer
+    assert args.handler is demo_cli._demo_producer
     args = parse(
         "--bootstrap-servers=a:1,[::1]:2",
         "--topic=t",
@@ -96,9 +98,9 @@ class FakeKafka:
 @pytest.fixture
 def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
     fake = FakeKafka()
-    monkeypatch.setattr(demo, "create_topic", fake.create_topic)
-    monkeypatch.setattr(demo, "produce", fake.produce)
-    monkeypatch.setattr(demo, "PRODUCER_CHUNK_S", 0.1)
+    monkeypatch.setattr(events, "create_topic", fake.create_topic)
+    monkeypatch.setattr(events, "produce", fake.produce)
+    monkeypatch.setattr(events, "PRODUCER_CHUNK_S", 0.1)
     return fake
 
 

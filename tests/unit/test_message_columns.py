@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.config import parse_config
-from bridge.decode.common import Envelope, envelope_columns, header_array, kafka_timestamps
-from bridge.decode.raw import RawDecoder
+from bridge.consume.decode.common import Envelope, envelope_columns, header_array, kafka_timestamps
+from bridge.consume.decode.raw import RawDecoder
+from bridge.consume.worker import Worker, by_partition
 from bridge.errors import BridgeError
-from bridge.worker import Worker, by_partition
 from plateau_core import Store
 
 

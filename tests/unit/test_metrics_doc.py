@@ -11,11 +11,11 @@ import yaml
 from prometheus_client.core import Metric
 
 from bridge.config import Config, parse_config
-from bridge.metrics import ServeCollector, ServeCounters, registry
-from bridge.monitor import Monitor
-from bridge.serve import retention_for
-from bridge.telemetry import COUNTERS, WorkerTelemetry
-from bridge.worker_status import StatusFile, new_run_id
+from bridge.ops.metrics import ServeCollector, ServeCounters, registry
+from bridge.ops.monitor import Monitor
+from bridge.ops.telemetry import COUNTERS, WorkerTelemetry
+from bridge.ops.worker_status import StatusFile, new_run_id
+from bridge.store import retention_for
 from plateau_core import Store
 from tests.support import BASE_MS, HOUR_MS, fill_segments
 

@@ -13,10 +13,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from bridge.endpoint import MetricsEndpoint
 from bridge.errors import BridgeError
-from bridge.monitor import Monitor
-from bridge.worker_status import StatusFile, new_run_id, read_run, remove_run, remove_stale
+from bridge.ops.endpoint import MetricsEndpoint
+from bridge.ops.monitor import Monitor
+from bridge.ops.worker_status import StatusFile, new_run_id, read_run, remove_run, remove_stale
 
 
 class Clock:

@@ -19,8 +19,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows
 
 from plateau_core.manifest import SegmentRecord, SegmentState
-from plateau_core.spark.filters import Range, epoch_micros, push
-from plateau_core.spark.stream import _admit
+from plateau_spark.source.filters import Range, epoch_micros, push
+from plateau_spark.source.stream import _admit
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T0_MS = 1_767_225_600_000

@@ -7,7 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.telemetry import SEAL_BUCKETS, Histogram, WorkerTelemetry, parse_dump
+from bridge.ops.telemetry import SEAL_BUCKETS, Histogram, WorkerTelemetry, parse_dump
 
 
 @given(st.lists(st.floats(min_value=0, max_value=100, allow_nan=False), max_size=50))

@@ -1,0 +1,128 @@
+"""`plateau query` and `plateau replicate`: the Spark side of the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bridge.cli.serve import config_argument
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from bridge.config.models import Config
+    from plateau_spark.jobs import StoreLocation
+
+# Kept here rather than imported: listing the choices must not load Spark.
+FORMATS = ("table", "json", "csv", "parquet")
+
+
+def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    query = subparsers.add_parser(
+        "query", help="run Spark SQL over the stored topics (each topic is a view)"
+    )
+    config_argument(query)
+    query.add_argument(
+        "sql", help='for example: "SELECT partition, count(*) FROM `app-logs` GROUP BY 1"'
+    )
+    query.add_argument("--format", choices=FORMATS, default="table", dest="fmt")
+    query.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+    query.add_argument("--limit", type=int, default=20, help="rows shown by --format table")
+    query.add_argument("--master", help="Spark master (default: config spark.master, local[*])")
+    query.set_defaults(handler=_query)
+
+    rep = subparsers.add_parser(
+        "replicate", help="copy sealed segments to Parquet (s3:// or a folder)"
+    )
+    config_argument(rep)
+    rep.add_argument("--target", help="s3://bucket/prefix or file:///path (default: config)")
+    when = rep.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="one run, then exit")
+    when.add_argument(
+        "--interval", type=_duration, help="pause between runs (default: config, 60s)"
+    )
+    rep.add_argument("--master", help="Spark master (default: config spark.master, local[*])")
+    rep.set_defaults(handler=_replicate)
+
+
+def _duration(text: str) -> float:
+    from bridge.config.units import parse_duration
+
+    return parse_duration(text)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from bridge.config import load_config
+    from plateau_spark.errors import QueryError
+    from plateau_spark.query import run_query
+
+    if args.limit < 1:
+        print("plateau query: --limit must be at least 1", file=sys.stderr)
+        return 2
+    config = load_config(args.config)
+    try:
+        run_query(
+            _spark(config, args.master),
+            _location(config),
+            args.sql,
+            fmt=args.fmt,
+            output=args.output,
+            limit=args.limit,
+        )
+    except QueryError as exc:
+        print(f"plateau query: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _replicate(args: argparse.Namespace) -> int:
+    import threading
+
+    from bridge.config import load_config
+    from bridge.errors import BridgeError
+    from bridge.serve import install_stop_handlers
+    from plateau_spark.replicate import replicate
+    from plateau_spark.replication import Replicator, Target
+
+    config = load_config(args.config)
+    uri = args.target or config.replication.target
+    if not uri:
+        raise BridgeError(
+            "no replication target: set replication.target in the config or pass --target"
+        )
+    target = Target.parse(uri, config.replication.s3.settings())
+    stop = threading.Event()
+    if not args.once:
+        install_stop_handlers(stop)
+    with _location(config).open() as store:
+        replicator = Replicator(
+            store,
+            target,
+            file_bytes=config.replication.file_size,
+            compression=config.replication.compression,
+            topics=config.replication.topics,
+        )
+        replicate(
+            replicator,
+            _spark(config, args.master),
+            interval_s=config.replication.interval if args.interval is None else args.interval,
+            once=args.once,
+            stop=stop,
+        )
+    return 0
+
+
+def _spark(config: Config, master: str | None) -> SparkSession:
+    from plateau_spark import session
+    from plateau_spark.jobs import quiet_query_logs
+
+    quiet_query_logs()
+    return session(master or config.spark.master, **config.spark.conf)
+
+
+def _location(config: Config) -> StoreLocation:
+    from plateau_spark.jobs import StoreLocation
+
+    return StoreLocation(config.storage.data_dir, config.storage.manifest_url)

@@ -1,0 +1,185 @@
+"""What each topic lands as: its source, format, roll and retention."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from bridge.config.fields import Duration, Size, Strict, short
+from plateau_core.names import validate_topic
+from plateau_core.policies import RetentionPolicy, RollPolicy
+
+FIELD_TYPES = ("string", "int", "float", "bool", "timestamp")
+
+
+class RollConfig(Strict):
+    max_rows: int | None = Field(
+        default=None, ge=1, description="Seal when this many rows are buffered (1000000)."
+    )
+    max_bytes: Size | None = Field(
+        default=None, description="Seal when this many bytes are buffered (64MiB)."
+    )
+    max_age: Duration | None = Field(
+        default=None,
+        description="Seal this long after the first buffered record arrived (10s): how fresh "
+        "queries are.",
+    )
+
+    def apply(self, base: RollPolicy) -> RollPolicy:
+        return RollPolicy(
+            max_rows=self.max_rows or base.max_rows,
+            max_bytes=self.max_bytes or base.max_bytes,
+            max_age_s=self.max_age if self.max_age is not None else base.max_age_s,
+        )
+
+
+class RetentionConfig(Strict):
+    max_bytes: Size | None = Field(default=None, description="Bytes of the topic's segments.")
+    max_age: Duration | None = Field(default=None, description="Age of a segment's newest record.")
+    max_segments: int | None = Field(default=None, ge=1, description="Number of segments.")
+    require_replicated: bool | None = Field(
+        default=None,
+        description="Keep segments not yet replicated (false), unless the store's hard "
+        "limits force them out.",
+    )
+
+    def apply(self, base: RetentionPolicy) -> RetentionPolicy:
+        return RetentionPolicy(
+            max_bytes=self.max_bytes if self.max_bytes is not None else base.max_bytes,
+            max_age_s=self.max_age if self.max_age is not None else base.max_age_s,
+            max_segments=self.max_segments if self.max_segments is not None else base.max_segments,
+            require_replicated=self.require_replicated
+            if self.require_replicated is not None
+            else base.require_replicated,
+        )
+
+
+class Defaults(Strict):
+    roll: RollConfig = Field(default=RollConfig(), description="When segments are sealed.")
+    retention: RetentionConfig = Field(
+        default=RetentionConfig(), description="What each topic keeps (none: no limit)."
+    )
+
+
+class TopicMapping(Strict):
+    """One source (a Kafka topic or `regex:<pattern>`) landed as one plateau topic each."""
+
+    source: str = Field(
+        description="A Kafka topic, or regex:<pattern> (also matches topics created later)."
+    )
+    name: str | None = Field(
+        default=None,
+        description="The plateau topic (default: the source). For a regex, a template "
+        "with {source}.",
+    )
+    format: Literal["raw", "json", "arrow"] = Field(
+        default="raw",
+        description="raw: value bytes; json: one object per message; arrow: an Arrow IPC "
+        "stream of rows per message.",
+    )
+    schema_: dict[str, str] | None = Field(
+        default=None,
+        alias="schema",
+        description="json only: field -> string|int|float|bool|timestamp. Omitted: "
+        "inferred and widened.",
+    )
+    timestamp: str = Field(
+        default="kafka",
+        description="kafka (the record's timestamp) or field:<name> (epoch ms or a "
+        "timestamp in the data).",
+    )
+    key: Literal["keep", "drop"] = Field(default="keep", description="Keep the record key.")
+    headers: Literal["keep", "drop"] = Field(default="keep", description="Keep the record headers.")
+    roll: RollConfig = Field(default=RollConfig(), description="Overrides defaults.roll.")
+    retention: RetentionConfig = Field(
+        default=RetentionConfig(), description="Overrides defaults.retention."
+    )
+    on_error: Literal["dlq", "skip", "fail"] = Field(
+        default="fail",
+        description="A record that does not decode: send to dlq, skip (logged), or stop "
+        "the worker before it.",
+    )
+    dlq: str | None = Field(
+        default=None, description="Dead-letter topic for on_error: dlq (original bytes kept)."
+    )
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        if value.startswith("regex:"):
+            pattern = value.removeprefix("regex:")
+            if not pattern:
+                raise ValueError("regex: needs a pattern")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"bad regex {pattern!r}: {exc}") from None
+            return value
+        validate_topic(value)
+        return value
+
+    @field_validator("timestamp")
+    @classmethod
+    def _timestamp(cls, value: str) -> str:
+        if value != "kafka" and not (value.startswith("field:") and len(value) > 6):
+            raise ValueError("timestamp must be 'kafka' or 'field:<name>'")
+        return value
+
+    @field_validator("schema_")
+    @classmethod
+    def _schema(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for field, kind in (value or {}).items():
+            if kind not in FIELD_TYPES:
+                raise ValueError(
+                    f"field {field!r} has type {kind!r}; types are {', '.join(FIELD_TYPES)}"
+                )
+            if field in ("offset", "timestamp", "key", "headers"):
+                raise ValueError(f"field {field!r} would shadow plateau's own column")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TopicMapping:
+        if self.name is not None:
+            # With the shortest Kafka topic for {source}: a template that is too long even
+            # then, or that escapes its folder, is refused here rather than when a topic
+            # matches (a longer matching topic is refused by the worker, naming this key).
+            template = self.name.replace("{source}", "x")
+            try:
+                validate_topic(template)
+            except ValueError as exc:
+                raise ValueError(f"name {short(self.name)}: {exc}") from None
+            if self.is_regex and "{source}" not in self.name:
+                raise ValueError(
+                    "a regex mapping lands each matching topic separately: its name must "
+                    "contain {source} (or be left out)"
+                )
+        if self.on_error == "dlq" and not self.dlq:
+            raise ValueError("on_error: dlq needs a dlq topic")
+        if self.dlq is not None:
+            try:
+                validate_topic(self.dlq)
+            except ValueError as exc:
+                raise ValueError(f"dlq {short(self.dlq)}: {exc}") from None
+        if self.schema_ is not None and self.format != "json":
+            raise ValueError("schema applies to format: json only")
+        if self.timestamp.startswith("field:") and self.format == "raw":
+            raise ValueError("timestamp: field:<name> needs a json or arrow format")
+        return self
+
+    @property
+    def is_regex(self) -> bool:
+        return self.source.startswith("regex:")
+
+    def matches(self, topic: str) -> bool:
+        if self.is_regex:
+            return re.fullmatch(self.source.removeprefix("regex:"), topic) is not None
+        return topic == self.source
+
+    def plateau_topic(self, source_topic: str) -> str:
+        if self.name is None:
+            return source_topic
+        return self.name.replace("{source}", source_topic)

@@ -1,0 +1,148 @@
+"""`format: arrow`: each message value is an Arrow IPC stream of many rows.
+
+The columnar fast path: producers that already hold Arrow data send it as is, and every
+row keeps its message's offset and timestamp (and key and headers, when kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+from confluent_kafka import Message
+
+from bridge.consume.decode.common import Decoded, Envelope, Poison, envelope_columns
+from bridge.consume.decode.json_format import RESERVED, event_times
+from plateau_core.errors import InvalidInputError
+from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch
+
+
+class ArrowDecoder:
+    def __init__(self, envelope: Envelope, timestamp_field: str | None = None) -> None:
+        self.envelope = envelope
+        self.timestamp_field = timestamp_field
+        # The data columns so far, unified: a message whose columns cannot be unified with
+        # them is poison, so the topic's segments stay readable as one table.
+        self.known: pa.Schema | None = None
+
+    def seed(self, stored: pa.Schema) -> None:
+        """Start from the columns the plateau topic already has (after a restart)."""
+        fields = [f for f in stored if f.name not in RESERVED]
+        self.known = _unified(self.known, pa.schema(fields)) or self.known
+
+    def decode(self, messages: Sequence[Message]) -> Decoded:
+        result = Decoded()
+        for message in messages:
+            try:
+                table = _read_stream(message.value())
+            # A truncated or corrupted stream surfaces as OSError ("Expected to be able to
+            # read 80 bytes for message body") as often as ArrowInvalid.
+            except (pa.ArrowException, OSError, ValueError) as exc:
+                result.poison.append(Poison(message, f"not an Arrow IPC stream: {exc}"))
+                continue
+            if table.num_rows == 0:
+                continue
+            problem = _schema_problem(table)
+            if problem is not None:
+                result.poison.append(Poison(message, problem))
+                continue
+            known = _unified(self.known, table.schema)
+            if known is None:
+                result.poison.append(Poison(message, _type_change(self.known, table.schema)))
+                continue
+            timestamps = None
+            if self.timestamp_field is not None:
+                timestamps, bad = event_times(table, self.timestamp_field)
+                if bad:
+                    result.poison.append(Poison(message, next(iter(bad.values()))))
+                    continue
+            self.known = known
+            result.batches.extend(self._rows(message, table, timestamps))
+        return _merge_runs(result)
+
+    def _rows(
+        self, message: Message, table: pa.Table, timestamps: pa.Array | None
+    ) -> list[pa.RecordBatch]:
+        n = table.num_rows
+        envelope = envelope_columns([message], self.envelope)
+        columns: dict[str, pa.Array] = {name: _repeat(array, n) for name, array in envelope.items()}
+        if timestamps is not None:
+            columns["timestamp"] = timestamps
+        for name in table.column_names:
+            columns[name] = table.column(name).combine_chunks()
+        return [pa.RecordBatch.from_pydict(columns)]
+
+
+def _read_stream(value: bytes | None) -> pa.Table:
+    if value is None:
+        raise ValueError("null value (tombstone)")
+    with pa.ipc.open_stream(pa.py_buffer(value)) as reader:
+        table = reader.read_all()
+    table.validate(full=True)
+    return table
+
+
+def _unified(known: pa.Schema | None, schema: pa.Schema) -> pa.Schema | None:
+    """`known` widened by `schema` (new columns added, int32 to int64 and the like), or None
+    when a column changed to a type it cannot be read together with."""
+    if known is None:
+        return schema.remove_metadata()
+    if schema.equals(known):  # the common case, without building a new schema
+        return known
+    try:
+        return pa.unify_schemas([known, schema.remove_metadata()], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
+def _type_change(known: pa.Schema | None, schema: pa.Schema) -> str:
+    changed = [
+        f"{f.name!r} is {f.type}, the topic's is {known.field(f.name).type}"
+        for f in schema
+        if known is not None and f.name in known.names and known.field(f.name).type != f.type
+    ]
+    return "columns changed type: " + "; ".join(changed)
+
+
+def _schema_problem(table: pa.Table) -> str | None:
+    """Why the writer would refuse these columns (duplicate names, a type plateau does not
+    store, plateau's own names), or None.
+
+    Checked per message so that the message is poison: the writer's refusal of an append
+    would stop the worker whatever on_error says.
+    """
+    clash = [n for n in table.column_names if n in RESERVED]
+    if clash:
+        return f"columns {clash} shadow plateau's own"
+    empty = table.to_batches()[0].slice(0, 0)
+    probe = pa.RecordBatch.from_arrays(
+        [pa.array([], pa.int64()), pa.array([], TIMESTAMP_TYPE), *empty.columns],
+        names=["offset", "timestamp", *empty.schema.names],
+    )
+    try:
+        normalize_batch(probe)
+    except InvalidInputError as exc:
+        return f"not storable: {exc}"
+    return None
+
+
+def _repeat(array: pa.Array, n: int) -> pa.Array:
+    return array.take(pa.array([0] * n, pa.int32())) if n != 1 else array
+
+
+def _merge_runs(result: Decoded) -> Decoded:
+    """Neighbouring batches of one schema become one batch (fewer, larger appends)."""
+    merged: list[pa.RecordBatch] = []
+    run: list[pa.RecordBatch] = []
+    for batch in result.batches:
+        if run and not batch.schema.equals(run[0].schema):
+            merged.append(pa.Table.from_batches(run).combine_chunks().to_batches()[0])
+            run = []
+        run.append(batch)
+    if run:
+        merged.append(pa.Table.from_batches(run).combine_chunks().to_batches()[0])
+    result.batches = merged
+    return result
+
+
+__all__ = ["TIMESTAMP_TYPE", "ArrowDecoder"]

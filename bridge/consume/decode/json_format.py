@@ -1,0 +1,220 @@
+"""`format: json`: one JSON object per message, parsed in bulk by Arrow's JSON reader.
+
+With a declared `schema` the columns are exactly those fields (missing ones null, others
+ignored). Without one, the schema is inferred and widened as new fields appear; a field is
+never dropped. A block that fails to parse is bisected so that only the offending messages
+become poison, in offset order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.json as pajson
+from confluent_kafka import Message
+
+from bridge.consume.decode.common import Decoded, Envelope, Poison, envelope_columns, offset_of
+from plateau_core.schema import TIMESTAMP_TYPE, conform
+
+RESERVED = ("offset", "timestamp", "key", "headers")
+ARROW_TYPES: Mapping[str, pa.DataType] = {
+    "string": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "bool": pa.bool_(),
+    "timestamp": TIMESTAMP_TYPE,
+}
+
+
+class JsonDecoder:
+    def __init__(
+        self,
+        envelope: Envelope,
+        schema: Mapping[str, str] | None = None,
+        timestamp_field: str | None = None,
+    ) -> None:
+        self.envelope = envelope
+        self.declared = (
+            None
+            if schema is None
+            else pa.schema([pa.field(n, ARROW_TYPES[t]) for n, t in schema.items()])
+        )
+        self.known: pa.Schema | None = self.declared
+        self.timestamp_field = timestamp_field
+
+    def seed(self, stored: pa.Schema) -> None:
+        """Start from the columns the plateau topic already has (after a restart): a field
+        that changes type against them is poison, as it would be without the restart,
+        instead of landing as a column the topic's segments cannot be read together with."""
+        if self.declared is not None:
+            return
+        fields = [
+            f.with_name(f.name[:-1]) if f.name[:-1] in RESERVED else f
+            for f in stored
+            if f.name not in RESERVED
+        ]
+        # When the stored segments already disagree, decoding goes on from what it learns.
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
+            self.known = _widen([self.known, pa.schema(fields)])
+
+    def decode(self, messages: Sequence[Message]) -> Decoded:
+        result = Decoded()
+        lines: list[bytes] = []
+        kept: list[Message] = []
+        for message in messages:
+            line, error = _one_line(message.value())
+            if error is not None:
+                result.poison.append(Poison(message, error))
+            else:
+                lines.append(line)
+                kept.append(message)
+        pieces: list[tuple[int, int, pa.Table]] = []
+        failures: list[tuple[int, str]] = []
+        self._parse(lines, 0, len(lines), pieces, failures)
+        result.poison += [Poison(kept[i], error) for i, error in failures]
+        if pieces:
+            schema = _widen([self.known, *(t.schema for _, _, t in pieces)])
+            tables = [t for _, _, t in pieces]
+            rows = [kept[i] for lo, hi, _ in pieces for i in range(lo, hi)]
+            table = pa.concat_tables([_conform_table(t, schema) for t in tables])
+            self._build(table, rows, result)
+        result.poison.sort(key=lambda p: offset_of(p.message))
+        return result
+
+    def _parse(
+        self,
+        lines: list[bytes],
+        lo: int,
+        hi: int,
+        pieces: list[tuple[int, int, pa.Table]],
+        failures: list[tuple[int, str]],
+    ) -> None:
+        if lo >= hi:
+            return
+        try:
+            table = self._read(lines[lo:hi])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, _RowCountError) as exc:
+            if hi - lo == 1:
+                failures.append((lo, _short(exc)))
+                return
+            mid = (lo + hi) // 2
+            self._parse(lines, lo, mid, pieces, failures)  # left first: it widens `known`
+            self._parse(lines, mid, hi, pieces, failures)
+            return
+        pieces.append((lo, hi, table))
+
+    def _read(self, lines: list[bytes]) -> pa.Table:
+        data = b"\n".join(lines)
+        options = pajson.ParseOptions(
+            explicit_schema=_pinned(self.known),
+            unexpected_field_behavior="ignore" if self.declared is not None else "infer",
+        )
+        read = pajson.ReadOptions(block_size=max(len(data) + 1, 1 << 16), use_threads=False)
+        table = pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
+        if table.num_rows != len(lines):
+            raise _RowCountError(f"{len(lines)} messages gave {table.num_rows} rows")
+        if self.declared is None:
+            self.known = _widen([self.known, table.schema])
+        return table
+
+    def _build(self, table: pa.Table, rows: list[Message], result: Decoded) -> None:
+        timestamps = None
+        if self.timestamp_field is not None:
+            timestamps, bad = event_times(table, self.timestamp_field)
+            if bad:
+                keep = [i for i in range(len(rows)) if i not in bad]
+                for i in sorted(bad):
+                    result.poison.append(Poison(rows[i], bad[i]))
+                table = table.take(pa.array(keep, pa.int64()))
+                timestamps = timestamps.take(pa.array(keep, pa.int64()))
+                rows = [rows[i] for i in keep]
+        if not rows:
+            return
+        columns = envelope_columns(rows, self.envelope, timestamps=timestamps)
+        for name in table.column_names:
+            column = table.column(name).combine_chunks()
+            columns[f"{name}_" if name in RESERVED else name] = column
+        result.batches.append(pa.RecordBatch.from_pydict(columns))
+
+
+class _RowCountError(ValueError):
+    pass
+
+
+def _one_line(value: bytes | None) -> tuple[bytes, str | None]:
+    if value is None:
+        return b"", "null value (tombstone) in a json topic"
+    stripped = value.strip()
+    if not stripped:
+        return b"", "empty value in a json topic"
+    if b"\n" in stripped or b"\r" in stripped:
+        # Pretty-printed JSON: compact it so that one message is one line.
+        try:
+            stripped = json.dumps(json.loads(stripped), separators=(",", ":")).encode()
+        except (ValueError, UnicodeDecodeError) as exc:
+            return b"", f"not JSON: {exc}"
+    if not stripped.startswith(b"{"):
+        # Arrow's reader takes a top-level `null` as a row of nulls next to other rows, and
+        # crashes the process on a block of nothing else; numbers, strings and arrays it
+        # refuses, but only after parsing.
+        return b"", f"not a JSON object: {stripped[:40]!r}"
+    return stripped, None
+
+
+def _pinned(known: pa.Schema | None) -> pa.Schema | None:
+    """The fields whose types later records must keep: those seen with a value.
+
+    A field seen only as null (or an empty list) has no type yet; pinning it to null would
+    make every later record with a value for it poison.
+    """
+    if known is None:
+        return None
+    return pa.schema([f for f in known if not _has_null(f.type)])
+
+
+def _has_null(dtype: pa.DataType) -> bool:
+    if pa.types.is_null(dtype):
+        return True
+    return any(_has_null(dtype.field(i).type) for i in range(dtype.num_fields))
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"not a JSON object of the topic's schema: {text[:300]}"
+
+
+def _widen(schemas: Sequence[pa.Schema | None]) -> pa.Schema:
+    """Fields united in first-seen order, types widened; a field is never dropped."""
+    present = [s for s in schemas if s is not None]
+    return pa.unify_schemas(present, promote_options="permissive") if present else pa.schema([])
+
+
+def _conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    batches = [conform(b, schema) for b in table.to_batches()]
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def event_times(table: pa.Table, name: str) -> tuple[pa.Array, dict[int, str]]:
+    """The timestamp column from a field: timestamps, or numbers as epoch milliseconds."""
+    if name not in table.column_names:
+        return pa.nulls(table.num_rows, TIMESTAMP_TYPE), dict.fromkeys(
+            range(table.num_rows), f"timestamp field {name!r} is missing"
+        )
+    column = table.column(name).combine_chunks()
+    if pa.types.is_timestamp(column.type):
+        stamps = column.cast(TIMESTAMP_TYPE)
+    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        stamps = column.cast(pa.int64(), safe=False).cast(TIMESTAMP_TYPE)
+    else:
+        return pa.nulls(table.num_rows, TIMESTAMP_TYPE), dict.fromkeys(
+            range(table.num_rows),
+            f"timestamp field {name!r} is {column.type}, not a timestamp or epoch milliseconds",
+        )
+    nulls = stamps.is_null()
+    bad = {
+        i: f"timestamp field {name!r} is null or missing" for i, v in enumerate(nulls) if v.as_py()
+    }
+    return stamps, bad

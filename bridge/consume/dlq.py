@@ -1,0 +1,89 @@
+"""Dead letters: poison records go to a DLQ topic with their original bytes and the reason."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from bridge.consume.client import librdkafka_logger
+from bridge.consume.decode import Poison
+from bridge.consume.decode.common import header_list, offset_of
+from bridge.errors import BridgeError
+
+log = structlog.get_logger(__name__)
+
+ERROR_HEADERS = (
+    "plateau.error.topic",
+    "plateau.error.partition",
+    "plateau.error.offset",
+    "plateau.error.message",
+)
+
+
+class DeadLetters:
+    """Sends poison records and waits until they are acknowledged, before offsets move on."""
+
+    def __init__(self, producer_config: dict[str, str | int]) -> None:
+        self._config = producer_config
+        self._producer: Producer | None = None
+
+    def send(self, dlq_topic: str, poison: Sequence[Poison], timeout_s: float = 30.0) -> None:
+        """Produce and flush; raises BridgeError if any record was not delivered."""
+        if not poison:
+            return
+        if self._producer is None:
+            self._producer = Producer(self._config, logger=librdkafka_logger())
+        failures: list[str] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for item in poison:
+            message = item.message
+            headers: list[tuple[str, str | bytes | None]] = list(header_list(message) or [])
+            headers += [
+                (ERROR_HEADERS[0], (message.topic() or "").encode()),
+                (ERROR_HEADERS[1], str(message.partition()).encode()),
+                (ERROR_HEADERS[2], str(offset_of(message)).encode()),
+                (ERROR_HEADERS[3], item.error.encode()),
+            ]
+            _kind, stamp = message.timestamp()
+            try:
+                self._producer.produce(
+                    dlq_topic,
+                    value=message.value(),
+                    key=message.key(),
+                    headers=headers,
+                    timestamp=stamp if stamp > 0 else 0,
+                    on_delivery=delivered,
+                )
+            except (KafkaException, BufferError) as exc:
+                raise BridgeError(
+                    f"cannot send {message.topic()}[{message.partition()}] offset "
+                    f"{offset_of(message)} to the dead-letter topic {dlq_topic!r}: {exc}"
+                ) from None
+            log.warning(
+                "record_dead_lettered",
+                topic=message.topic(),
+                partition=message.partition(),
+                offset=offset_of(message),
+                dlq=dlq_topic,
+                error=item.error,
+            )
+        remaining = self._producer.flush(timeout_s)
+        if remaining or failures:
+            raise BridgeError(
+                f"{remaining} dead letters to {dlq_topic!r} not delivered in {timeout_s}s"
+                if remaining
+                else f"dead letters to {dlq_topic!r} failed: {failures[0]}"
+            )
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+            # Dropping the last reference destroys the client: no reconnect attempts linger
+            # after the worker stopped.
+            self._producer = None

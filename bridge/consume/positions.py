@@ -1,0 +1,44 @@
+"""Where an assigned partition starts reading: the manifest is the source of truth, Kafka's
+committed offset is for lag tools."""
+
+from __future__ import annotations
+
+import structlog
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Consumer, TopicPartition
+
+from bridge.config.models import KafkaConfig
+from plateau_core.manifest import Manifest
+
+log = structlog.get_logger(__name__)
+
+
+def start_offset(
+    consumer: Consumer,
+    tp: TopicPartition,
+    watermark: int | None,
+    *,
+    kafka: KafkaConfig,
+    manifest: Manifest,
+    plateau_topic: str,
+) -> int:
+    """The offset to seek `tp` to: the manifest's watermark, or where Kafka's retention
+    left the partition when it removed records plateau had not read (a gap, recorded in
+    the manifest). A partition without a watermark starts per the configuration."""
+    if watermark is None:
+        if kafka.start_without_watermark == "committed":
+            return OFFSET_STORED  # librdkafka falls back to auto.offset.reset
+        return OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END
+    low, _high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+    if low > watermark:
+        manifest.record_gap(plateau_topic, tp.partition, watermark, low)
+        log.warning(
+            "offset_gap",
+            topic=tp.topic,
+            partition=tp.partition,
+            next_offset=watermark,
+            earliest_available=low,
+            missing=low - watermark,
+            reason="Kafka's retention removed these records before plateau read them",
+        )
+        return int(low)
+    return watermark

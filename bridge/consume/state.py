@@ -1,0 +1,30 @@
+"""What a worker keeps per assigned partition, and its running counts."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PartitionState:
+    """One assigned partition, keyed by (source topic, partition) in the worker."""
+
+    plateau_topic: str
+    next_offset: int  # the next offset to append; earlier ones are duplicates of a re-fetch
+    paused_reason: str | None = None
+    paused_since: float = 0.0
+    watermark: int | None = None  # the manifest's next offset: what is durable
+    committed: int | None = None  # the last offset Kafka confirmed as committed
+    max_age_s: float = 0.0  # the roll policy's: unsealed records older than this are late
+
+
+@dataclass
+class WorkerStats:
+    """Counts for the worker's last log line and the tests."""
+
+    records: int = 0
+    poison: int = 0
+    pauses: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    resumes: int = 0
+    commits: int = 0

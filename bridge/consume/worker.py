@@ -1,0 +1,463 @@
+"""One consumer worker: Kafka partitions in, sealed plateau segments out, offsets committed
+only after the manifest recorded them.
+
+The loop: poll a batch, group it by partition, decode, append to the writer. An append the
+writer refuses pauses that partition and seeks it back to the first refused record; it is
+resumed when the writer accepts again. Sealed segments come back through the listener and
+their end offsets are committed to Kafka from this thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+import structlog
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from bridge.config.models import Config
+from bridge.consume.batches import Key, before, by_partition, describe
+from bridge.consume.client import consumer_settings, dead_letter_settings, librdkafka_logger
+from bridge.consume.decode import Poison
+from bridge.consume.decode.common import offset_of
+from bridge.consume.dlq import DeadLetters
+from bridge.consume.health import ClientHealth
+from bridge.consume.positions import start_offset
+from bridge.consume.routes import Route, Routes
+from bridge.consume.sealed import Committable, SealListener
+from bridge.consume.snapshot import worker_snapshot
+from bridge.consume.state import PartitionState, WorkerStats
+from bridge.errors import BridgeError
+from bridge.ops.telemetry import WorkerTelemetry
+from bridge.ops.worker_status import StatusFile, new_run_id
+from plateau_core import (
+    BackpressureError,
+    FlushTimeoutError,
+    Store,
+    Writer,
+    WriterPolicy,
+)
+
+log = structlog.get_logger(__name__)
+# How long consume() waits for a full poll_batch. A full batch returns at once; this bounds
+# how long a quiet topic's first records wait, at start-up too. 100 ms of waiting is
+# 100,000 records at the rates where a worker's CPU matters, so batches stay full there.
+POLL_WAIT_S = 0.1
+PAUSED_POLL_WAIT_S = 0.05
+
+
+class PoisonStopError(BridgeError):
+    """A record failed to decode on a topic with `on_error: fail`."""
+
+
+class Worker:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        stop: threading.Event,
+        *,
+        name: str = "worker-0",
+        run: str | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.stop = stop
+        self.name = name
+        self.stats = WorkerStats()
+        self.telemetry = WorkerTelemetry()
+        self._status = StatusFile(config.storage.data_dir, name, run or new_run_id())
+        previous = self._status.previous()
+        if previous is not None:  # restarted by the supervisor: counters carry on
+            self.telemetry.load(previous.get("telemetry", {}))
+        self.health = ClientHealth(name, config.kafka.bootstrap_servers, self.telemetry)
+        self._gaps_due = 0.0
+        self._sealed: queue.SimpleQueue[Committable] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        storage = config.storage
+        self.writer: Writer = store.writer(
+            WriterPolicy(
+                memory_budget_bytes=storage.memory_budget,
+                writer_threads=storage.writer_threads,
+                compression=storage.compression,
+                min_free_disk_bytes=storage.min_free_disk or 0,
+            ),
+            SealListener(self._sealed, self._wake, self.telemetry),
+        )
+        self._routes = Routes(config, store.manifest)
+        self.partitions: dict[Key, PartitionState] = {}
+        self._dead_letters = DeadLetters(dead_letter_settings(config))
+        callbacks: dict[str, Any] = {
+            "on_commit": self._on_commit,
+            "error_cb": self.health.on_error,
+            "stats_cb": self.health.on_stats,
+        }
+        self.consumer = Consumer(
+            {**consumer_settings(config, f"plateau-{name}"), **callbacks},
+            logger=librdkafka_logger(),
+        )
+
+    def subscriptions(self) -> list[str]:
+        return [
+            f"^({m.source.removeprefix('regex:')})$" if m.is_regex else m.source
+            for m in self.config.topics
+        ]
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Consume until `stop` is set; then seal, commit and close within the deadline."""
+        self.consumer.subscribe(
+            self.subscriptions(),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info("worker_started", worker=self.name, subscriptions=self.subscriptions())
+        batch_size = self.config.kafka.poll_batch
+        try:
+            while not self.stop.is_set():
+                self._resume_ready()
+                paused = any(s.paused_reason for s in self.partitions.values())
+                wait = PAUSED_POLL_WAIT_S if paused else POLL_WAIT_S
+                messages = self.consumer.consume(batch_size, timeout=wait)
+                self._commit_sealed()
+                if messages:
+                    self._ingest(messages)
+                if time.monotonic() >= self._gaps_due:
+                    self._gaps_due = time.monotonic() + 1.0
+                    self._advance_past_gaps()
+                if self._status.due():
+                    self._status.write(self.snapshot())
+        finally:
+            self._shutdown()
+
+    def _ingest(self, messages: Sequence[Message]) -> None:
+        for key, fetched in by_partition(self._without_errors(messages)):
+            state = self.partitions.get(key)
+            if state is None or state.paused_reason is not None:
+                continue  # fetched before a revoke or a pause: it is fetched again later
+            # A consumed message without an error always has an offset.
+            offsets = cast(list[int], list(map(Message.offset, fetched)))
+            fresh = fetched
+            if min(offsets) < state.next_offset:  # a re-fetch overlapping what was appended
+                fresh = list(itertools.compress(fetched, (o >= state.next_offset for o in offsets)))
+            if fresh:
+                self._land(key, state, fresh)
+
+    def _advance_past_gaps(self) -> None:
+        """Move each partition past offsets Kafka's consumer skipped without delivering a
+        record: transaction markers, and with read_committed the records of aborted
+        transactions.
+
+        Gaps between landed records need nothing; but when a partition ends with them (every
+        committed transaction does: its marker is the last offset), neither the watermark
+        nor the committed offset would reach the end, and the partition would look stalled
+        with records "waiting" forever. The consumer's position is past them; the watermark
+        moves there once everything before it is sealed, as it does over skipped poison.
+        """
+        active = {key: s for key, s in self.partitions.items() if s.paused_reason is None}
+        if not active:
+            return
+        try:
+            positions = self.consumer.position([TopicPartition(t, p) for t, p in active])
+        except KafkaException:
+            return  # asked again in a second
+        for tp in positions:
+            state = active.get((tp.topic, tp.partition))
+            if state is None or tp.error is not None or tp.offset <= state.next_offset:
+                continue
+            self.writer.skip(state.plateau_topic, tp.partition, tp.offset)
+            state.next_offset = tp.offset
+
+    def _without_errors(self, messages: Sequence[Message]) -> Sequence[Message]:
+        errors = list(map(Message.error, messages))
+        # Not errors.count(None): KafkaError's == raises when compared with None.
+        if all(map(operator.is_, errors, itertools.repeat(None))):
+            return messages
+        for message, error in zip(messages, errors, strict=True):
+            if error is not None:
+                self._consumer_error(error, message)
+        return [m for m, error in zip(messages, errors, strict=True) if error is None]
+
+    def _land(self, key: Key, state: PartitionState, messages: list[Message]) -> None:
+        route = self._routes.known(key[0])
+        decoded = route.decoder.decode(messages)
+        poison = decoded.poison
+        batches = decoded.batches
+        stop_at: int | None = None
+        if poison and route.mapping.on_error == "fail":
+            stop_at = offset_of(poison[0].message)
+            batches = [before(b, stop_at) for b in batches]
+        refused_at: int | None = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            try:
+                self.writer.append(state.plateau_topic, key[1], batch)
+            except BackpressureError as exc:
+                refused_at = batch.column("offset")[0].as_py()
+                self._pause(key, state, refused_at, exc)
+                break
+            state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
+            self.stats.records += batch.num_rows
+            self.telemetry.ingested(state.plateau_topic, key[1], batch.num_rows, batch.nbytes)
+        if stop_at is not None and refused_at is None:
+            bad = poison[0]
+            self.telemetry.add("poison_records", (state.plateau_topic, "fail"))
+            raise PoisonStopError(
+                f"{key[0]}[{key[1]}] offset {stop_at} cannot be decoded ({bad.error}); "
+                "on_error is fail, so the worker stops before it"
+            )
+        limit = refused_at if refused_at is not None else None
+        handled = [p for p in poison if limit is None or offset_of(p.message) < limit]
+        if handled:
+            self._handle_poison(route, key, state.plateau_topic, handled)
+            if refused_at is None:
+                last = max(offset_of(p.message) for p in handled)
+                if last + 1 > state.next_offset:
+                    state.next_offset = last + 1
+                    self.writer.skip(state.plateau_topic, key[1], last + 1)
+
+    def _handle_poison(
+        self, route: Route, key: Key, plateau_topic: str, poison: list[Poison]
+    ) -> None:
+        self.stats.poison += len(poison)
+        if route.mapping.on_error == "dlq" and route.mapping.dlq:
+            self._dead_letters.send(route.mapping.dlq, poison)
+            self.telemetry.add("poison_records", (plateau_topic, "dlq"), len(poison))
+            return
+        self.telemetry.add("poison_records", (plateau_topic, "skip"), len(poison))
+        for item in poison:
+            log.warning(
+                "record_skipped",
+                topic=key[0],
+                partition=key[1],
+                offset=offset_of(item.message),
+                error=item.error,
+            )
+
+    # --- pause and resume ---------------------------------------------------------------------
+
+    def _pause(self, key: Key, state: PartitionState, offset: int, exc: BackpressureError) -> None:
+        tp = TopicPartition(key[0], key[1], offset)
+        self.consumer.pause([tp])
+        self.consumer.seek(tp)
+        state.paused_reason = exc.reason
+        state.paused_since = time.monotonic()
+        state.next_offset = offset
+        self.stats.pauses[exc.reason] += 1
+        self.telemetry.add("pauses", (exc.reason,))
+        log.info(
+            "partition_paused",
+            topic=key[0],
+            partition=key[1],
+            offset=offset,
+            reason=exc.reason,
+            detail=exc.detail,
+        )
+
+    def _resume_ready(self) -> None:
+        if not self._wake.is_set() and not any(s.paused_reason for s in self.partitions.values()):
+            return
+        self._wake.clear()
+        for key, state in self.partitions.items():
+            if state.paused_reason is None:
+                continue
+            if not self.writer.accepting(state.plateau_topic, key[1]):
+                continue
+            self.consumer.resume([TopicPartition(key[0], key[1])])
+            self._end_pause(state)
+            log.info(
+                "partition_resumed",
+                topic=key[0],
+                partition=key[1],
+                offset=state.next_offset,
+                reason=state.paused_reason,
+                paused_s=round(time.monotonic() - state.paused_since, 3),
+            )
+            state.paused_reason = None
+            self.stats.resumes += 1
+
+    def _end_pause(self, state: PartitionState) -> None:
+        if state.paused_reason is not None:
+            seconds = time.monotonic() - state.paused_since
+            self.telemetry.add("paused_seconds", (state.paused_reason,), seconds)
+
+    # --- offsets -------------------------------------------------------------------------------
+
+    def _commit_sealed(self, *, only: set[Key] | None = None, sync: bool = False) -> None:
+        ends: dict[Key, int] = {}
+        keep: list[Committable] = []
+        while True:
+            try:
+                item = self._sealed.get_nowait()
+            except queue.Empty:
+                break
+            topic, partition, offset = item
+            source = self._routes.source_of(topic)
+            if source is None:
+                continue
+            key = (source, partition)
+            state = self.partitions.get(key)
+            if state is not None and (state.watermark is None or offset > state.watermark):
+                state.watermark = offset
+            if only is not None and key not in only:
+                keep.append(item)
+                continue
+            ends[key] = max(ends.get(key, 0), offset)
+        for item in keep:
+            self._sealed.put(item)
+        if not ends:
+            return
+        offsets = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]
+        try:
+            if sync:
+                done = self.consumer.commit(offsets=offsets, asynchronous=False)
+                self._on_commit(None, done or [])
+            else:
+                self.consumer.commit(offsets=offsets, asynchronous=True)
+            self.stats.commits += 1
+        except KafkaException as exc:
+            # The manifest already holds these segments; the next commit carries them.
+            self.telemetry.add("errors", ("offset_commit_failed",))
+            log.warning("offset_commit_failed", error=str(exc), offsets=describe(offsets))
+            return
+        for tp in offsets:
+            log.debug("offsets_committed", topic=tp.topic, partition=tp.partition, offset=tp.offset)
+
+    # --- rebalance callbacks --------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            route = self._routes.route(tp.topic)
+            watermark = self.writer.acquire(
+                route.plateau_topic,
+                tp.partition,
+                roll=self.config.roll_policy(route.mapping),
+                timeout_s=self.config.shutdown_timeout + 10,
+            )
+            tp.offset = start_offset(
+                consumer,
+                tp,
+                watermark,
+                kafka=self.config.kafka,
+                manifest=self.store.manifest,
+                plateau_topic=route.plateau_topic,
+            )
+            self.partitions[(tp.topic, tp.partition)] = PartitionState(
+                route.plateau_topic,
+                watermark or 0,
+                watermark=watermark,
+                max_age_s=self.config.roll_policy(route.mapping).max_age_s,
+            )
+            log.info(
+                "partition_assigned",
+                topic=tp.topic,
+                partition=tp.partition,
+                plateau_topic=route.plateau_topic,
+                next_offset=watermark,
+                worker=self.name,
+            )
+        consumer.incremental_assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = {(tp.topic, tp.partition) for tp in partitions}
+        for topic, partition in sorted(keys):
+            state = self.partitions.pop((topic, partition), None)
+            if state is None:
+                continue
+            self._end_pause(state)
+            try:
+                self.writer.release(
+                    state.plateau_topic, partition, timeout_s=self.config.shutdown_timeout
+                )
+            except FlushTimeoutError as exc:
+                self.telemetry.add("errors", ("revoke_flush_timeout",))
+                log.error("revoke_flush_timeout", topic=topic, partition=partition, error=str(exc))
+                self.writer.release(state.plateau_topic, partition, seal=False)
+            log.info("partition_revoked", topic=topic, partition=partition, worker=self.name)
+        self._commit_sealed(only=keys, sync=True)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            state = self.partitions.pop((tp.topic, tp.partition), None)
+            if state is not None:
+                self._end_pause(state)
+                self.writer.release(state.plateau_topic, tp.partition, seal=False)
+            log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
+        # Nothing is committed for lost partitions: another member owns them now; their
+        # sealed segments stay in the queue and are dropped with the unknown source below.
+
+    def snapshot(self) -> dict[str, Any]:
+        """This worker's partitions, offsets, pauses and counters, as JSON-able data."""
+        return worker_snapshot(
+            self.name,
+            self.partitions,
+            self.consumer,
+            self.writer,
+            kafka_down=self.health.down,
+            telemetry=self.telemetry,
+        )
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Kafka's answer to a commit (served from consume(), on this thread)."""
+        if error is not None:
+            self.telemetry.add("errors", ("offset_commit_failed",))
+            return
+        for tp in partitions:
+            state = self.partitions.get((tp.topic, tp.partition))
+            if tp.error is None and tp.offset >= 0 and state is not None:
+                state.committed = max(state.committed or 0, tp.offset)
+
+    # --- errors and shutdown ----------------------------------------------------------------
+
+    def _consumer_error(self, error: KafkaError, message: Message) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal():
+            raise BridgeError(f"fatal Kafka error: {error}")
+        self.telemetry.add("errors", ("consumer_error",))
+        log.warning(
+            "consumer_error",
+            topic=message.topic(),
+            partition=message.partition(),
+            error=str(error),
+            code=error.name(),
+        )
+
+    def _shutdown(self) -> None:
+        deadline = self.config.shutdown_timeout
+        started = time.monotonic()
+        try:
+            self.writer.flush(timeout_s=deadline)
+        except FlushTimeoutError as exc:
+            self.telemetry.add("errors", ("shutdown_flush_timeout",))
+            log.error("shutdown_flush_timeout", error=str(exc))
+        self._commit_sealed(sync=True)
+        try:
+            self.consumer.close()  # revokes: partitions are released and committed
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("consumer_close_failed", error=str(exc))
+        remaining = max(1.0, deadline - (time.monotonic() - started))
+        self.writer.close(timeout_s=remaining)
+        self._dead_letters.close()
+        self._status.write({**self.snapshot(), "stopped": True})
+        log.info(
+            "worker_stopped",
+            worker=self.name,
+            records=self.stats.records,
+            poison=self.stats.poison,
+            commits=self.stats.commits,
+        )

@@ -1,0 +1,185 @@
+"""`plateau demo`: the main job on embedded defaults, on a machine with nothing but Java.
+
+It starts the local Kafka broker, a demo producer that writes JSON log events for a short
+while (as an existing application would), and `plateau serve` landing them. While it runs it
+prints a progress line a second (records landed per second, lag); at the end it prints the
+status table and a query of the store, and checks that every produced record landed exactly
+once.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.compute as pc
+import structlog
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from bridge.config import Config, parse_config
+from bridge.demo.events import paced, sample_events
+from bridge.demo.producer import Record, produce
+from bridge.local_kafka import LocalKafka
+from bridge.local_kafka.topics import create_topic
+from bridge.logs import configure_logging
+from bridge.ops.status import collect, render
+from bridge.serve import serve
+from plateau_core import Store
+
+log = structlog.get_logger(__name__)
+
+DEMO_TOPIC = "plateau-demo-events"
+PROGRESS_EVERY_S = 1.0
+
+
+def demo_config(bootstrap: str, data_dir: Path) -> Config:
+    return parse_config(
+        {
+            "kafka": {"bootstrap_servers": bootstrap, "group_id": "plateau-demo"},
+            "storage": {"data_dir": str(data_dir), "memory_budget": "256MiB"},
+            "defaults": {"roll": {"max_age": "2s"}, "retention": {"max_age": "1d"}},
+            "topics": [
+                {
+                    "source": DEMO_TOPIC,
+                    "format": "json",
+                    "timestamp": "field:ts",
+                    "on_error": "skip",
+                }
+            ],
+            # Any free port (serve logs the URL): the demo must not fail because a plateau
+            # already runs on this machine with the default one.
+            "metrics": {"listen": "127.0.0.1:0"},
+        }
+    )
+
+
+def run_demo(
+    *,
+    seconds: float = 10.0,
+    rate: int = 20_000,
+    partitions: int = 4,
+    data_dir: Path | None = None,
+    verbose: bool = False,
+    log_format: str = "auto",
+) -> int:
+    """Run the demo end to end; 0 when every produced event landed exactly once."""
+    if not verbose:
+        # The progress lines say what serve's INFO lines would; its warnings still show.
+        configure_logging("WARNING", log_format)
+    with tempfile.TemporaryDirectory(prefix="plateau-demo-") as tmp:
+        data_dir = data_dir or Path(tmp) / "data"
+        with LocalKafka(Path(tmp) / "kafka", tie_to_parent=True) as broker:
+            bootstrap = broker.bootstrap_servers
+            print(f"local Kafka broker at {bootstrap}; plateau store in {data_dir}")
+            create_topic(bootstrap, DEMO_TOPIC, partitions, exist_ok=True)
+            config = demo_config(bootstrap, data_dir)
+            stop = threading.Event()
+            server = threading.Thread(target=serve, args=(config, 1, stop), name="serve")
+            server.start()
+            progress = Progress(config.storage.data_dir, bootstrap, DEMO_TOPIC)
+            progress.start()
+            try:
+                produced = _produce_for(bootstrap, seconds, rate)
+                print(f"produced {produced} events to {DEMO_TOPIC!r}; waiting until sealed")
+                landed = _wait_landed(config, DEMO_TOPIC, produced, timeout_s=120)
+            finally:
+                progress.stop()
+                stop.set()
+                server.join()
+            document, error = collect(config)
+            print(render(document, as_json=False))
+            if error:
+                print(error)
+            _summary(data_dir)
+            if landed != produced:
+                print(f"FAILED: {landed} of {produced} produced events landed")
+                return 1
+            print(f"every produced event landed exactly once ({produced} records)")
+    return 0
+
+
+class Progress:
+    """Prints, once a second, how many records landed, how fast, and how far plateau is
+    behind what Kafka holds."""
+
+    def __init__(self, data_dir: Path, bootstrap: str, topic: str) -> None:
+        self.data_dir = data_dir
+        self.topic = topic
+        self._consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "plateau-demo-progress"}, logger=None
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="demo-progress", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._consumer.close()
+
+    def _loop(self) -> None:
+        started = time.monotonic()
+        previous = 0
+        while not self._stop.wait(PROGRESS_EVERY_S):
+            landed, watermarks = self._landed()
+            held = self._held(watermarks)
+            lag = "?" if held is None else f"{max(0, held - sum(watermarks.values())):,}"
+            print(
+                f"{time.monotonic() - started:5.1f} s  landed {landed:>10,} records  "
+                f"{(landed - previous) / PROGRESS_EVERY_S:>9,.0f}/s  lag {lag}",
+                flush=True,
+            )
+            previous = landed
+
+    def _landed(self) -> tuple[int, dict[int, int]]:
+        """Records in sealed segments, and each partition's watermark."""
+        if not (self.data_dir / "manifest.db").exists():
+            return 0, {}
+        with Store.open(self.data_dir) as store:
+            spans = store.spans(self.topic)
+        return sum(s.records for s in spans), {s.partition: s.next_offset for s in spans}
+
+    def _held(self, watermarks: dict[int, int]) -> int | None:
+        """The records Kafka holds in the topic (its end offsets), or None if it did not
+        answer in time."""
+        try:
+            topic = self._consumer.list_topics(self.topic, timeout=1).topics[self.topic]
+            return sum(
+                self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=1)[1]
+                for p in topic.partitions
+            )
+        except (KafkaException, KeyError):
+            return None
+
+
+def _produce_for(bootstrap: str, seconds: float, rate: int) -> int:
+    events: Iterator[Record] = paced(sample_events(0, int(seconds * rate)), rate)
+    produced = produce(bootstrap, DEMO_TOPIC, events)
+    log.info("demo_produced", topic=DEMO_TOPIC, records=produced)
+    return produced
+
+
+def _wait_landed(config: Config, topic: str, produced: int, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    landed = 0
+    while time.monotonic() < deadline:
+        with Store.open(config.storage.data_dir) as store:
+            landed = sum(s.records for s in store.spans(topic))
+        if landed >= produced:
+            break
+        time.sleep(0.5)
+    return landed
+
+
+def _summary(data_dir: Path) -> None:
+    with Store.open(data_dir) as store:
+        table = store.read(DEMO_TOPIC, columns=["seq", "level"]).to_table()
+    distinct = len(pc.unique(table.column("seq")))
+    counts = table.group_by("level").aggregate([("seq", "count")]).to_pylist()
+    levels = ", ".join(f"{r['level']}={r['seq_count']}" for r in sorted(counts, key=str))
+    print(f"query of the store: {table.num_rows} rows, {distinct} distinct seq; {levels}")

@@ -1,0 +1,93 @@
+"""`plateau check`: the configuration is valid, the store is writable, the brokers answer."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+
+from bridge.config.models import Config
+from bridge.consume.client import client_config
+from bridge.errors import BridgeError
+
+
+def check(config: Config, timeout_s: float = 10.0) -> list[str]:
+    """Lines describing what was checked; raises BridgeError with the reason on failure."""
+    report = [f"configuration valid: {len(config.topics)} topic mapping(s)"]
+    report.append(_check_data_dir(config.storage.data_dir))
+    errors: list[KafkaError] = []
+    # librdkafka's own log lines would repeat each failed attempt on stderr; the reason
+    # reaches the error message through error_cb instead.
+    settings: dict[str, Any] = client_config(
+        config, defaults={"log_level": 0}, enforced={"group.id": config.kafka.group_id}
+    )
+    settings["error_cb"] = errors.append
+    try:
+        consumer = Consumer(settings)
+    except KafkaException as exc:
+        raise BridgeError(f"kafka: the client refused its settings: {exc.args[0]}") from None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                metadata = consumer.list_topics(
+                    timeout=max(0.1, min(1.0, deadline - time.monotonic()))
+                )
+                break
+            except KafkaException as exc:
+                consumer.poll(0)  # serves error_cb
+                refused = [e for e in errors if e.code() in _REFUSALS]
+                if refused:
+                    # Retrying cannot help a wrong password or an untrusted certificate.
+                    raise BridgeError(
+                        f"kafka: {_REFUSALS[refused[-1].code()]} at "
+                        f"{config.kafka.bootstrap_servers}: {refused[-1].str()}"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise BridgeError(_no_answer(config, timeout_s, exc, errors)) from None
+    finally:
+        consumer.close()
+    report.append(
+        f"kafka: {config.kafka.bootstrap_servers} answered ({len(metadata.brokers)} broker(s))"
+    )
+    for mapping in config.topics:
+        matched = sorted(t for t in metadata.topics if mapping.matches(t))
+        if matched:
+            report.append(f"topic {mapping.source}: found {', '.join(matched)}")
+        else:
+            report.append(f"topic {mapping.source}: not found yet (consumed once created)")
+    return report
+
+
+_REFUSALS = {
+    KafkaError._AUTHENTICATION: "authentication failed",
+    KafkaError._SSL: "TLS handshake failed",
+}
+
+
+def _no_answer(
+    config: Config, timeout_s: float, exc: KafkaException, errors: list[KafkaError]
+) -> str:
+    message = (
+        f"kafka: no answer from {config.kafka.bootstrap_servers} within {timeout_s:.0f}s: "
+        f"{exc.args[0]}"
+    )
+    telling = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    if telling:
+        return f"{message}; last error: {telling[-1].str()}"
+    # A broker that closes the connection without a word is typically a TLS or SASL
+    # listener spoken to in plaintext.
+    return f"{message} (is security.protocol the one this listener expects?)"
+
+
+def _check_data_dir(data_dir: Path) -> str:
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".check-"):
+            pass
+    except OSError as exc:
+        raise BridgeError(f"storage.data_dir {data_dir} is not writable: {exc}") from None
+    return f"storage: {data_dir} is writable"

@@ -1,0 +1,173 @@
+"""`plateau status`: per plateau topic and partition, what landed and how far behind it is."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from bridge.config.models import Config
+from bridge.consume.client import ENFORCED_CONSUMER, client_config
+from bridge.ops.worker_status import read_status_files
+from bridge.store import open_store
+
+Row = dict[str, Any]
+
+
+def _iso(ms: int | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+
+
+def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], str | None]:
+    """The status document and, if Kafka could not be asked, why.
+
+    Kafka is asked on a thread while the manifest is read here: the round trips overlap
+    with opening the manifest, which is most of the command's time.
+    """
+    kafka = KafkaOffsets(config, timeout_s)
+    kafka.start()
+    store = open_store(config)
+    try:
+        spans = store.spans()
+    finally:
+        store.close()
+    paused = {
+        (p["topic"], int(p["partition"])): p["paused"]
+        for worker in read_status_files(config.storage.data_dir)
+        for p in worker["partitions"]
+    }
+    rows: dict[tuple[str, int], Row] = {}
+    for span in spans:
+        rows[(span.topic, span.partition)] = {
+            **_empty_row(),
+            "next_offset": span.next_offset,
+            "replicated_offset": span.replicated_offset,
+            "segments": span.segments,
+            "records": span.records,
+            "bytes": span.bytes,
+            "time_min": _iso(span.time_min),
+            "time_max": _iso(span.time_max),
+            "paused": paused.get((span.topic, span.partition)),
+        }
+    offsets, error = kafka.result()
+    # Sources with no data landed yet still show up, with their whole lag.
+    for key, (committed, end) in offsets.items():
+        row = rows.setdefault(key, _empty_row())
+        row["committed_offset"] = committed
+        row["end_offset"] = end
+        row["lag"] = max(0, end - row["next_offset"])
+    topics: dict[str, Any] = {}
+    for (topic, partition), row in sorted(rows.items()):
+        topics.setdefault(topic, {"partitions": {}})["partitions"][str(partition)] = row
+    return {"topics": topics}, error
+
+
+def _empty_row() -> Row:
+    return {
+        "next_offset": 0,
+        "replicated_offset": 0,
+        "committed_offset": None,
+        "end_offset": None,
+        "lag": None,
+        "segments": 0,
+        "records": 0,
+        "bytes": 0,
+        "time_min": None,
+        "time_max": None,
+        "paused": None,
+    }
+
+
+class KafkaOffsets:
+    """The group's committed offset and the end offset of every partition of every source
+    topic the configuration maps, keyed by (plateau topic, partition); asked on a thread."""
+
+    def __init__(self, config: Config, timeout_s: float) -> None:
+        self.config = config
+        self.timeout_s = timeout_s
+        self._offsets: dict[tuple[str, int], tuple[int | None, int]] = {}
+        self._error: str | None = None
+        self._thread = threading.Thread(target=self._ask, name="status-kafka", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def result(self) -> tuple[dict[tuple[str, int], tuple[int | None, int]], str | None]:
+        self._thread.join()
+        return self._offsets, self._error
+
+    def _ask(self) -> None:
+        config = self.config
+        consumer = Consumer(
+            client_config(
+                config, enforced={"group.id": config.kafka.group_id, **ENFORCED_CONSUMER}
+            ),
+            logger=None,
+        )
+        try:
+            metadata = consumer.list_topics(timeout=self.timeout_s)
+            wanted: list[tuple[tuple[str, int], TopicPartition]] = []
+            for mapping in config.topics:
+                if mapping.is_regex:
+                    sources = [t for t in metadata.topics if mapping.matches(t)]
+                else:
+                    sources = [mapping.source]
+                for source in sources:
+                    info = metadata.topics.get(source)
+                    for partition in info.partitions if info is not None else {}:
+                        key = (mapping.plateau_topic(source), partition)
+                        wanted.append((key, TopicPartition(source, partition)))
+            committed = consumer.committed([tp for _, tp in wanted], timeout=self.timeout_s)
+            for (key, tp), done in zip(wanted, committed, strict=True):
+                _low, high = consumer.get_watermark_offsets(tp, timeout=self.timeout_s)
+                self._offsets[key] = (done.offset if done.offset >= 0 else None, high)
+        except KafkaException as exc:
+            self._offsets = {}
+            self._error = f"Kafka at {config.kafka.bootstrap_servers} did not answer: {exc.args[0]}"
+        finally:
+            consumer.close()
+
+
+def render(document: dict[str, Any], as_json: bool) -> str:
+    if as_json:
+        return json.dumps(document, indent=2, sort_keys=True)
+    header = (
+        "topic",
+        "part",
+        "next_offset",
+        "replicated",
+        "committed",
+        "end",
+        "lag",
+        "segments",
+        "records",
+        "bytes",
+        "time_max",
+        "paused",
+    )
+    lines = [header]
+    for topic, body in document["topics"].items():
+        for partition, row in body["partitions"].items():
+            lines.append(
+                (
+                    topic,
+                    partition,
+                    str(row["next_offset"]),
+                    str(row["replicated_offset"]),
+                    str(row["committed_offset"]),
+                    str(row["end_offset"]),
+                    str(row["lag"]),
+                    str(row["segments"]),
+                    str(row["records"]),
+                    str(row["bytes"]),
+                    str(row["time_max"]),
+                    str(row["paused"] or "-"),
+                )
+            )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines
+    )

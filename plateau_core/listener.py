@@ -1,0 +1,49 @@
+"""What a Writer tells its owner: sealed segments, failed seals, room freed, watermark
+moves (WriterListener, called on writer threads), and the figures it reports (WriterStats)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SealedSegment:
+    """A segment that is durable and recorded: its end_offset may be committed to Kafka."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    record_count: int
+    size_bytes: int
+    path: Path
+    seconds: float
+
+
+class WriterListener:
+    """Hooks the owner of a Writer overrides; they run on writer threads, keep them short."""
+
+    def on_sealed(self, segment: SealedSegment) -> None:
+        """A segment is durable and in the manifest."""
+
+    def on_seal_failed(self, topic: str, partition: int, error: Exception) -> None:
+        """A seal failed; its records stay buffered and the seal is retried with backoff."""
+
+    def on_capacity(self) -> None:
+        """Memory or a partition's writer was released: paused partitions may be resumed."""
+
+    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
+        """The watermark moved over skipped offsets: `next_offset` may be committed."""
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    partitions: int
+    buffered_bytes: int
+    in_flight_bytes: int
+    buffered_rows: int
+    seals_in_flight: int
+    failing: dict[TopicPartition, str]

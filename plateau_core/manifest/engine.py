@@ -1,0 +1,60 @@
+"""SQLAlchemy engines for the manifest: SQLite in WAL mode with durable commits, or any
+other database by URL."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+
+
+def sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engine:
+    connect_args = {"timeout": busy_timeout_s, "check_same_thread": False}
+    engine = create_engine(url, connect_args=connect_args)
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's begin hook below decide how transactions start.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        enable_wal(cursor, busy_timeout_s)
+        # FULL: the commit that precedes a Kafka offset commit must survive power loss.
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        # The WAL counts towards the store's fixed footprint: truncate it after checkpoints.
+        cursor.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        # IMMEDIATE takes the write lock up front, so a read-then-write transaction waits
+        # for another process instead of failing with "database is locked" on upgrade.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def enable_wal(cursor: Any, timeout_s: float) -> None:
+    """WAL lets readers run beside the writer. Switching a new database to it needs an
+    exclusive lock, which another process opening the store may hold for a moment."""
+    if cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"

@@ -1,0 +1,59 @@
+"""Opening a manifest safely: a lost or damaged one is refused while segment files exist."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DatabaseError
+
+from plateau_core.errors import ManifestUnusableError
+from plateau_core.manifest.manifest import Manifest
+from plateau_core.names import has_segment_files
+
+
+def open_manifest(data_dir: Path, url: str) -> Manifest:
+    """Open and migrate the manifest, refusing a lost or damaged one while segments exist.
+
+    Without this, a new empty manifest beside existing segment files would make recovery
+    delete every one of them as an orphan. The check runs before migrating, so a refused
+    open leaves no manifest behind that a second open would take for a real one.
+    """
+    parsed = make_url(url)
+    database = parsed.database
+    if (
+        parsed.get_backend_name() == "sqlite"
+        and database
+        and database != ":memory:"
+        and not Path(database).exists()
+        and has_segment_files(data_dir)
+    ):
+        raise ManifestUnusableError(data_dir, f"({database}) is missing")
+    try:
+        manifest = Manifest(url, upgrade=False)
+        try:
+            if manifest.version_at_open == 0 and has_segment_files(data_dir):
+                raise ManifestUnusableError(data_dir, "is empty (new) but segment files exist")
+            manifest.upgrade()
+        except BaseException:
+            manifest.close()
+            raise
+    except DatabaseError as exc:
+        if not is_corruption(exc.orig):
+            raise
+        raise ManifestUnusableError(data_dir, f"is damaged ({exc.orig})") from exc
+    except sqlite3.DatabaseError as exc:
+        if not is_corruption(exc):
+            raise
+        raise ManifestUnusableError(data_dir, f"is damaged ({exc})") from exc
+    return manifest
+
+
+def is_corruption(error: BaseException | None) -> bool:
+    """SQLite's "not a database" and "malformed" errors, as opposed to locks or permissions
+    (which are OperationalErrors and mean the file is fine)."""
+    if not isinstance(error, sqlite3.DatabaseError) or isinstance(error, sqlite3.OperationalError):
+        return False
+    name = getattr(error, "sqlite_errorname", "")
+    return name in ("", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT")

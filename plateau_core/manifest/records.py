@@ -1,0 +1,96 @@
+"""Manifest rows as plain frozen values, detached from the database session."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+from plateau_core.checksums import Checksums
+from plateau_core.manifest.models import SegmentRow, SegmentState
+from plateau_core.segment_stats import SegmentStats
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """One manifest row, detached from the database session."""
+
+    id: int
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    record_count: int
+    time_min: int
+    time_max: int
+    size_bytes: int
+    path: str
+    schema_fingerprint: str
+    state: SegmentState
+    created_at: int
+    replicated_at: int | None
+    deleting_at: int | None
+    problem: str | None
+    checksums_json: str | None = None
+
+    @cached_property
+    def checksums(self) -> Checksums | None:
+        """Parsed on first use: planning a read lists many rows and checks few of them.
+
+        Raises ChecksumFormatError when the recorded text cannot be parsed."""
+        return None if self.checksums_json is None else Checksums.from_json(self.checksums_json)
+
+    @property
+    def stats(self) -> SegmentStats:
+        return SegmentStats(
+            start_offset=self.start_offset,
+            end_offset=self.end_offset,
+            record_count=self.record_count,
+            time_min=self.time_min,
+            time_max=self.time_max,
+            size_bytes=self.size_bytes,
+            schema_fingerprint=self.schema_fingerprint,
+            checksums=self.checksums,
+        )
+
+    @classmethod
+    def of(cls, row: SegmentRow) -> SegmentRecord:
+        return cls(
+            id=row.id,
+            topic=row.topic,
+            partition=row.partition,
+            start_offset=row.start_offset,
+            end_offset=row.end_offset,
+            record_count=row.record_count,
+            time_min=row.time_min,
+            time_max=row.time_max,
+            size_bytes=row.size_bytes,
+            path=row.path,
+            schema_fingerprint=row.schema_fingerprint,
+            state=SegmentState(row.state),
+            created_at=row.created_at,
+            replicated_at=row.replicated_at,
+            deleting_at=row.deleting_at,
+            problem=row.problem,
+            checksums_json=row.checksums,
+        )
+
+
+@dataclass(frozen=True)
+class PartitionSpan:
+    """A partition's watermark and what its readable segments cover."""
+
+    topic: str
+    partition: int
+    next_offset: int
+    replicated_offset: int
+    segments: int
+    records: int
+    bytes: int
+    start_offset: int | None
+    time_min: int | None
+    time_max: int | None

@@ -1,0 +1,22 @@
+"""What the manifest records about a segment file, as the writer and rebuild report it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from plateau_core.checksums import Checksums
+
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What the manifest records about a segment file."""
+
+    start_offset: int
+    end_offset: int  # exclusive: last offset + 1
+    record_count: int
+    time_min: int  # epoch milliseconds
+    time_max: int
+    size_bytes: int
+    schema_fingerprint: str
+    # None for segments recorded before checksums existed: they get the other checks only.
+    checksums: Checksums | None = None

@@ -1,0 +1,60 @@
+"""`plateau replicate`: the replication job, once or on an interval."""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+
+from plateau_spark.errors import ReplicationFailedError
+from plateau_spark.jobs import spark_message
+from plateau_spark.replication import ReplicationReport, Replicator
+
+log = structlog.get_logger("plateau.replicate")
+
+
+def replicate(
+    replicator: Replicator,
+    spark: SparkSession,
+    *,
+    interval_s: float,
+    once: bool = False,
+    stop: threading.Event | None = None,
+) -> list[ReplicationReport]:
+    """Run until `stop` is set (or once), `interval_s` apart; returns the runs' reports.
+
+    Raises ReplicationFailedError when a run fails: nothing of it was recorded.
+    """
+    stop = stop or threading.Event()
+    reports = []
+    while True:
+        reports.append(_run(replicator, spark))
+        if once or stop.wait(interval_s):
+            return reports
+
+
+def _run(replicator: Replicator, spark: SparkSession) -> ReplicationReport:
+    try:
+        report = replicator.run_once(spark)
+    except (PySparkException, Py4JError) as exc:
+        log.error("replication_failed", target=replicator.target.uri, error=spark_message(exc))
+        raise ReplicationFailedError(
+            f"replication to {replicator.target.uri} failed: {spark_message(exc)}"
+        ) from None
+    log.info(
+        "replication_run",
+        target=replicator.target.uri,
+        segments=report.segments,
+        files=report.files,
+        rows=report.rows,
+        mb_read=round(report.bytes_read / 2**20, 2),
+        mb_written=round(report.bytes_written / 2**20, 2),
+        seconds=round(report.seconds, 3),
+        mb_per_s=round(report.mb_per_s, 2),
+        unfinished_files_removed=report.orphans_removed,
+        replicated_offsets=report.partitions,
+    )
+    return report

@@ -1,0 +1,147 @@
+"""One replication task, run on a Spark executor: segments of a partition → Parquet files.
+
+Files are laid out as `{topic}/date=YYYY-MM-DD/partition=P/{first:020d}-{last:020d}.parquet`
+(dates in UTC, offsets of the first and last row in the file), so Spark's partition
+discovery reads `date` and `partition` back, and a task re-run writes the same names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from functools import partial
+from pathlib import Path
+from typing import IO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from plateau_core.manifest import SegmentRecord
+from plateau_core.reader import ReadRequest, ScanCounters, segment_batches
+from plateau_core.schema import OFFSET, TIMESTAMP, conform
+from plateau_spark.replication.target import Target
+
+ROW_GROUP_ROWS = 1 << 20
+_NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
+
+
+@dataclass(frozen=True)
+class ReplicaTask:
+    """Neighbouring sealed segments of one partition, replicated together."""
+
+    topic: str
+    partition: int
+    segments: tuple[SegmentRecord, ...]
+    data_dir: str
+    schema: pa.Schema  # the topic's merged schema: every file of a run has the same columns
+    target: Target
+    compression: str
+
+    @property
+    def start_offset(self) -> int:
+        return self.segments[0].start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.segments[-1].end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+
+@dataclass(frozen=True)
+class ReplicaFile:
+    path: str  # relative to the target root
+    rows: int
+    bytes: int
+    first_offset: int
+    last_offset: int
+
+
+def replica_dir(topic: str, day: date, partition: int) -> str:
+    return f"{topic}/date={day.isoformat()}/partition={partition}"
+
+
+def replica_name(topic: str, day: date, partition: int, first: int, last: int) -> str:
+    return f"{replica_dir(topic, day, partition)}/{first:020d}-{last:020d}.parquet"
+
+
+def parse_replica_name(name: str) -> tuple[int, int] | None:
+    """(first, last) offsets a replica file name encodes, or None for any other file."""
+    match = _NAME.fullmatch(name)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
+
+
+def write_task(task: ReplicaTask) -> list[ReplicaFile]:
+    """Write the task's files (one per UTC date its rows fall on) and return them."""
+    filesystem = task.target.filesystem()
+    written = []
+    single = utc_day(min(s.time_min for s in task.segments))
+    if single == utc_day(max(s.time_max for s in task.segments)):
+        # The manifest's times already say every row is on one date: no pass to find dates,
+        # and no date filter while writing.
+        rows = sum(s.record_count for s in task.segments)
+        days = {single: (task.start_offset, task.end_offset - 1, rows)}
+        split = False
+    else:
+        days, split = _days(task), True
+    for day, (first, last, rows) in sorted(days.items()):
+        relative = replica_name(task.topic, day, task.partition, first, last)
+        produce = partial(_write_parquet, task=task, day=day if split else None)
+        size = task.target.write(filesystem, relative, produce)
+        written.append(ReplicaFile(relative, rows, size, first, last))
+    return written
+
+
+def _batches(task: ReplicaTask, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
+    request = ReadRequest.whole(task.topic, columns)
+    counters = ScanCounters()
+    for segment in task.segments:
+        yield from segment_batches(Path(task.data_dir) / segment.path, segment, request, counters)
+
+
+def _days(task: ReplicaTask) -> dict[date, tuple[int, int, int]]:
+    """Per UTC date: (first offset, last offset, rows); reads two columns only."""
+    days: dict[date, tuple[int, int, int]] = {}
+    for batch in _batches(task, (OFFSET, TIMESTAMP)):
+        dates = batch.column(TIMESTAMP).cast(pa.date32())
+        offsets = batch.column(OFFSET)
+        for value in pc.unique(dates).to_pylist():
+            mine = pc.filter(offsets, pc.equal(dates, pa.scalar(value, pa.date32())))
+            bounds = pc.min_max(mine)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            if value in days:
+                first, last, rows = days[value]
+                days[value] = (min(first, low), max(last, high), rows + len(mine))
+            else:
+                days[value] = (low, high, len(mine))
+    return days
+
+
+def utc_day(epoch_ms: int) -> date:
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).date()
+
+
+def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> None:
+    """The task's rows of `day` (all of them for None) as one Parquet file."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    with pq.ParquetWriter(stream, task.schema, compression=task.compression) as writer:
+        for batch in _batches(task):
+            mine = batch
+            if day is not None:
+                dates = batch.column(TIMESTAMP).cast(pa.date32())
+                mine = batch.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
+            if mine.num_rows == 0:
+                continue
+            pending.append(conform(mine, task.schema))
+            rows += mine.num_rows
+            if rows >= ROW_GROUP_ROWS:
+                writer.write_table(pa.Table.from_batches(pending, task.schema), row_group_size=rows)
+                pending, rows = [], 0
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending, task.schema), row_group_size=rows)

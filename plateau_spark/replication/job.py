@@ -1,0 +1,239 @@
+"""The replication job: plan sealed segments into files, write them with Spark, record them.
+
+Order of a run, and why it cannot duplicate rows:
+1. Files left by an unfinished run (offsets at or past the partition's replicated_offset,
+   in the folders the pending segments' dates map to) are deleted: their rows are about to
+   be written again, perhaps grouped differently.
+2. The tasks write their files, each complete and durable under its final name.
+3. One manifest transaction marks the segments replicated and advances replicated_offset.
+A crash before 3 leaves only files that step 1 of the next run removes or overwrites.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import structlog
+from pyarrow import fs
+
+from plateau_core.errors import PlateauError
+from plateau_core.manifest import SegmentRecord, SegmentState
+from plateau_core.policies import MiB
+from plateau_core.schema import merge_schemas
+from plateau_core.store import Store
+from plateau_spark.replication.files import (
+    ReplicaFile,
+    ReplicaTask,
+    parse_replica_name,
+    replica_dir,
+    utc_day,
+    write_task,
+)
+from plateau_spark.replication.target import Target
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("plateau.replication")
+
+DEFAULT_FILE_BYTES = 128 * MiB
+LOCK_FILE = "replication.lock"
+# Beyond this many days of pending data, list the topic once instead of a folder per day.
+_MAX_DAY_LISTINGS = 62
+
+Runner = Callable[[list[ReplicaTask]], list[list[ReplicaFile]]]
+
+
+class ReplicationBusyError(PlateauError):
+    """Another replication run holds this store's replication lock."""
+
+
+@dataclass
+class ReplicationReport:
+    segments: int = 0
+    files: int = 0
+    rows: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    orphans_removed: int = 0
+    seconds: float = 0.0
+    partitions: dict[str, int] = field(default_factory=dict)  # "topic[p]" -> replicated_offset
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / MiB / self.seconds if self.seconds else 0.0
+
+
+class Replicator:
+    def __init__(
+        self,
+        store: Store,
+        target: Target,
+        *,
+        file_bytes: int = DEFAULT_FILE_BYTES,
+        compression: str = "zstd",
+        topics: Sequence[str] | None = None,
+    ) -> None:
+        self.store = store
+        self.target = target
+        self.file_bytes = file_bytes
+        self.compression = compression
+        self.topics = None if topics is None else list(topics)
+
+    def plan(self) -> list[ReplicaTask]:
+        """Sealed, unreplicated segments, grouped per partition into ~file_bytes tasks."""
+        tasks: list[ReplicaTask] = []
+        for topic in self.topics if self.topics is not None else self.store.topics():
+            pending = self.store.manifest.segments(topic, states=(SegmentState.SEALED,))
+            if not pending:
+                continue
+            schema = merge_schemas(self.store.manifest.schemas(topic).values())
+            for group in _groups(pending, self.file_bytes):
+                tasks.append(
+                    ReplicaTask(
+                        topic=topic,
+                        partition=group[0].partition,
+                        segments=tuple(group),
+                        data_dir=str(self.store.data_dir),
+                        schema=schema,
+                        target=self.target,
+                        compression=self.compression,
+                    )
+                )
+        return tasks
+
+    def run_once(self, spark: SparkSession | None = None) -> ReplicationReport:
+        """Replicate everything sealed now. With `spark`, tasks run as one Spark job;
+        without, in this process."""
+        started = time.monotonic()
+        report = ReplicationReport()
+        with self._lock():
+            tasks = self.plan()
+            if not tasks:
+                return report
+            filesystem = self.target.filesystem()
+            report.orphans_removed = self._remove_unfinished(filesystem, tasks)
+            results = _run_spark(spark, tasks) if spark is not None else _run_here(tasks)
+            ids = [s.id for task in tasks for s in task.segments]
+            moved = set(self.store.manifest.mark_replicated(ids))
+        report.seconds = time.monotonic() - started
+        for task, files in zip(tasks, results, strict=True):
+            report.segments += sum(1 for s in task.segments if s.id in moved)
+            report.files += len(files)
+            report.rows += sum(f.rows for f in files)
+            report.bytes_read += task.size_bytes
+            report.bytes_written += sum(f.bytes for f in files)
+            report.partitions[f"{task.topic}[{task.partition}]"] = task.end_offset
+            log.info(
+                "segments_replicated",
+                topic=task.topic,
+                partition=task.partition,
+                start_offset=task.start_offset,
+                end_offset=task.end_offset,
+                segments=len(task.segments),
+                files=[f.path for f in files],
+                rows=sum(f.rows for f in files),
+                target=self.target.uri,
+            )
+        return report
+
+    def _remove_unfinished(self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]) -> int:
+        """Delete files of an unfinished earlier run that hold rows of the pending segments."""
+        removed = 0
+        spans = {(s.topic, s.partition): s.replicated_offset for s in self.store.spans()}
+        by_partition: dict[tuple[str, int], list[SegmentRecord]] = {}
+        for task in tasks:
+            by_partition.setdefault((task.topic, task.partition), []).extend(task.segments)
+        for (topic, partition), segments in by_partition.items():
+            replicated = spans.get((topic, partition), 0)
+            for relative in self._candidate_files(filesystem, topic, partition, segments):
+                bounds = parse_replica_name(relative.rsplit("/", 1)[-1])
+                if bounds is None or bounds[1] < replicated:
+                    continue
+                self.target.delete(filesystem, relative)
+                removed += 1
+                log.warning(
+                    "replica_unfinished_removed",
+                    topic=topic,
+                    partition=partition,
+                    first_offset=bounds[0],
+                    last_offset=bounds[1],
+                    replicated_offset=replicated,
+                    path=relative,
+                )
+        return removed
+
+    def _candidate_files(
+        self, filesystem: fs.FileSystem, topic: str, partition: int, segments: list[SegmentRecord]
+    ) -> Iterator[str]:
+        first_day = utc_day(min(s.time_min for s in segments))
+        last_day = utc_day(max(s.time_max for s in segments))
+        days = (last_day - first_day).days + 1
+        if days <= _MAX_DAY_LISTINGS:
+            for i in range(days):
+                folder = replica_dir(topic, first_day + timedelta(days=i), partition)
+                for name in self.target.list_files(filesystem, folder):
+                    yield f"{folder}/{name}"
+            return
+        selector = fs.FileSelector(self.target.path(topic), recursive=True, allow_not_found=True)
+        suffix = f"/partition={partition}"
+        for info in filesystem.get_file_info(selector):
+            folder, _, name = info.path.rpartition("/")
+            if info.type == fs.FileType.File and folder.endswith(suffix):
+                yield info.path.removeprefix(self.target.root + "/")
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """One replication run per store at a time: two would delete each other's files."""
+        path = self.store.data_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ReplicationBusyError(
+                    f"another replication run holds {path}; try again when it ends"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
+
+
+def _groups(segments: list[SegmentRecord], file_bytes: int) -> Iterator[list[SegmentRecord]]:
+    """Contiguous runs of one partition, cut before a segment that would pass file_bytes."""
+    current: list[SegmentRecord] = []
+    size = 0
+    for segment in sorted(segments, key=lambda s: (s.partition, s.start_offset)):
+        joins = (
+            current
+            and current[-1].partition == segment.partition
+            and current[-1].end_offset == segment.start_offset
+            and size + segment.size_bytes <= file_bytes
+        )
+        if not joins and current:
+            yield current
+            current, size = [], 0
+        current.append(segment)
+        size += segment.size_bytes
+    if current:
+        yield current
+
+
+def _run_here(tasks: list[ReplicaTask]) -> list[list[ReplicaFile]]:
+    return [write_task(task) for task in tasks]
+
+
+def _run_spark(spark: SparkSession, tasks: list[ReplicaTask]) -> list[list[ReplicaFile]]:
+    context = spark.sparkContext
+    context.setJobDescription(f"plateau replicate: {len(tasks)} files' worth of segments")
+    try:
+        return context.parallelize(tasks, len(tasks)).map(write_task).collect()
+    finally:
+        context.setJobDescription(None)  # type: ignore[arg-type]
