@@ -26,6 +26,8 @@ from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.topics import create_topic
 from bridge.logs import configure_logging
 from bridge.ops.status import collect, render
+from bridge.ops.telemetry import parse_dump
+from bridge.ops.worker_status import read_status_files
 from bridge.serve import serve
 from plateau_core import Store
 
@@ -102,8 +104,8 @@ def run_demo(
 
 
 class Progress:
-    """Prints, once a second, how many records landed, how fast, and how far plateau is
-    behind what Kafka holds."""
+    """Prints, once a second, how many records serve consumed and how fast, how many are in
+    sealed segments (what a query sees), and how far those trail what Kafka holds."""
 
     def __init__(self, data_dir: Path, bootstrap: str, topic: str) -> None:
         self.data_dir = data_dir
@@ -126,17 +128,31 @@ class Progress:
         started = time.monotonic()
         previous = 0
         while not self._stop.wait(PROGRESS_EVERY_S):
-            landed, watermarks = self._landed()
-            held = self._held(watermarks)
+            consumed = self._consumed()
+            sealed, watermarks = self._sealed()
+            held = self._held()
             lag = "?" if held is None else f"{max(0, held - sum(watermarks.values())):,}"
             print(
-                f"{time.monotonic() - started:5.1f} s  landed {landed:>10,} records  "
-                f"{(landed - previous) / PROGRESS_EVERY_S:>9,.0f}/s  lag {lag}",
+                f"{time.monotonic() - started:5.1f} s  consumed {consumed:>9,} "
+                f"({(consumed - previous) / PROGRESS_EVERY_S:>7,.0f}/s)  "
+                f"sealed {sealed:>9,}  lag {lag}",
                 flush=True,
             )
-            previous = landed
+            previous = consumed
 
-    def _landed(self) -> tuple[int, dict[int, int]]:
+    def _consumed(self) -> int:
+        """Records the workers appended, from their status files (rewritten every second)."""
+        total = 0.0
+        for worker in read_status_files(self.data_dir):
+            counters, _ = parse_dump(worker.get("telemetry", {}))
+            total += sum(
+                value
+                for (name, labels), value in counters
+                if name == "records_ingested" and labels[0] == self.topic
+            )
+        return int(total)
+
+    def _sealed(self) -> tuple[int, dict[int, int]]:
         """Records in sealed segments, and each partition's watermark."""
         if not (self.data_dir / "manifest.db").exists():
             return 0, {}
@@ -144,7 +160,7 @@ class Progress:
             spans = store.spans(self.topic)
         return sum(s.records for s in spans), {s.partition: s.next_offset for s in spans}
 
-    def _held(self, watermarks: dict[int, int]) -> int | None:
+    def _held(self) -> int | None:
         """The records Kafka holds in the topic (its end offsets), or None if it did not
         answer in time."""
         try:
