@@ -31,14 +31,10 @@ from confluent_kafka import Consumer, Message
 from ingest_ceiling import POLL_BATCH, GcTimer, check, cpu_s, thread_cpu
 
 from bridge.config import parse_config
-from bridge.consume.decode.common import (
-    Envelope,
-    envelope_columns,
-    header_array,
-    kafka_timestamps,
-)
-from bridge.consume.decode.raw import RawDecoder
+from bridge.consume.messages import header_array, kafka_timestamps, records_of
 from bridge.consume.worker import Worker, by_partition
+from bridge.ingest.decode.raw import RawDecoder
+from bridge.ingest.records import Kept
 from bridge.logs import configure_logging
 from bridge.serve import tune_gc
 from plateau_core import RollPolicy, SealedSegment, Store, WriterListener, WriterPolicy
@@ -149,9 +145,9 @@ def stages(
     groups = [g for _, g in keyed]
     results["groups"] = len(groups)
     results["mean_group_size"] = n / max(1, len(groups))
-    envelope = Envelope(keep_key=True, keep_headers=True)
+    kept = Kept(key=True, headers=True)
 
-    # The decoder's columns one at a time (what RawDecoder.decode -> envelope_columns does).
+    # The envelope's columns one at a time (what records_of builds for the decoder).
     parts: dict[str, Callable[[list[Message]], object]] = {
         "decode.offset_column": lambda ms: pa.array(list(map(Message.offset, ms)), pa.int64()),
         "decode.timestamp_column": kafka_timestamps,
@@ -161,13 +157,13 @@ def stages(
     }
     for name, part in parts.items():
         put(name, *_timed(lambda part=part: [part(g) for g in groups]))  # type: ignore[misc]
-    put("decode.envelope_columns", *_timed(lambda: [envelope_columns(g, envelope) for g in groups]))
-    decoder = RawDecoder(envelope)
+    put("decode.records_of", *_timed(lambda: [records_of(g) for g in groups]))
+    decoder = RawDecoder(kept)
     batches: list[pa.RecordBatch] = []
 
     def decode_all() -> None:
         for g in groups:
-            batches.extend(decoder.decode(g).batches)
+            batches.extend(decoder.decode(records_of(g)).batches)
 
     put("decode.total", *_timed(decode_all))
     put("normalize_batch", *_timed(lambda: [normalize_batch(b) for b in batches]))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyarrow as pa
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bridge.consume.client import librdkafka_logger
-from bridge.consume.decode import Poison
-from bridge.consume.decode.common import header_list, offset_of
 from bridge.errors import BridgeError
+from bridge.ingest.decode import Poison
+from bridge.ingest.records import KEY, TIMESTAMP, VALUE, header_pairs
 
 log = structlog.get_logger(__name__)
 
@@ -29,47 +30,58 @@ class DeadLetters:
         self._config = producer_config
         self._producer: Producer | None = None
 
-    def send(self, dlq_topic: str, poison: Sequence[Poison], timeout_s: float = 30.0) -> None:
-        """Produce and flush; raises BridgeError if any record was not delivered."""
+    def send(
+        self,
+        dlq_topic: str,
+        source: tuple[str, int],
+        records: pa.RecordBatch,
+        poison: Sequence[Poison],
+        timeout_s: float = 30.0,
+    ) -> None:
+        """Produce the poison `records` of the Kafka partition `source` and flush; raises
+        BridgeError if any record was not delivered."""
         if not poison:
             return
         if self._producer is None:
             self._producer = Producer(self._config, logger=librdkafka_logger())
         failures: list[str] = []
+        topic, partition = source
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
                 failures.append(str(err))
 
+        values = records.column(VALUE)
+        keys = records.column(KEY)
+        stamps = records.column(TIMESTAMP).cast(pa.int64())
         for item in poison:
-            message = item.message
-            headers: list[tuple[str, str | bytes | None]] = list(header_list(message) or [])
+            headers: list[tuple[str, str | bytes | None]] = list(header_pairs(records, item.row))
             headers += [
-                (ERROR_HEADERS[0], (message.topic() or "").encode()),
-                (ERROR_HEADERS[1], str(message.partition()).encode()),
-                (ERROR_HEADERS[2], str(offset_of(message)).encode()),
+                (ERROR_HEADERS[0], topic.encode()),
+                (ERROR_HEADERS[1], str(partition).encode()),
+                (ERROR_HEADERS[2], str(item.offset).encode()),
                 (ERROR_HEADERS[3], item.error.encode()),
             ]
-            _kind, stamp = message.timestamp()
+            stamp = stamps[item.row].as_py()
             try:
                 self._producer.produce(
                     dlq_topic,
-                    value=message.value(),
-                    key=message.key(),
+                    value=values[item.row].as_py(),
+                    key=keys[item.row].as_py(),
                     headers=headers,
                     timestamp=stamp if stamp > 0 else 0,
                     on_delivery=delivered,
                 )
             except (KafkaException, BufferError) as exc:
                 raise BridgeError(
-                    f"cannot send {message.topic()}[{message.partition()}] offset "
-                    f"{offset_of(message)} to the dead-letter topic {dlq_topic!r}: {exc}"
+                    f"cannot send {topic}[{partition}] offset {item.offset} to the "
+                    f"dead-letter topic {dlq_topic!r}: {exc}"
                 ) from None
             log.warning(
                 "record_dead_lettered",
-                topic=message.topic(),
-                partition=message.partition(),
-                offset=offset_of(message),
+                topic=topic,
+                partition=partition,
+                offset=item.offset,
                 dlq=dlq_topic,
                 error=item.error,
             )

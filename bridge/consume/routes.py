@@ -9,8 +9,8 @@ import structlog
 
 from bridge.config.models import Config
 from bridge.config.topics import TopicMapping
-from bridge.consume.decode import Decoder, decoder_for
 from bridge.errors import BridgeError
+from bridge.ingest.decode import Decoder, decoder_for
 from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest
 from plateau_core.names import validate_topic

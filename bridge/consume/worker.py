@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, cast
 
+import pyarrow as pa
 import structlog
 from confluent_kafka import (
     Consumer,
@@ -29,16 +30,16 @@ from confluent_kafka import (
 from bridge.config.models import Config
 from bridge.consume.batches import Key, before, by_partition, describe
 from bridge.consume.client import consumer_settings, dead_letter_settings, librdkafka_logger
-from bridge.consume.decode import Poison
-from bridge.consume.decode.common import offset_of
 from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
+from bridge.consume.messages import records_of
 from bridge.consume.positions import start_offset
 from bridge.consume.routes import Route, Routes
 from bridge.consume.sealed import Committable, SealListener
 from bridge.consume.snapshot import worker_snapshot
 from bridge.consume.state import PartitionState, WorkerStats
 from bridge.errors import BridgeError
+from bridge.ingest.decode import Poison
 from bridge.ops.telemetry import WorkerTelemetry
 from bridge.ops.worker_status import StatusFile, new_run_id
 from plateau_core import (
@@ -193,12 +194,13 @@ class Worker:
 
     def _land(self, key: Key, state: PartitionState, messages: list[Message]) -> None:
         route = self._routes.known(key[0])
-        decoded = route.decoder.decode(messages)
+        records = records_of(messages)
+        decoded = route.decoder.decode(records)
         poison = decoded.poison
         batches = decoded.batches
         stop_at: int | None = None
         if poison and route.mapping.on_error == "fail":
-            stop_at = offset_of(poison[0].message)
+            stop_at = poison[0].offset
             batches = [before(b, stop_at) for b in batches]
         refused_at: int | None = None
         for batch in batches:
@@ -221,21 +223,26 @@ class Worker:
                 "on_error is fail, so the worker stops before it"
             )
         limit = refused_at if refused_at is not None else None
-        handled = [p for p in poison if limit is None or offset_of(p.message) < limit]
+        handled = [p for p in poison if limit is None or p.offset < limit]
         if handled:
-            self._handle_poison(route, key, state.plateau_topic, handled)
+            self._handle_poison(route, key, state.plateau_topic, records, handled)
             if refused_at is None:
-                last = max(offset_of(p.message) for p in handled)
+                last = max(p.offset for p in handled)
                 if last + 1 > state.next_offset:
                     state.next_offset = last + 1
                     self.writer.skip(state.plateau_topic, key[1], last + 1)
 
     def _handle_poison(
-        self, route: Route, key: Key, plateau_topic: str, poison: list[Poison]
+        self,
+        route: Route,
+        key: Key,
+        plateau_topic: str,
+        records: pa.RecordBatch,
+        poison: list[Poison],
     ) -> None:
         self.stats.poison += len(poison)
         if route.mapping.on_error == "dlq" and route.mapping.dlq:
-            self._dead_letters.send(route.mapping.dlq, poison)
+            self._dead_letters.send(route.mapping.dlq, key, records, poison)
             self.telemetry.add("poison_records", (plateau_topic, "dlq"), len(poison))
             return
         self.telemetry.add("poison_records", (plateau_topic, "skip"), len(poison))
@@ -244,7 +251,7 @@ class Worker:
                 "record_skipped",
                 topic=key[0],
                 partition=key[1],
-                offset=offset_of(item.message),
+                offset=item.offset,
                 error=item.error,
             )
 

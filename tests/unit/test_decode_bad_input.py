@@ -12,12 +12,13 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 
 from bridge.config import TopicMapping
-from bridge.consume.decode import Decoded, decoder_for
+from bridge.consume.messages import records_of
+from bridge.ingest.decode import Decoded, decoder_for
 
 
 def _decode(mapping: dict[str, object], values: list[bytes | None]) -> Decoded:
     decoder = decoder_for(TopicMapping.model_validate({"source": "t", **mapping}))
-    return decoder.decode([_message(i, v) for i, v in enumerate(values)])
+    return decoder.decode(records_of([_message(i, v) for i, v in enumerate(values)]))
 
 
 def _message(offset: int, value: bytes | None) -> Message:
@@ -31,7 +32,7 @@ def _message(offset: int, value: bytes | None) -> Message:
 
 
 def _poison(decoded: Decoded) -> dict[int, str]:
-    return {p.message.offset() or 0: p.error for p in decoded.poison}
+    return {p.offset: p.error for p in decoded.poison}
 
 
 def _rows(decoded: Decoded) -> int:
@@ -58,7 +59,7 @@ def test_json_documents_that_are_not_objects_are_poison(document: bytes) -> None
 def test_json_field_first_seen_as_null_takes_the_first_type_it_gets() -> None:
     decoder = decoder_for(TopicMapping(source="t", format="json"))
     values = [b'{"f": null, "g": []}', b'{"f": 5, "g": [1]}', b'{"f": "x"}']
-    results = [decoder.decode([_message(i, v)]) for i, v in enumerate(values)]
+    results = [decoder.decode(records_of([_message(i, v)])) for i, v in enumerate(values)]
     assert [_rows(r) for r in results] == [1, 1, 0]
     assert results[1].batches[0].schema.field("f").type == pa.int64()
 
@@ -66,7 +67,9 @@ def test_json_field_first_seen_as_null_takes_the_first_type_it_gets() -> None:
 def test_json_seeded_decoder_refuses_a_type_change_after_a_restart() -> None:
     decoder = decoder_for(TopicMapping(source="t", format="json"))
     decoder.seed(pa.schema([("offset", pa.int64()), ("f", pa.int64()), ("offset_", pa.string())]))
-    decoded = decoder.decode([_message(0, b'{"f": "x"}'), _message(1, b'{"f": 2, "offset": "o"}')])
+    decoded = decoder.decode(
+        records_of([_message(0, b'{"f": "x"}'), _message(1, b'{"f": 2, "offset": "o"}')])
+    )
     assert set(_poison(decoded)) == {0} and _rows(decoded) == 1
 
 

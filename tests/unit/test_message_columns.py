@@ -18,10 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.config import parse_config
-from bridge.consume.decode.common import Envelope, envelope_columns, header_array, kafka_timestamps
-from bridge.consume.decode.raw import RawDecoder
+from bridge.consume.messages import header_array, kafka_timestamps, records_of
 from bridge.consume.worker import Worker, by_partition
 from bridge.errors import BridgeError
+from bridge.ingest.decode.raw import RawDecoder
+from bridge.ingest.records import ENVELOPE, Kept
 from plateau_core import Store
 
 
@@ -95,14 +96,16 @@ def test_raw_columns_carry_every_envelope_field():
         message(offset=7, key=b"k", value=b"x", headers=[("h", b"1")]),
         message(offset=9, key=None, value=None, timestamp=(TIMESTAMP_CREATE_TIME, 5)),
     ]
-    batch = RawDecoder(Envelope()).decode(messages).batches[0]
+    records = records_of(messages)
+    assert records.schema == ENVELOPE
+    batch = RawDecoder(Kept()).decode(records).batches[0]
     assert batch.column("offset").to_pylist() == [7, 9]
     assert batch.column("key").to_pylist() == [b"k", None]
     assert batch.column("value").to_pylist() == [b"x", None]
     assert batch.column("headers").to_pylist() == [[{"key": "h", "value": b"1"}], None]
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_000, 5]
-    dropped = envelope_columns(messages, Envelope(keep_key=False, keep_headers=False))
-    assert set(dropped) == {"offset", "timestamp"}
+    dropped = RawDecoder(Kept(key=False, headers=False)).decode(records).batches[0]
+    assert dropped.schema.names == ["offset", "timestamp", "value"]
 
 
 def test_worker_sets_consumer_errors_aside_and_stops_on_fatal_ones(tmp_path: Path):

@@ -6,20 +6,18 @@ row keeps its message's offset and timestamp (and key and headers, when kept).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pyarrow as pa
-from confluent_kafka import Message
 
-from bridge.consume.decode.common import Decoded, Envelope, Poison, envelope_columns
-from bridge.consume.decode.json_format import RESERVED, event_times
+from bridge.ingest.decode.common import Decoded, poison_at
+from bridge.ingest.decode.json_format import RESERVED, event_times
+from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.errors import InvalidInputError
 from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch
 
 
 class ArrowDecoder:
-    def __init__(self, envelope: Envelope, timestamp_field: str | None = None) -> None:
-        self.envelope = envelope
+    def __init__(self, kept: Kept, timestamp_field: str | None = None) -> None:
+        self.kept = kept
         self.timestamp_field = timestamp_field
         # The data columns so far, unified: a message whose columns cannot be unified with
         # them is poison, so the topic's segments stay readable as one table.
@@ -30,42 +28,44 @@ class ArrowDecoder:
         fields = [f for f in stored if f.name not in RESERVED]
         self.known = _unified(self.known, pa.schema(fields)) or self.known
 
-    def decode(self, messages: Sequence[Message]) -> Decoded:
+    def decode(self, records: pa.RecordBatch) -> Decoded:
         result = Decoded()
-        for message in messages:
+        for row, value in enumerate(records.column(VALUE).to_pylist()):
             try:
-                table = _read_stream(message.value())
+                table = _read_stream(value)
             # A truncated or corrupted stream surfaces as OSError ("Expected to be able to
             # read 80 bytes for message body") as often as ArrowInvalid.
             except (pa.ArrowException, OSError, ValueError) as exc:
-                result.poison.append(Poison(message, f"not an Arrow IPC stream: {exc}"))
+                result.poison.append(poison_at(records, row, f"not an Arrow IPC stream: {exc}"))
                 continue
             if table.num_rows == 0:
                 continue
             problem = _schema_problem(table)
             if problem is not None:
-                result.poison.append(Poison(message, problem))
+                result.poison.append(poison_at(records, row, problem))
                 continue
             known = _unified(self.known, table.schema)
             if known is None:
-                result.poison.append(Poison(message, _type_change(self.known, table.schema)))
+                change = _type_change(self.known, table.schema)
+                result.poison.append(poison_at(records, row, change))
                 continue
             timestamps = None
             if self.timestamp_field is not None:
                 timestamps, bad = event_times(table, self.timestamp_field)
                 if bad:
-                    result.poison.append(Poison(message, next(iter(bad.values()))))
+                    result.poison.append(poison_at(records, row, next(iter(bad.values()))))
                     continue
             self.known = known
-            result.batches.extend(self._rows(message, table, timestamps))
+            result.batches.extend(self._rows(records, row, table, timestamps))
         return _merge_runs(result)
 
     def _rows(
-        self, message: Message, table: pa.Table, timestamps: pa.Array | None
+        self, records: pa.RecordBatch, row: int, table: pa.Table, timestamps: pa.Array | None
     ) -> list[pa.RecordBatch]:
+        """Every row of the record's table, each with the record's envelope."""
         n = table.num_rows
-        envelope = envelope_columns([message], self.envelope)
-        columns: dict[str, pa.Array] = {name: _repeat(array, n) for name, array in envelope.items()}
+        repeated = pa.array([row] * n, pa.int64())
+        columns = kept_columns(records, self.kept, rows=repeated)
         if timestamps is not None:
             columns["timestamp"] = timestamps
         for name in table.column_names:
@@ -124,10 +124,6 @@ def _schema_problem(table: pa.Table) -> str | None:
     except InvalidInputError as exc:
         return f"not storable: {exc}"
     return None
-
-
-def _repeat(array: pa.Array, n: int) -> pa.Array:
-    return array.take(pa.array([0] * n, pa.int32())) if n != 1 else array
 
 
 def _merge_runs(result: Decoded) -> Decoded:

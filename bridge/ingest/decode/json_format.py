@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.json as pajson
-from confluent_kafka import Message
 
-from bridge.consume.decode.common import Decoded, Envelope, Poison, envelope_columns, offset_of
+from bridge.ingest.decode.common import Decoded, poison_at
+from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.schema import TIMESTAMP_TYPE, conform
 
 RESERVED = ("offset", "timestamp", "key", "headers")
@@ -32,11 +32,11 @@ ARROW_TYPES: Mapping[str, pa.DataType] = {
 class JsonDecoder:
     def __init__(
         self,
-        envelope: Envelope,
+        kept: Kept,
         schema: Mapping[str, str] | None = None,
         timestamp_field: str | None = None,
     ) -> None:
-        self.envelope = envelope
+        self.kept = kept
         self.declared = (
             None
             if schema is None
@@ -60,28 +60,28 @@ class JsonDecoder:
         with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
             self.known = _widen([self.known, pa.schema(fields)])
 
-    def decode(self, messages: Sequence[Message]) -> Decoded:
+    def decode(self, records: pa.RecordBatch) -> Decoded:
         result = Decoded()
         lines: list[bytes] = []
-        kept: list[Message] = []
-        for message in messages:
-            line, error = _one_line(message.value())
+        kept: list[int] = []  # the row of each line
+        for row, value in enumerate(records.column(VALUE).to_pylist()):
+            line, error = _one_line(value)
             if error is not None:
-                result.poison.append(Poison(message, error))
+                result.poison.append(poison_at(records, row, error))
             else:
                 lines.append(line)
-                kept.append(message)
+                kept.append(row)
         pieces: list[tuple[int, int, pa.Table]] = []
         failures: list[tuple[int, str]] = []
         self._parse(lines, 0, len(lines), pieces, failures)
-        result.poison += [Poison(kept[i], error) for i, error in failures]
+        result.poison += [poison_at(records, kept[i], error) for i, error in failures]
         if pieces:
             schema = _widen([self.known, *(t.schema for _, _, t in pieces)])
             tables = [t for _, _, t in pieces]
             rows = [kept[i] for lo, hi, _ in pieces for i in range(lo, hi)]
             table = pa.concat_tables([_conform_table(t, schema) for t in tables])
-            self._build(table, rows, result)
-        result.poison.sort(key=lambda p: offset_of(p.message))
+            self._build(table, records, rows, result)
+        result.poison.sort(key=lambda p: p.row)
         return result
 
     def _parse(
@@ -120,20 +120,25 @@ class JsonDecoder:
             self.known = _widen([self.known, table.schema])
         return table
 
-    def _build(self, table: pa.Table, rows: list[Message], result: Decoded) -> None:
+    def _build(
+        self, table: pa.Table, records: pa.RecordBatch, rows: list[int], result: Decoded
+    ) -> None:
+        """`table` holds the decoded rows `rows` of `records`, in order."""
         timestamps = None
         if self.timestamp_field is not None:
             timestamps, bad = event_times(table, self.timestamp_field)
             if bad:
                 keep = [i for i in range(len(rows)) if i not in bad]
                 for i in sorted(bad):
-                    result.poison.append(Poison(rows[i], bad[i]))
+                    result.poison.append(poison_at(records, rows[i], bad[i]))
                 table = table.take(pa.array(keep, pa.int64()))
                 timestamps = timestamps.take(pa.array(keep, pa.int64()))
                 rows = [rows[i] for i in keep]
         if not rows:
             return
-        columns = envelope_columns(rows, self.envelope, timestamps=timestamps)
+        columns = kept_columns(
+            records, self.kept, rows=pa.array(rows, pa.int64()), timestamps=timestamps
+        )
         for name in table.column_names:
             column = table.column(name).combine_chunks()
             columns[f"{name}_" if name in RESERVED else name] = column

@@ -1,0 +1,23 @@
+"""`format: raw`: the value is kept as bytes; nothing can fail to decode."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from bridge.ingest.decode.common import Decoded
+from bridge.ingest.records import VALUE, Kept, kept_columns
+
+
+class RawDecoder:
+    def __init__(self, kept: Kept) -> None:
+        self.kept = kept
+
+    def seed(self, stored: pa.Schema) -> None:
+        """Nothing to learn: the columns of a raw topic never change."""
+
+    def decode(self, records: pa.RecordBatch) -> Decoded:
+        if records.num_rows == 0:
+            return Decoded()
+        columns = kept_columns(records, self.kept)
+        columns[VALUE] = records.column(VALUE)
+        return Decoded(batches=[pa.RecordBatch.from_pydict(columns)])
