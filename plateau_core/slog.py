@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from plateau_core.errors import InvalidInputError
 from plateau_core.policies import RollPolicy
+from plateau_core.producers import ProducerBatch
 from plateau_core.schema import OFFSET
 
 
@@ -27,6 +28,8 @@ class SealJob:
     rows: int
     nbytes: int
     fingerprint: str
+    # Idempotent producers' batches among these records, recorded with the segment.
+    producers: list[ProducerBatch] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     # When the oldest of these records was buffered (monotonic): how stale they are.
     buffered_since: float = field(default_factory=time.monotonic)
@@ -51,6 +54,7 @@ class SegmentLog:
         self.rows = 0
         self.nbytes = 0
         self.fingerprint: str | None = None
+        self.producers: list[ProducerBatch] = []
         self.first_buffered_at: float | None = None
         self.in_flight: SealJob | None = None
         self.failures = 0
@@ -129,9 +133,17 @@ class SegmentLog:
 
     # --- changes ----------------------------------------------------------------------------
 
-    def add(self, batch: pa.RecordBatch, fingerprint: str, now: float) -> None:
+    def add(
+        self,
+        batch: pa.RecordBatch,
+        fingerprint: str,
+        now: float,
+        producer: ProducerBatch | None = None,
+    ) -> None:
         if batch.num_rows == 0:
             return
+        if producer is not None:
+            self.producers.append(producer)
         self.batches.append(batch)
         self.rows += batch.num_rows
         self.nbytes += batch.nbytes
@@ -149,9 +161,11 @@ class SegmentLog:
             rows=self.rows,
             nbytes=self.nbytes,
             fingerprint=self.fingerprint,
+            producers=self.producers,
             buffered_since=self.first_buffered_at or time.monotonic(),
         )
         self.batches, self.rows, self.nbytes = [], 0, 0
+        self.producers = []
         self.fingerprint = None
         self.first_buffered_at = None
         self.in_flight = job
@@ -166,6 +180,7 @@ class SegmentLog:
     def restore(self, job: SealJob, error: str, backoff_s: float, now: float) -> float:
         """Put a failed seal's records back in front of the buffer; returns the retry delay."""
         self.batches = job.batches + self.batches
+        self.producers = job.producers + self.producers
         self.rows += job.rows
         self.nbytes += job.nbytes
         self.fingerprint = job.fingerprint
@@ -181,6 +196,7 @@ class SegmentLog:
         """Forget the buffer (the partition was lost); returns the bytes released."""
         released = self.nbytes
         self.batches, self.rows, self.nbytes = [], 0, 0
+        self.producers = []
         self.fingerprint = None
         self.first_buffered_at = None
         return released

@@ -30,6 +30,7 @@ from plateau_core.listener import SealedSegment, TopicPartition, WriterListener,
 from plateau_core.names import partition_dir, relative_segment_path, validate_topic
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import RollPolicy, WriterPolicy
+from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.schema import fingerprint, normalize_batch
 from plateau_core.segment_file import write_segment
@@ -135,8 +136,18 @@ class Writer:
 
     # --- appends -----------------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, batch: pa.RecordBatch) -> None:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        batch: pa.RecordBatch,
+        *,
+        producer: ProducerBatch | None = None,
+    ) -> None:
         """Buffer a batch, or raise before changing anything.
+
+        `producer` says which idempotent producer's batch this is; the manifest records it
+        with the segment that holds these records.
 
         BackpressureError: pause the partition and retry once `accepting()` is true again.
         InvalidInputError: the batch itself is wrong (the message names the field).
@@ -168,7 +179,7 @@ class Writer:
             now = time.monotonic()
             if slog.fingerprint is not None and slog.fingerprint != schema_id:
                 start.append(self._take(slog))  # schema change: the old schema rolls first
-            slog.add(normalized, schema_id, now)
+            slog.add(normalized, schema_id, now, producer)
             self._buffered += nbytes
             if slog.due(now):
                 start.append(self._take(slog))
@@ -398,7 +409,9 @@ class Writer:
     def _record(self, job: SealJob, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:
         relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
         try:
-            self.store.manifest.commit_segment(job.topic, job.partition, stats, relative, schema)
+            self.store.manifest.commit_segment(
+                job.topic, job.partition, stats, relative, schema, producers=job.producers
+            )
         except ManifestConflictError:
             raise
         except Exception:

@@ -50,8 +50,8 @@ def parse_config(raw: dict[str, Any], source: Path | str = "<config>") -> Config
 
 
 def resolve_paths(config: Config, source: Path) -> Config:
-    """Relative data_dir and replication target are relative to the config file's folder,
-    not the shell's."""
+    """Relative data_dir, replication target and the listener's TLS files are relative to
+    the config file's folder, not the shell's."""
     data_dir = config.storage.data_dir
     if not data_dir.is_absolute():
         storage = config.storage.model_copy(
@@ -64,6 +64,17 @@ def resolve_paths(config: Config, source: Path) -> Config:
             update={"target": str((source.parent / target).resolve())}
         )
         config = config.model_copy(update={"replication": replication})
+    api = config.kafka_api
+    if api is not None and api.tls is not None:
+        tls = api.tls
+        found = {
+            name: (source.parent / value).resolve()
+            for name in ("certfile", "keyfile", "cafile")
+            if isinstance(value := getattr(tls, name), Path) and not value.is_absolute()
+        }
+        if found:
+            api = api.model_copy(update={"tls": tls.model_copy(update=found)})
+            config = config.model_copy(update={"kafka_api": api})
     return config
 
 

@@ -87,13 +87,25 @@ def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]
         kind = _unit(field) or _type_name(annotation)
         description = (field.description or "").replace("|", "\\|")
         rows.append((key, kind, _default(field), description))
-        inner = (
-            typing.get_args(annotation)[0] if typing.get_origin(annotation) is list else annotation
-        )
-        if isinstance(inner, type) and issubclass(inner, BaseModel):
-            suffix = "[]." if typing.get_origin(annotation) is list else "."
+        inner, suffix = _section(annotation)
+        if inner is not None:
             rows += _rows(inner, f"{key}{suffix}")
     return rows
+
+
+def _section(annotation: Any) -> tuple[type[BaseModel] | None, str]:
+    """The model a field holds (directly, optionally or as a list) and the key suffix of its
+    fields ("." or "[]."), or (None, "") for a plain value."""
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        inner, _ = _section(typing.get_args(annotation)[0])
+        return inner, "[]."
+    if origin in (typing.Union, types.UnionType):
+        models = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _section(models[0]) if len(models) == 1 else (None, "")
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, "."
+    return None, ""
 
 
 def render_reference() -> str:

@@ -64,15 +64,26 @@ class Defaults(Strict):
 
 
 class TopicMapping(Strict):
-    """One source (a Kafka topic or `regex:<pattern>`) landed as one plateau topic each."""
+    """A topic plateau stores: consumed from a Kafka cluster (`source`: a Kafka topic or
+    `regex:<pattern>`, one plateau topic each), or produced to plateau's own Kafka API
+    (no `source`: producers write to `name`)."""
 
-    source: str = Field(
-        description="A Kafka topic, or regex:<pattern> (also matches topics created later)."
+    source: str | None = Field(
+        default=None,
+        description="A Kafka topic, or regex:<pattern> (also matches topics created later). "
+        "Leave it out for a topic producers write to plateau directly (kafka_api).",
     )
     name: str | None = Field(
         default=None,
         description="The plateau topic (default: the source). For a regex, a template "
-        "with {source}.",
+        "with {source}. Required without a source.",
+    )
+    partitions: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Without a source: how many partitions producers see (default "
+        "kafka_api.default_partitions). A consumed topic has its Kafka topic's.",
     )
     format: Literal["raw", "json", "arrow"] = Field(
         default="raw",
@@ -87,8 +98,8 @@ class TopicMapping(Strict):
     )
     timestamp: str = Field(
         default="kafka",
-        description="kafka (the record's timestamp) or field:<name> (epoch ms or a "
-        "timestamp in the data).",
+        description="kafka (the record's timestamp), log_append_time (when plateau received "
+        "it; produced topics only) or field:<name> (epoch ms or a timestamp in the data).",
     )
     key: Literal["keep", "drop"] = Field(default="keep", description="Keep the record key.")
     headers: Literal["keep", "drop"] = Field(default="keep", description="Keep the record headers.")
@@ -98,18 +109,22 @@ class TopicMapping(Strict):
     )
     on_error: Literal["dlq", "skip", "fail"] = Field(
         default="fail",
-        description="A record that does not decode: send to dlq, skip (logged), or stop "
-        "the worker before it.",
+        description="A record that does not decode: send to dlq, skip (logged), or fail "
+        "(a consume worker stops before it; a produce request is refused with INVALID_RECORD).",
     )
     dlq: str | None = Field(
-        default=None, description="Dead-letter topic for on_error: dlq (original bytes kept)."
+        default=None,
+        description="Dead-letter topic for on_error: dlq, original bytes kept: a Kafka topic "
+        "for a consumed topic, a topic of the store for a produced one.",
     )
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @field_validator("source")
     @classmethod
-    def _source(cls, value: str) -> str:
+    def _source(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if value.startswith("regex:"):
             pattern = value.removeprefix("regex:")
             if not pattern:
@@ -125,8 +140,10 @@ class TopicMapping(Strict):
     @field_validator("timestamp")
     @classmethod
     def _timestamp(cls, value: str) -> str:
-        if value != "kafka" and not (value.startswith("field:") and len(value) > 6):
-            raise ValueError("timestamp must be 'kafka' or 'field:<name>'")
+        if value not in ("kafka", "log_append_time") and not (
+            value.startswith("field:") and len(value) > 6
+        ):
+            raise ValueError("timestamp must be 'kafka', 'log_append_time' or 'field:<name>'")
         return value
 
     @field_validator("schema_")
@@ -143,6 +160,15 @@ class TopicMapping(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> TopicMapping:
+        if self.source is None:
+            self._check_produced()
+        elif self.partitions is not None:
+            raise ValueError("partitions applies to produced topics (no source) only")
+        elif self.timestamp == "log_append_time":
+            raise ValueError(
+                "timestamp: log_append_time applies to produced topics (no source) only; a "
+                "consumed topic takes Kafka's own timestamp type"
+            )
         if self.name is not None:
             # With the shortest Kafka topic for {source}: a template that is too long even
             # then, or that escapes its folder, is refused here rather than when a topic
@@ -170,11 +196,24 @@ class TopicMapping(Strict):
             raise ValueError("timestamp: field:<name> needs a json or arrow format")
         return self
 
+    def _check_produced(self) -> None:
+        if self.name is None:
+            raise ValueError("a topic without a source needs a name (what producers write to)")
+        if "{source}" in self.name:
+            raise ValueError("a topic without a source has no {source} to put in its name")
+
+    @property
+    def produced(self) -> bool:
+        """Written by producers to plateau's Kafka API, not consumed from a cluster."""
+        return self.source is None
+
     @property
     def is_regex(self) -> bool:
-        return self.source.startswith("regex:")
+        return self.source is not None and self.source.startswith("regex:")
 
     def matches(self, topic: str) -> bool:
+        if self.source is None:
+            return False
         if self.is_regex:
             return re.fullmatch(self.source.removeprefix("regex:"), topic) is not None
         return topic == self.source
@@ -183,3 +222,8 @@ class TopicMapping(Strict):
         if self.name is None:
             return source_topic
         return self.name.replace("{source}", source_topic)
+
+    @property
+    def topic(self) -> str | None:
+        """The plateau topic of an exact mapping (a regex lands many: None)."""
+        return None if self.is_regex else (self.name or self.source)

@@ -112,7 +112,8 @@ class Worker:
     def subscriptions(self) -> list[str]:
         return [
             f"^({m.source.removeprefix('regex:')})$" if m.is_regex else m.source
-            for m in self.config.topics
+            for m in self.config.consumed
+            if m.source is not None
         ]
 
     # --- the loop ---------------------------------------------------------------------------

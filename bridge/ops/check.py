@@ -53,7 +53,7 @@ def check(config: Config, timeout_s: float = 10.0) -> list[str]:
     report.append(
         f"kafka: {config.kafka.bootstrap_servers} answered ({len(metadata.brokers)} broker(s))"
     )
-    for mapping in config.topics:
+    for mapping in config.consumed:
         matched = sorted(t for t in metadata.topics if mapping.matches(t))
         if matched:
             report.append(f"topic {mapping.source}: found {', '.join(matched)}")

@@ -110,7 +110,7 @@ class KafkaOffsets:
         try:
             metadata = consumer.list_topics(timeout=self.timeout_s)
             wanted: list[tuple[tuple[str, int], TopicPartition]] = []
-            for mapping in config.topics:
+            for mapping in config.consumed:
                 if mapping.is_regex:
                     sources = [t for t in metadata.topics if mapping.matches(t)]
                 else:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, create_engine, delete, func, select, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from plateau_core.errors import ManifestConflictError
+from plateau_core.manifest import produced
 from plateau_core.manifest.commit import (
     advance_for_segment,
     already_recorded,
@@ -21,8 +18,7 @@ from plateau_core.manifest.commit import (
     rowcount,
     segment_row,
 )
-from plateau_core.manifest.engine import DEFAULT_BUSY_TIMEOUT_S, sqlite_engine
-from plateau_core.manifest.migrations import current_version, migrate
+from plateau_core.manifest.database import ManifestDatabase
 from plateau_core.manifest.models import (
     READABLE_STATES,
     GapRow,
@@ -32,81 +28,30 @@ from plateau_core.manifest.models import (
     SegmentState,
 )
 from plateau_core.manifest.records import PartitionSpan, SegmentRecord, now_ms
+from plateau_core.producers import ProducerBatch, ProducerState
 from plateau_core.segment_stats import SegmentStats
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class Manifest:
+class Manifest(ManifestDatabase):
     """Typed access to the manifest database; every change is one short transaction."""
-
-    def __init__(
-        self, url: str, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S, upgrade: bool = True
-    ) -> None:
-        """Open the manifest at `url`; `upgrade=False` leaves migrations to `upgrade()`, so
-        the caller can look at `version_at_open` before a new manifest is created."""
-        self.url = url
-        self._sqlite = make_url(url).get_backend_name() == "sqlite"
-        self._write_lock = threading.Lock()
-        if self._sqlite:
-            self.engine = sqlite_engine(url, busy_timeout_s, immediate=True)
-            self._read_engine = sqlite_engine(url, busy_timeout_s, immediate=False)
-        else:
-            self.engine = create_engine(url, pool_pre_ping=True)
-            self._read_engine = self.engine
-        # 0 means the database held no manifest: a new store, or a lost manifest.
-        self.version_at_open = current_version(self._read_engine)
-        self.schema_version = self.version_at_open
-        if upgrade:
-            self.upgrade()
-
-    def upgrade(self) -> int:
-        """Apply pending migrations; returns the schema version."""
-        self.schema_version = migrate(self.engine, self._read_engine)
-        return self.schema_version
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self._sqlite
-
-    def integrity_check(self) -> list[str]:
-        """SQLite's quick_check of the database file: [] when sound, else what it found.
-
-        Other databases check their own storage, so they always answer []."""
-        if not self._sqlite:
-            return []
-        with self._read_engine.connect() as conn:
-            rows = [str(r[0]) for r in conn.execute(text("PRAGMA quick_check"))]
-        return [] if rows == ["ok"] else rows
-
-    def close(self) -> None:
-        self.engine.dispose()
-        self._read_engine.dispose()
-
-    def database_files(self) -> list[Path]:
-        """The files the manifest occupies on local disk (for the store's footprint)."""
-        database = make_url(self.url).database
-        if not self._sqlite or not database or database == ":memory:":
-            return []
-        base = Path(database)
-        return [p for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists()]
-
-    @contextmanager
-    def _write(self) -> Iterator[Session]:
-        # One writer at a time inside this process; other processes wait on SQLite's lock.
-        with self._write_lock, Session(self.engine) as session, session.begin():
-            yield session
-
-    def _read(self) -> Session:
-        return Session(self._read_engine)
 
     # --- the seal commit -------------------------------------------------------------------
 
     def commit_segment(
-        self, topic: str, partition: int, stats: SegmentStats, path: str, schema: pa.Schema
+        self,
+        topic: str,
+        partition: int,
+        stats: SegmentStats,
+        path: str,
+        schema: pa.Schema,
+        *,
+        producers: Sequence[ProducerBatch] = (),
     ) -> bool:
-        """Record a sealed segment and advance the watermark in one transaction.
+        """Record a sealed segment and advance the watermark in one transaction, with the
+        idempotent producers' batches it holds.
 
         Returns True when recorded now, False when this exact segment was already recorded
         (a re-commit of the same seal is a no-op). Raises ManifestConflictError when the segment
@@ -119,6 +64,7 @@ class Manifest:
             advance_for_segment(session, topic, partition, stats, stamp)
             session.add(segment_row(topic, partition, stats, path, stamp))
             remember_schema(session, topic, stats.schema_fingerprint, schema, stamp)
+            produced.record_producers(session, topic, partition, producers, stamp)
             try:
                 session.flush()
             except IntegrityError as exc:
@@ -198,6 +144,28 @@ class Manifest:
                 .execution_options(synchronize_session=False)
             )
             return rowcount(moved) == 1
+
+    # --- the produce path ------------------------------------------------------------------
+
+    def produced_topics(self) -> dict[str, int]:
+        """Topics producers write to plateau's Kafka API, with their partition counts."""
+        with self._read() as session:
+            return produced.produced_topics(session)
+
+    def ensure_produced_topic(self, topic: str, partitions: int, created_by: str) -> int:
+        """Record a produced topic with at least `partitions`; returns its count."""
+        with self._write() as session:
+            return produced.ensure_produced_topic(session, topic, partitions, created_by, now_ms())
+
+    def next_producer_id(self) -> int:
+        """A producer id never handed out before, by this store."""
+        with self._write() as session:
+            return produced.next_counter(session, produced.PRODUCER_IDS)
+
+    def producer_states(self, topic: str, partition: int) -> dict[int, ProducerState]:
+        """Each idempotent producer's epoch and last batches on the partition, as sealed."""
+        with self._read() as session:
+            return produced.producer_states(session, topic, partition)
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -42,10 +42,16 @@ def _v3_checksums(conn: Connection) -> None:
         conn.exec_driver_sql("ALTER TABLE segments ADD COLUMN checksums TEXT")
 
 
+def _v4_produce(conn: Connection) -> None:
+    tables = [Base.metadata.tables[n] for n in ("produced_topics", "producers", "counters")]
+    Base.metadata.create_all(conn, tables=tables)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
     Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
     Migration(3, "segments.checksums: CRC32s of each file's regions", _v3_checksums),
+    Migration(4, "produced topics, idempotent producers, counters", _v4_produce),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -104,3 +104,40 @@ class GapRow(Base):
     from_offset: Mapped[int] = mapped_column(BigInteger)
     to_offset: Mapped[int] = mapped_column(BigInteger)  # exclusive
     detected_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class ProducedTopicRow(Base):
+    """A topic producers write to plateau's Kafka API, and its partition count (which only
+    grows). Topics from the configuration are recorded here too, so the count a producer saw
+    survives a configuration that lowers it."""
+
+    __tablename__ = "produced_topics"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partitions: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[str] = mapped_column(String(16))  # config, create_topics, auto_create
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class ProducerRow(Base):
+    """An idempotent producer's epoch and last batches on one partition, as of the last
+    sealed segment (plateau_core.producers). Written in the segment's transaction."""
+
+    __tablename__ = "producers"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    producer_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    # JSON [[first_sequence, last_sequence, base_offset], ...], oldest first.
+    batches: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+
+
+class CounterRow(Base):
+    """Named counters that only grow, like the next producer id to hand out."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)

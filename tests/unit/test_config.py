@@ -91,6 +91,33 @@ def test_the_example_config_is_valid() -> None:
         ({"metrics": {"listen": "9108"}, **MINIMAL}, "metrics.listen", "host:port"),
         ({"metrics": {"listen": "localhost:99999"}, **MINIMAL}, "metrics.listen", "host:port"),
         ({"metrics": {"stall_after": 0}, **MINIMAL}, "metrics", "more than 0"),
+        ({"topics": [{"format": "json"}]}, "topics.0", "needs a name"),
+        ({"topics": [{"name": "p"}]}, "(top level)", "add a kafka_api section"),
+        (
+            {"topics": [{"source": "a", "partitions": 3}]},
+            "topics.0",
+            "produced topics (no source) only",
+        ),
+        (
+            {"topics": [{"source": "a", "timestamp": "log_append_time"}]},
+            "topics.0",
+            "produced topics (no source) only",
+        ),
+        ({"kafka_api": {"listen": "9092"}, **MINIMAL}, "kafka_api.listen", "host:port"),
+        ({"kafka_api": {"listen": "0.0.0.0:9092"}, **MINIMAL}, "kafka_api", "advertised"),
+        (
+            {"kafka_api": {"sasl": {"users": [{"name": "a", "password": "x"}] * 2}}, **MINIMAL},
+            "kafka_api.sasl",
+            "user listed twice",
+        ),
+        (
+            {
+                "kafka_api": {"tls": {"certfile": "c", "keyfile": "k", "client_auth": "required"}},
+                **MINIMAL,
+            },
+            "kafka_api.tls",
+            "needs a cafile",
+        ),
     ],
 )
 def test_bad_configs_name_the_key_and_reason(
@@ -103,6 +130,21 @@ def test_bad_configs_name_the_key_and_reason(
     assert str(path) in message
     assert f"  {where}: " in message or (where == "(top level)" and "(top level)" in message)
     assert why in message
+
+
+def test_produced_topics_and_the_listener(tmp_path: Path) -> None:
+    body = {
+        "kafka_api": {"listen": "127.0.0.1:0", "tls": {"certfile": "c.pem", "keyfile": "/k.pem"}},
+        "topics": [{"source": "a"}, {"name": "p", "partitions": 3, "format": "json"}],
+    }
+    config = load_config(_write(tmp_path, body), env={})
+    assert [m.source for m in config.consumed] == ["a"]
+    assert [(m.name, m.partitions) for m in config.produced] == [("p", 3)]
+    assert config.mapping_for_plateau_topic("p") is config.produced[0]
+    assert config.source_of("p") is None
+    assert config.kafka_api is not None and config.kafka_api.tls is not None
+    assert config.kafka_api.tls.certfile == (tmp_path / "c.pem").resolve()
+    assert config.kafka_api.tls.keyfile == Path("/k.pem")
 
 
 def test_not_yaml_and_missing_file(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.schema": 0,
     "plateau_core.checksums": 0,
     "plateau_core.segment_stats": 0,
+    "plateau_core.producers": 0,
     "plateau_core.policies": 0,
     "plateau_core.cache": 0,
     "plateau_core.listener": 0,
@@ -38,8 +39,10 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest.migrations": 2,
     "plateau_core.manifest.records": 2,
     "plateau_core.manifest.commit": 2,
+    "plateau_core.manifest.database": 2,
     "plateau_core.manifest.manifest": 2,
     "plateau_core.manifest.opening": 2,
+    "plateau_core.manifest.produced": 2,
     # what the middle layer sees of a store, and per-partition state
     "plateau_core.handle": 3,
     "plateau_core.quarantine": 3,
@@ -78,9 +81,17 @@ def imports(path: Path) -> set[str]:
                 here = module_name(path).split(".")
                 anchor = here if path.name == "__init__.py" else here[:-1]
                 base = ".".join(anchor[: len(anchor) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            for alias in node.names:
+                # `from package import module` imports the module; the package's own
+                # __init__ only when a name comes from it.
+                full = f"{base}.{alias.name}"
+                found.add(full if _is_module(full) else base)
     return found
+
+
+def _is_module(name: str) -> bool:
+    path = REPO.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def graph(package: str) -> dict[str, set[str]]:

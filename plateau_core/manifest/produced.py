@@ -1,0 +1,110 @@
+"""The manifest's tables for the produce path: topics producers write to, idempotent
+producers' last batches, and the counter producer ids come from. Each function runs inside
+a transaction the Manifest opened."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from plateau_core.errors import ManifestConflictError
+from plateau_core.manifest.models import CounterRow, ProducedTopicRow, ProducerRow
+from plateau_core.producers import ProducerBatch, ProducerState, batches_json, batches_of, merged
+
+PRODUCER_IDS = "producer_id"
+
+
+def produced_topics(session: Session) -> dict[str, int]:
+    rows = session.execute(select(ProducedTopicRow.topic, ProducedTopicRow.partitions))
+    return {topic: partitions for topic, partitions in rows}
+
+
+def ensure_produced_topic(
+    session: Session, topic: str, partitions: int, created_by: str, stamp: int
+) -> int:
+    """Record `topic` with at least `partitions`; returns its partition count, which never
+    shrinks (producers that saw more partitions must still find them)."""
+    row = session.get(ProducedTopicRow, topic)
+    if row is None:
+        session.add(
+            ProducedTopicRow(
+                topic=topic, partitions=partitions, created_by=created_by, created_at=stamp
+            )
+        )
+        return partitions
+    if partitions > row.partitions:
+        session.execute(
+            update(ProducedTopicRow)
+            .where(ProducedTopicRow.topic == topic)
+            .values(partitions=partitions)
+            .execution_options(synchronize_session=False)
+        )
+        return partitions
+    return row.partitions
+
+
+def next_counter(session: Session, name: str) -> int:
+    """The counter's next value (0 the first time); never the same twice."""
+    row = session.get(CounterRow, name)
+    if row is None:
+        session.add(CounterRow(name=name, value=1))
+        return 0
+    value = row.value
+    moved = session.execute(
+        update(CounterRow)
+        .where(CounterRow.name == name, CounterRow.value == value)
+        .values(value=value + 1)
+        .execution_options(synchronize_session=False)
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        raise ManifestConflictError(f"counter {name!r} moved concurrently")
+    return value
+
+
+def producer_states(session: Session, topic: str, partition: int) -> dict[int, ProducerState]:
+    rows = session.scalars(
+        select(ProducerRow).where(ProducerRow.topic == topic, ProducerRow.partition == partition)
+    )
+    return {
+        row.producer_id: ProducerState(
+            row.producer_id, row.epoch, batches_of(row.producer_id, row.epoch, row.batches)
+        )
+        for row in rows
+    }
+
+
+def record_producers(
+    session: Session,
+    topic: str,
+    partition: int,
+    batches: Sequence[ProducerBatch],
+    stamp: int,
+) -> None:
+    """Add the producer batches of a segment being recorded to what the manifest holds."""
+    if not batches:
+        return
+    ids = {b.producer_id for b in batches}
+    states = {
+        pid: state
+        for pid, state in producer_states(session, topic, partition).items()
+        if pid in ids
+    }
+    known = set(states)
+    merged(states, batches)
+    for pid, state in states.items():
+        values = {"epoch": state.epoch, "batches": batches_json(state.batches), "updated_at": stamp}
+        if pid in known:
+            session.execute(
+                update(ProducerRow)
+                .where(
+                    ProducerRow.topic == topic,
+                    ProducerRow.partition == partition,
+                    ProducerRow.producer_id == pid,
+                )
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+        else:
+            session.add(ProducerRow(topic=topic, partition=partition, producer_id=pid, **values))
