@@ -17,6 +17,7 @@ import threading
 import time
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -30,6 +31,9 @@ from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
 from bridge.store import open_store, retention_for
 from plateau_core import Store
 from plateau_core.verify import verify_at_start
+
+if TYPE_CHECKING:
+    from bridge.kafka_api.server import KafkaApiServer
 
 log = structlog.get_logger(__name__)
 
@@ -72,28 +76,53 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
         store.close()
         raise
     retention.start(config.storage.retention_interval)
+    listener = None
+    try:
+        listener = _start_listener(config, store, run)
+    except BaseException:
+        retention.stop()
+        store.close()
+        raise
     monitor.start()
     if endpoint is not None:
         endpoint.start()
+    consuming = bool(config.consumed)
     log.info(
         "serve_started",
-        workers=workers,
+        workers=workers if consuming else 0,
         data_dir=str(store.data_dir),
-        bootstrap_servers=config.kafka.bootstrap_servers,
-        group_id=config.kafka.group_id,
+        bootstrap_servers=config.kafka.bootstrap_servers if consuming else None,
+        group_id=config.kafka.group_id if consuming else None,
+        kafka_api=None if listener is None else "{}:{}".format(*listener.address or ("?", 0)),
         run=run,
     )
     try:
+        if not consuming:
+            stop.wait()
+            return 0
         if workers == 1:
             return run_worker(config, store, stop, "worker-0", run)
         return _supervise(config, workers, stop, run, counters)
     finally:
+        if listener is not None:
+            listener.stop(config.shutdown_timeout)
         if endpoint is not None:
             endpoint.stop()
         monitor.stop()
         retention.stop()
         remove_run(store.data_dir, run)
         store.close()
+
+
+def _start_listener(config: Config, store: Store, run: str) -> KafkaApiServer | None:
+    """The Kafka API listener, when configured; it opens the produced partitions first."""
+    if config.kafka_api is None:
+        return None
+    from bridge.kafka_api.server import KafkaApiServer  # noqa: PLC0415
+
+    listener = KafkaApiServer(config, store, run=run)
+    listener.start()
+    return listener
 
 
 def run_worker(

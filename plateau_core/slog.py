@@ -55,6 +55,9 @@ class SegmentLog:
         self.nbytes = 0
         self.fingerprint: str | None = None
         self.producers: list[ProducerBatch] = []
+        # Someone waits for what is buffered to be durable: seal it as soon as no seal is in
+        # flight (group commit), whatever the roll policy says.
+        self.urgent = False
         self.first_buffered_at: float | None = None
         self.in_flight: SealJob | None = None
         self.failures = 0
@@ -91,7 +94,9 @@ class SegmentLog:
 
     def due(self, now: float) -> bool:
         # A failed seal is retried as soon as its backoff passes, whatever the roll says.
-        return self.can_seal(now) and (self.full() or self.aged(now) or self.failures > 0)
+        return self.can_seal(now) and (
+            self.full() or self.aged(now) or self.failures > 0 or self.urgent
+        )
 
     def advance_due(self) -> int | None:
         """The offset the watermark may move to now, if any."""
@@ -166,6 +171,7 @@ class SegmentLog:
         )
         self.batches, self.rows, self.nbytes = [], 0, 0
         self.producers = []
+        self.urgent = False
         self.fingerprint = None
         self.first_buffered_at = None
         self.in_flight = job
@@ -197,6 +203,7 @@ class SegmentLog:
         released = self.nbytes
         self.batches, self.rows, self.nbytes = [], 0, 0
         self.producers = []
+        self.urgent = False
         self.fingerprint = None
         self.first_buffered_at = None
         return released

@@ -25,8 +25,10 @@ from plateau_core.errors import (
     ManifestConflictError,
     PlateauError,
 )
+from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
 from plateau_core.listener import SealedSegment, TopicPartition, WriterListener, WriterStats
+from plateau_core.manifest.records import SegmentCommit
 from plateau_core.names import partition_dir, relative_segment_path, validate_topic
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import RollPolicy, WriterPolicy
@@ -63,6 +65,7 @@ class Writer:
         self._fingerprints: dict[pa.Schema, str] = {}
         self._disk_free: tuple[float, int] = (0.0, 0)
         self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
+        self._committer = GroupCommitter(store.manifest)
         self._closed = False
         self._ticker = threading.Thread(target=self._tick_loop, name="slog-ticker", daemon=True)
         self._ticker.start()
@@ -143,11 +146,14 @@ class Writer:
         batch: pa.RecordBatch,
         *,
         producer: ProducerBatch | None = None,
+        urgent: bool = False,
     ) -> None:
         """Buffer a batch, or raise before changing anything.
 
         `producer` says which idempotent producer's batch this is; the manifest records it
-        with the segment that holds these records.
+        with the segment that holds these records. `urgent`: someone waits until these
+        records are durable, so the partition seals as soon as no seal of it is in flight
+        (records arriving meanwhile join the next seal: a group commit).
 
         BackpressureError: pause the partition and retry once `accepting()` is true again.
         InvalidInputError: the batch itself is wrong (the message names the field).
@@ -180,6 +186,7 @@ class Writer:
             if slog.fingerprint is not None and slog.fingerprint != schema_id:
                 start.append(self._take(slog))  # schema change: the old schema rolls first
             slog.add(normalized, schema_id, now, producer)
+            slog.urgent = slog.urgent or urgent
             self._buffered += nbytes
             if slog.due(now):
                 start.append(self._take(slog))
@@ -273,6 +280,7 @@ class Writer:
                 self._cond.notify_all()
             self._ticker.join(timeout=5)
             self._pool.shutdown(wait=True)
+            self._committer.close()
 
     def unsealed_since(self) -> dict[TopicPartition, float]:
         """Per owned partition holding unsealed records: when the oldest was buffered
@@ -408,10 +416,11 @@ class Writer:
 
     def _record(self, job: SealJob, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:
         relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
+        commit = SegmentCommit(
+            job.topic, job.partition, stats, relative, schema, tuple(job.producers)
+        )
         try:
-            self.store.manifest.commit_segment(
-                job.topic, job.partition, stats, relative, schema, producers=job.producers
-            )
+            self._committer.commit(commit)
         except ManifestConflictError:
             raise
         except Exception:

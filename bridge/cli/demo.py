@@ -9,13 +9,20 @@ from pathlib import Path
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "demo", help="local broker + demo producer + plateau serve, end to end"
+        "demo",
+        help="local broker + demo producer + plateau serve, end to end (--direct: the "
+        "producer writes to plateau's Kafka API, no broker)",
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to produce")
     parser.add_argument("--rate", type=int, default=20_000, help="events per second")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="keep the store here (default: temporary)"
+    )
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="no broker: the demo producer writes to plateau's own Kafka API",
     )
     parser.add_argument(
         "--verbose",
@@ -64,6 +71,7 @@ def _demo(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         verbose=args.verbose,
         log_format=args.log_format,
+        direct=args.direct,
     )
 
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve_parser = subparsers.add_parser(
-        "serve", help="consume the configured topics into plateau (the main job)"
+        "serve",
+        help="consume the configured topics into plateau and take produce traffic on its "
+        "Kafka API when configured (the main job)",
     )
     config_argument(serve_parser)
     serve_parser.add_argument(

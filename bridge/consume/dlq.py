@@ -11,16 +11,9 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from bridge.consume.client import librdkafka_logger
 from bridge.errors import BridgeError
 from bridge.ingest.decode import Poison
-from bridge.ingest.records import KEY, TIMESTAMP, VALUE, header_pairs
+from bridge.ingest.records import ERROR_HEADERS, KEY, TIMESTAMP, VALUE, header_pairs
 
 log = structlog.get_logger(__name__)
-
-ERROR_HEADERS = (
-    "plateau.error.topic",
-    "plateau.error.partition",
-    "plateau.error.offset",
-    "plateau.error.message",
-)
 
 
 class DeadLetters:

@@ -1,7 +1,8 @@
 """`plateau demo`: the main job on embedded defaults, on a machine with nothing but Java.
 
 It starts the local Kafka broker, a demo producer that writes JSON log events for a short
-while (as an existing application would), and `plateau serve` landing them. While it runs it
+while (as an existing application would), and `plateau serve` landing them. With
+`direct=True` there is no broker: the producer writes to plateau's own Kafka API. While it runs it
 prints a progress line a second (records landed per second, lag); at the end it prints the
 status table and a query of the store, and checks that every produced record landed exactly
 once.
@@ -9,6 +10,7 @@ once.
 
 from __future__ import annotations
 
+import socket
 import tempfile
 import threading
 import time
@@ -37,20 +39,24 @@ DEMO_TOPIC = "plateau-demo-events"
 PROGRESS_EVERY_S = 1.0
 
 
-def demo_config(bootstrap: str, data_dir: Path) -> Config:
+def demo_config(
+    bootstrap: str, data_dir: Path, *, listen: str | None = None, partitions: int = 4
+) -> Config:
+    """Consume DEMO_TOPIC from `bootstrap`, or with `listen`, take it on the Kafka API."""
+    topic: dict[str, object] = {"format": "json", "timestamp": "field:ts", "on_error": "skip"}
+    if listen is None:
+        topic["source"] = DEMO_TOPIC
+    else:
+        topic |= {"name": DEMO_TOPIC, "partitions": partitions}
     return parse_config(
         {
             "kafka": {"bootstrap_servers": bootstrap, "group_id": "plateau-demo"},
             "storage": {"data_dir": str(data_dir), "memory_budget": "256MiB"},
-            "defaults": {"roll": {"max_age": "2s"}, "retention": {"max_age": "1d"}},
-            "topics": [
-                {
-                    "source": DEMO_TOPIC,
-                    "format": "json",
-                    "timestamp": "field:ts",
-                    "on_error": "skip",
-                }
-            ],
+            # The direct mode keeps the listener's group commit (acks=all waits for seals).
+            "defaults": {"roll": {"max_age": "2s"} if listen is None else {}}
+            | {"retention": {"max_age": "1d"}},
+            "topics": [topic],
+            **({"kafka_api": {"listen": listen}} if listen is not None else {}),
             # Any free port (serve logs the URL): the demo must not fail because a plateau
             # already runs on this machine with the default one.
             "metrics": {"listen": "127.0.0.1:0"},
@@ -66,6 +72,7 @@ def run_demo(
     data_dir: Path | None = None,
     verbose: bool = False,
     log_format: str = "auto",
+    direct: bool = False,
 ) -> int:
     """Run the demo end to end; 0 when every produced event landed exactly once."""
     if not verbose:
@@ -73,45 +80,64 @@ def run_demo(
         configure_logging("WARNING", log_format)
     with tempfile.TemporaryDirectory(prefix="plateau-demo-") as tmp:
         data_dir = data_dir or Path(tmp) / "data"
+        if direct:
+            listen = f"127.0.0.1:{_free_port()}"
+            print(f"plateau's Kafka API at {listen}; plateau store in {data_dir}")
+            config = demo_config(listen, data_dir, listen=listen, partitions=partitions)
+            return _run(config, listen, seconds, rate, direct=True)
         with LocalKafka(Path(tmp) / "kafka", tie_to_parent=True) as broker:
             bootstrap = broker.bootstrap_servers
             print(f"local Kafka broker at {bootstrap}; plateau store in {data_dir}")
             create_topic(bootstrap, DEMO_TOPIC, partitions, exist_ok=True)
-            config = demo_config(bootstrap, data_dir)
-            stop = threading.Event()
-            server = threading.Thread(target=serve, args=(config, 1, stop), name="serve")
-            server.start()
-            progress = Progress(config.storage.data_dir, bootstrap, DEMO_TOPIC)
-            progress.start()
-            try:
-                produced = _produce_for(bootstrap, seconds, rate)
-                print(f"produced {produced} events to {DEMO_TOPIC!r}; waiting until sealed")
-                landed = _wait_landed(config, DEMO_TOPIC, produced, timeout_s=120)
-            finally:
-                progress.stop()
-                stop.set()
-                server.join()
-            document, error = collect(config)
-            print(render(document, as_json=False))
-            if error:
-                print(error)
-            _summary(data_dir)
-            if landed != produced:
-                print(f"FAILED: {landed} of {produced} produced events landed")
-                return 1
-            print(f"every produced event landed exactly once ({produced} records)")
+            return _run(demo_config(bootstrap, data_dir), bootstrap, seconds, rate, direct=False)
+
+
+def _run(config: Config, bootstrap: str, seconds: float, rate: int, *, direct: bool) -> int:
+    stop = threading.Event()
+    server = threading.Thread(target=serve, args=(config, 1, stop), name="serve")
+    server.start()
+    progress = Progress(config.storage.data_dir, bootstrap, DEMO_TOPIC, direct=direct)
+    progress.start()
+    try:
+        produced = _produce_for(bootstrap, seconds, rate)
+        print(f"produced {produced} events to {DEMO_TOPIC!r}; waiting until sealed")
+        landed = _wait_landed(config, DEMO_TOPIC, produced, timeout_s=120)
+    finally:
+        progress.stop()
+        stop.set()
+        server.join()
+    document, error = collect(config)
+    print(render(document, as_json=False))
+    if error and not direct:
+        print(error)
+    _summary(config.storage.data_dir)
+    if landed != produced:
+        print(f"FAILED: {landed} of {produced} produced events landed")
+        return 1
+    print(f"every produced event landed exactly once ({produced} records)")
     return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 class Progress:
     """Prints, once a second, how many records serve consumed and how fast, how many are in
     sealed segments (what a query sees), and how far those trail what Kafka holds."""
 
-    def __init__(self, data_dir: Path, bootstrap: str, topic: str) -> None:
+    def __init__(self, data_dir: Path, bootstrap: str, topic: str, *, direct: bool = False) -> None:
         self.data_dir = data_dir
         self.topic = topic
-        self._consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": "plateau-demo-progress"}, logger=None
+        self.direct = direct
+        self._consumer = (
+            None
+            if direct
+            else Consumer(
+                {"bootstrap.servers": bootstrap, "group.id": "plateau-demo-progress"}, logger=None
+            )
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="demo-progress", daemon=True)
@@ -122,7 +148,8 @@ class Progress:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self._consumer.close()
+        if self._consumer is not None:
+            self._consumer.close()
 
     def _loop(self) -> None:
         started = time.monotonic()
@@ -144,6 +171,8 @@ class Progress:
         """Records the workers appended, from their status files (rewritten every second)."""
         total = 0.0
         for worker in read_status_files(self.data_dir):
+            # The Kafka API listener counts what it took per topic.
+            total += float((worker.get("kafka-api") or {}).get("records", {}).get(self.topic, 0))
             counters, _ = parse_dump(worker.get("telemetry", {}))
             total += sum(
                 value
@@ -162,7 +191,9 @@ class Progress:
 
     def _held(self) -> int | None:
         """The records Kafka holds in the topic (its end offsets), or None if it did not
-        answer in time."""
+        answer in time. In the direct mode: what the listener took."""
+        if self._consumer is None:
+            return self._consumed()
         try:
             topic = self._consumer.list_topics(self.topic, timeout=1).topics[self.topic]
             return sum(

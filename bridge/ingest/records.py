@@ -19,6 +19,14 @@ ENVELOPE = pa.schema(
     ]
 )
 
+# The headers a dead letter carries beside the record's own (both ingest paths).
+ERROR_HEADERS = (
+    "plateau.error.topic",
+    "plateau.error.partition",
+    "plateau.error.offset",
+    "plateau.error.message",
+)
+
 
 @dataclass(frozen=True)
 class Kept:

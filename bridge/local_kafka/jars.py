@@ -19,7 +19,8 @@ from bridge.errors import LocalKafkaError
 from plateau_core.cache import default_cache_dir
 
 DEFAULT_KAFKA_VERSION = "4.1.2"
-_COMPLETE_MARKER = ".complete"
+# Named per jar set: a cache fetched for an older pom (without the tools jar) is fetched again.
+_COMPLETE_MARKER = ".complete-with-tools"
 
 log = structlog.get_logger(__name__)
 

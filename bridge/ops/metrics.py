@@ -24,6 +24,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from bridge.config.models import Config
+from bridge.ops.api_metrics import kafka_api_families, poison_counts
 from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, Histogram, Labels, parse_dump
 from bridge.ops.worker_status import read_run
@@ -95,6 +96,7 @@ class ServeCollector(Collector):
         yield from self._worker_gauges(live)
         yield from self._store()
         yield from self._serve()
+        yield from kafka_api_families(snapshots)
 
     # --- from the workers ---------------------------------------------------------------------
 
@@ -110,10 +112,7 @@ class ServeCollector(Collector):
                 seal_seconds.setdefault(topic, Histogram()).merge(histogram)
             for reason, seconds in (worker.get("pausing_s") or {}).items():
                 totals[("paused_seconds", (str(reason),))] += float(seconds)
-        for kind, count in self.counters.errors.items():
-            totals[("errors", (kind,))] += count
-        if self.counters.retention is not None and self.counters.retention.failed_passes:
-            totals[("errors", ("retention_failed",))] += self.counters.retention.failed_passes
+        self._add_own(totals, snapshots)
         for name in ("pauses", "paused_seconds"):  # every reason shows, 0 until it happens
             for reason in PAUSE_REASONS:
                 totals.setdefault((name, (reason,)), 0.0)
@@ -135,6 +134,17 @@ class ServeCollector(Collector):
         for topic, data in sorted(seal_seconds.items()):
             durations.add_metric([topic], data.cumulative(), data.total)
         yield durations
+
+    def _add_own(
+        self, totals: dict[tuple[str, Labels], float], snapshots: list[dict[str, Any]]
+    ) -> None:
+        """What this process and the Kafka API listener count beside the workers."""
+        for (topic, action), count in poison_counts(snapshots):
+            totals[("poison_records", (topic, action))] += count
+        for kind, count in self.counters.errors.items():
+            totals[("errors", (kind,))] += count
+        if self.counters.retention is not None and self.counters.retention.failed_passes:
+            totals[("errors", ("retention_failed",))] += self.counters.retention.failed_passes
 
     def _partition_gauges(self, live: list[dict[str, Any]]) -> Iterator[Metric]:
         labels = ["topic", "partition"]

@@ -93,7 +93,8 @@ class Monitor:
                 reasons.append(f"{name}: {worker['kafka_down']}")
         stalled = self._stalls(live)
         assigned = sum(len(w.get("partitions", [])) for w in live)
-        if live and assigned == 0:
+        # A Kafka API listener is ready without partitions: producers may create them.
+        if live and assigned == 0 and not any(w.get("role") == "kafka-api" for w in live):
             reasons.append("no partition assigned")
         reasons += [f"stalled: {s.describe()}" for s in stalled]
         self.readiness = Readiness(not reasons, tuple(reasons), stalled, len(live), assigned)

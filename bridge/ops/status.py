@@ -34,11 +34,13 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
         spans = store.spans()
     finally:
         store.close()
+    files = read_status_files(config.storage.data_dir)
     paused = {
         (p["topic"], int(p["partition"])): p["paused"]
-        for worker in read_status_files(config.storage.data_dir)
+        for worker in files
         for p in worker["partitions"]
     }
+    listeners = [f["kafka-api"] for f in files if f.get("role") == "kafka-api" and "kafka-api" in f]
     rows: dict[tuple[str, int], Row] = {}
     for span in spans:
         rows[(span.topic, span.partition)] = {
@@ -62,7 +64,10 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     topics: dict[str, Any] = {}
     for (topic, partition), row in sorted(rows.items()):
         topics.setdefault(topic, {"partitions": {}})["partitions"][str(partition)] = row
-    return {"topics": topics}, error
+    document: dict[str, Any] = {"topics": topics}
+    if listeners:
+        document["kafka_api"] = listeners
+    return document, error
 
 
 def _empty_row() -> Row:
@@ -101,6 +106,8 @@ class KafkaOffsets:
 
     def _ask(self) -> None:
         config = self.config
+        if not config.consumed:  # only produced topics: no Kafka cluster to ask
+            return
         consumer = Consumer(
             client_config(
                 config, enforced={"group.id": config.kafka.group_id, **ENFORCED_CONSUMER}
@@ -168,6 +175,17 @@ def render(document: dict[str, Any], as_json: bool) -> str:
                 )
             )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join(
+    table = "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines
+    )
+    return "\n".join([table, *(_listener_line(body) for body in document.get("kafka_api", []))])
+
+
+def _listener_line(body: dict[str, Any]) -> str:
+    records = sum(int(n) for n in (body.get("records") or {}).values())
+    errors = sum(int(n) for n in (body.get("errors") or {}).values())
+    return (
+        f"kafka api {body.get('listen', '?')}: {body.get('connections', 0)} connections, "
+        f"{records} records taken, {errors} error answers, "
+        f"{body.get('throttled_requests', 0)} throttled, {body.get('duplicates', 0)} duplicates"
     )

@@ -1,114 +1,139 @@
 """The steps of the seal commit, each run inside the manifest's write transaction.
 
-Manifest.commit_segment calls them in order: is this exact segment recorded already, move
-the watermark (compare-and-swap), add the segment row, remember the schema.
+Manifest.commit_segments calls them in order for each segment: is this exact segment
+recorded already, move the watermark (compare-and-swap), add the segment row, remember the
+schema. They are SQLAlchemy Core statements on the transaction's connection: the seal commit
+runs for every segment, and the ORM's bookkeeping cost more than the statements.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, text
 
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest.models import PartitionRow, SchemaRow, SegmentRow, SegmentState
+from plateau_core.manifest.models import SegmentState
+from plateau_core.manifest.records import SegmentCommit
 from plateau_core.segment_stats import SegmentStats
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def already_recorded(session: Session, topic: str, partition: int, stats: SegmentStats) -> bool:
+# Built once: the seal commit runs for every segment, and composing SQLAlchemy statements
+# cost several times more than SQLite running them. Plain SQL with named parameters, quoted
+# identifiers where a name is a keyword somewhere (partition): the same text runs on SQLite
+# and PostgreSQL.
+_SEGMENT_AT = text(
+    'SELECT end_offset, record_count FROM segments WHERE topic = :topic AND "partition" = '
+    ":partition AND start_offset = :start_offset"
+)
+_WATERMARK = text(
+    'SELECT next_offset FROM partitions WHERE topic = :topic AND "partition" = :partition'
+)
+_NEW_PARTITION = text(
+    'INSERT INTO partitions (topic, "partition", next_offset, replicated_offset, updated_at) '
+    "VALUES (:topic, :partition, :next_offset, 0, :stamp)"
+)
+_MOVE_WATERMARK = text(
+    "UPDATE partitions SET next_offset = :next_offset, updated_at = :stamp "
+    'WHERE topic = :topic AND "partition" = :partition AND next_offset = :current'
+)
+_NEW_SEGMENT = text(
+    'INSERT INTO segments (topic, "partition", start_offset, end_offset, record_count, '
+    "time_min, time_max, size_bytes, path, schema_fingerprint, state, created_at, checksums) "
+    "VALUES (:topic, :partition, :start_offset, :end_offset, :record_count, :time_min, "
+    ":time_max, :size_bytes, :path, :schema_fingerprint, :state, :created_at, :checksums)"
+)
+_SCHEMA_KNOWN = text("SELECT 1 FROM schemas WHERE topic = :topic AND fingerprint = :fingerprint")
+_NEW_SCHEMA = text(
+    "INSERT INTO schemas (topic, fingerprint, arrow_schema, first_seen) "
+    "VALUES (:topic, :fingerprint, :arrow_schema, :first_seen)"
+)
+
+
+def already_recorded(conn: Connection, topic: str, partition: int, stats: SegmentStats) -> bool:
     """True when this exact segment is recorded; a different one at its start conflicts."""
-    existing = session.scalars(
-        select(SegmentRow).where(
-            SegmentRow.topic == topic,
-            SegmentRow.partition == partition,
-            SegmentRow.start_offset == stats.start_offset,
-        )
-    ).one_or_none()
+    existing = conn.execute(
+        _SEGMENT_AT,
+        {"topic": topic, "partition": partition, "start_offset": stats.start_offset},
+    ).first()
     if existing is None:
         return False
-    if existing.end_offset == stats.end_offset and existing.record_count == stats.record_count:
+    end_offset, record_count = existing
+    if end_offset == stats.end_offset and record_count == stats.record_count:
         return True
     raise ManifestConflictError(
         f"{topic}[{partition}] already has a segment at offset {stats.start_offset} "
-        f"ending at {existing.end_offset} ({existing.record_count} rows); refusing "
+        f"ending at {end_offset} ({record_count} rows); refusing "
         f"one ending at {stats.end_offset} ({stats.record_count} rows)"
     )
 
 
 def advance_for_segment(
-    session: Session, topic: str, partition: int, stats: SegmentStats, stamp: int
+    conn: Connection, topic: str, partition: int, stats: SegmentStats, stamp: int
 ) -> None:
     """Move the watermark to the segment's end: compare-and-swap on the value read, so a
     concurrent writer of the same partition makes this transaction fail instead of both
     landing."""
-    current = session.get(PartitionRow, (topic, partition))
+    key = {"topic": topic, "partition": partition}
+    current = conn.execute(_WATERMARK, key).scalar_one_or_none()
     if current is None:
-        session.add(
-            PartitionRow(
-                topic=topic,
-                partition=partition,
-                next_offset=stats.end_offset,
-                replicated_offset=0,
-                updated_at=stamp,
-            )
-        )
+        conn.execute(_NEW_PARTITION, {**key, "next_offset": stats.end_offset, "stamp": stamp})
         return
-    if stats.start_offset < current.next_offset:
+    if stats.start_offset < current:
         raise ManifestConflictError(
             f"{topic}[{partition}] segment [{stats.start_offset}, {stats.end_offset}) "
-            f"overlaps the watermark {current.next_offset}"
+            f"overlaps the watermark {current}"
         )
-    moved = session.execute(
-        update(PartitionRow)
-        .where(
-            PartitionRow.topic == topic,
-            PartitionRow.partition == partition,
-            PartitionRow.next_offset == current.next_offset,
-        )
-        .values(next_offset=stats.end_offset, updated_at=stamp)
-        .execution_options(synchronize_session=False)
+    moved = conn.execute(
+        _MOVE_WATERMARK,
+        {**key, "next_offset": stats.end_offset, "stamp": stamp, "current": current},
     )
     if rowcount(moved) != 1:
         raise ManifestConflictError(f"{topic}[{partition}] watermark moved concurrently")
 
 
-def segment_row(
-    topic: str, partition: int, stats: SegmentStats, path: str, stamp: int
-) -> SegmentRow:
-    return SegmentRow(
-        topic=topic,
-        partition=partition,
-        start_offset=stats.start_offset,
-        end_offset=stats.end_offset,
-        record_count=stats.record_count,
-        time_min=stats.time_min,
-        time_max=stats.time_max,
-        size_bytes=stats.size_bytes,
-        path=path,
-        schema_fingerprint=stats.schema_fingerprint,
-        state=SegmentState.SEALED.value,
-        created_at=stamp,
-        checksums=None if stats.checksums is None else stats.checksums.to_json(),
+def insert_segment(conn: Connection, commit: SegmentCommit, stamp: int) -> None:
+    stats = commit.stats
+    conn.execute(
+        _NEW_SEGMENT,
+        {
+            "topic": commit.topic,
+            "partition": commit.partition,
+            "start_offset": stats.start_offset,
+            "end_offset": stats.end_offset,
+            "record_count": stats.record_count,
+            "time_min": stats.time_min,
+            "time_max": stats.time_max,
+            "size_bytes": stats.size_bytes,
+            "path": commit.path,
+            "schema_fingerprint": stats.schema_fingerprint,
+            "state": SegmentState.SEALED.value,
+            "created_at": stamp,
+            "checksums": None if stats.checksums is None else stats.checksums.to_json(),
+        },
     )
 
 
 def remember_schema(
-    session: Session, topic: str, fingerprint: str, schema: pa.Schema, stamp: int
-) -> None:
-    """Each distinct schema once per topic, so readers merge schemas without opening files."""
-    if session.get(SchemaRow, (topic, fingerprint)) is None:
-        session.add(
-            SchemaRow(
-                topic=topic,
-                fingerprint=fingerprint,
-                arrow_schema=schema.remove_metadata().serialize().to_pybytes(),
-                first_seen=stamp,
-            )
-        )
+    conn: Connection, topic: str, fingerprint: str, schema: pa.Schema, stamp: int
+) -> bool:
+    """Each distinct schema once per topic, so readers merge schemas without opening files.
+    Returns True when it was new."""
+    key = {"topic": topic, "fingerprint": fingerprint}
+    if conn.execute(_SCHEMA_KNOWN, key).first() is not None:
+        return False
+    conn.execute(
+        _NEW_SCHEMA,
+        {
+            **key,
+            "arrow_schema": schema.remove_metadata().serialize().to_pybytes(),
+            "first_seen": stamp,
+        },
+    )
+    return True
 
 
 def rowcount(result: Any) -> int:

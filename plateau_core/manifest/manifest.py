@@ -14,9 +14,9 @@ from plateau_core.manifest import produced
 from plateau_core.manifest.commit import (
     advance_for_segment,
     already_recorded,
+    insert_segment,
     remember_schema,
     rowcount,
-    segment_row,
 )
 from plateau_core.manifest.database import ManifestDatabase
 from plateau_core.manifest.models import (
@@ -27,7 +27,12 @@ from plateau_core.manifest.models import (
     SegmentRow,
     SegmentState,
 )
-from plateau_core.manifest.records import PartitionSpan, SegmentRecord, now_ms
+from plateau_core.manifest.records import (
+    PartitionSpan,
+    SegmentCommit,
+    SegmentRecord,
+    now_ms,
+)
 from plateau_core.producers import ProducerBatch, ProducerState
 from plateau_core.segment_stats import SegmentStats
 
@@ -57,22 +62,36 @@ class Manifest(ManifestDatabase):
         (a re-commit of the same seal is a no-op). Raises ManifestConflictError when the segment
         overlaps what the partition already holds.
         """
+        commit = SegmentCommit(topic, partition, stats, path, schema, tuple(producers))
+        return self.commit_segments([commit])[0]
+
+    def commit_segments(self, commits: Sequence[SegmentCommit]) -> list[bool]:
+        """Record several sealed segments (of different partitions) in one transaction: one
+        commit, one sync of the database, for all of them (a group commit). Each answer is
+        commit_segment's; any conflict raises ManifestConflictError and records none."""
         stamp = now_ms()
+        recorded: list[bool] = []
         with self._write() as session:
-            if already_recorded(session, topic, partition, stats):
-                return False
-            advance_for_segment(session, topic, partition, stats, stamp)
-            session.add(segment_row(topic, partition, stats, path, stamp))
-            remember_schema(session, topic, stats.schema_fingerprint, schema, stamp)
-            produced.record_producers(session, topic, partition, producers, stamp)
+            conn = session.connection()
             try:
-                session.flush()
+                for commit in commits:
+                    topic, partition, stats = commit.topic, commit.partition, commit.stats
+                    if already_recorded(conn, topic, partition, stats):
+                        recorded.append(False)
+                        continue
+                    advance_for_segment(conn, topic, partition, stats, stamp)
+                    insert_segment(conn, commit, stamp)
+                    remember_schema(conn, topic, stats.schema_fingerprint, commit.schema, stamp)
+                    produced.record_producers(conn, topic, partition, commit.producers, stamp)
+                    recorded.append(True)
             except IntegrityError as exc:
+                where = ", ".join(
+                    f"{c.topic}[{c.partition}]@{c.stats.start_offset}" for c in commits
+                )
                 raise ManifestConflictError(
-                    f"{topic}[{partition}] segment at {stats.start_offset} was recorded "
-                    "concurrently"
+                    f"a segment of {where} was recorded concurrently"
                 ) from exc
-        return True
+        return recorded
 
     def record_quarantined(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, select, text, update
 from sqlalchemy.orm import Session
 
 from plateau_core.errors import ManifestConflictError
@@ -75,36 +75,46 @@ def producer_states(session: Session, topic: str, partition: int) -> dict[int, P
     }
 
 
+_PRODUCER = text(
+    'SELECT epoch, batches FROM producers WHERE topic = :topic AND "partition" = :partition '
+    "AND producer_id = :producer_id"
+)
+_NEW_PRODUCER = text(
+    'INSERT INTO producers (topic, "partition", producer_id, epoch, batches, updated_at) '
+    "VALUES (:topic, :partition, :producer_id, :epoch, :batches, :updated_at)"
+)
+_UPDATE_PRODUCER = text(
+    "UPDATE producers SET epoch = :epoch, batches = :batches, updated_at = :updated_at "
+    'WHERE topic = :topic AND "partition" = :partition AND producer_id = :producer_id'
+)
+
+
 def record_producers(
-    session: Session,
+    conn: Connection,
     topic: str,
     partition: int,
     batches: Sequence[ProducerBatch],
     stamp: int,
 ) -> None:
-    """Add the producer batches of a segment being recorded to what the manifest holds."""
+    """Add the producer batches of a segment being recorded to what the manifest holds
+    (prepared statements on the seal commit's connection, like manifest/commit.py)."""
     if not batches:
         return
-    ids = {b.producer_id for b in batches}
-    states = {
-        pid: state
-        for pid, state in producer_states(session, topic, partition).items()
-        if pid in ids
-    }
+    states: dict[int, ProducerState] = {}
+    for pid in sorted({b.producer_id for b in batches}):
+        key = {"topic": topic, "partition": partition, "producer_id": pid}
+        found = conn.execute(_PRODUCER, key).first()
+        if found is not None:
+            states[pid] = ProducerState(pid, found[0], batches_of(pid, found[0], found[1]))
     known = set(states)
     merged(states, batches)
     for pid, state in states.items():
-        values = {"epoch": state.epoch, "batches": batches_json(state.batches), "updated_at": stamp}
-        if pid in known:
-            session.execute(
-                update(ProducerRow)
-                .where(
-                    ProducerRow.topic == topic,
-                    ProducerRow.partition == partition,
-                    ProducerRow.producer_id == pid,
-                )
-                .values(**values)
-                .execution_options(synchronize_session=False)
-            )
-        else:
-            session.add(ProducerRow(topic=topic, partition=partition, producer_id=pid, **values))
+        values = {
+            "topic": topic,
+            "partition": partition,
+            "producer_id": pid,
+            "epoch": state.epoch,
+            "batches": batches_json(state.batches),
+            "updated_at": stamp,
+        }
+        conn.execute(_UPDATE_PRODUCER if pid in known else _NEW_PRODUCER, values)

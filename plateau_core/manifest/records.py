@@ -5,14 +5,32 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from plateau_core.checksums import Checksums
 from plateau_core.manifest.models import SegmentRow, SegmentState
+from plateau_core.producers import ProducerBatch
 from plateau_core.segment_stats import SegmentStats
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class SegmentCommit:
+    """A sealed segment file to record: where it is, what it holds, and the idempotent
+    producers' batches in it."""
+
+    topic: str
+    partition: int
+    stats: SegmentStats
+    path: str
+    schema: pa.Schema
+    producers: tuple[ProducerBatch, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def test_failed_seal_keeps_the_data_and_retries(store: Store) -> None:
 def test_failed_manifest_commit_leaves_no_visible_file(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = store.manifest.commit_segment
+    original = store.manifest.commit_segments  # the writer's seals commit through it
     failures = {"left": 1}
 
     def broken(*args: object, **kwargs: object) -> bool:
@@ -145,7 +145,7 @@ def test_failed_manifest_commit_leaves_no_visible_file(
             raise OSError("manifest unavailable")
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store.manifest, "commit_segment", broken)
+    monkeypatch.setattr(store.manifest, "commit_segments", broken)
     recorder = Recorder(store)
     writer = store.writer(WriterPolicy(retry_backoff_s=10, tick_s=0.01), recorder)
     try:

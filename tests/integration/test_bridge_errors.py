@@ -12,8 +12,8 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from bridge.consume.dlq import ERROR_HEADERS
 from bridge.demo.producer import Record, produce
+from bridge.ingest.records import ERROR_HEADERS
 from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_POISON, serve
 from plateau_core import Store

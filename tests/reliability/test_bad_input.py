@@ -24,9 +24,9 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from structlog.testing import capture_logs
 
 from bridge.config import Config, parse_config
-from bridge.consume.dlq import ERROR_HEADERS
 from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError, ConfigError
+from bridge.ingest.records import ERROR_HEADERS
 from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_POISON, serve
 from tests.bridge_support import (

@@ -24,8 +24,8 @@ from bridge.local_kafka import DEFAULT_KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "compose"
-SERVICES = {"kafka", "plateau", "producer", "minio", "minio-init", "spark"}
-PLATEAU_IMAGE_SERVICES = ("plateau", "producer", "spark")
+SERVICES = {"kafka", "plateau", "producer", "producer-direct", "minio", "minio-init", "spark"}
+PLATEAU_IMAGE_SERVICES = ("plateau", "producer", "producer-direct", "spark")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
@@ -182,6 +182,19 @@ def test_kafka_address_and_topic(services: dict[str, dict[str, Any]]) -> None:
     assert option(producer, "--bootstrap-servers") == config.kafka.bootstrap_servers
     topic = option(producer, "--topic")
     assert topic is not None and config.mapping_for(topic) is not None
+
+
+def test_the_direct_producer_writes_to_plateaus_kafka_api(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    config = container_config(services, "plateau")
+    assert config.kafka_api is not None
+    direct = services["producer-direct"]
+    assert direct["profiles"] == ["direct"]
+    assert option(direct["command"], "--bootstrap-servers") == config.kafka_api.advertised
+    topic = option(direct["command"], "--topic")
+    assert topic in {m.name for m in config.produced}
+    assert direct["depends_on"]["plateau"]["condition"] == "service_healthy"
 
 
 def test_serve_and_replicate_share_the_store(services: dict[str, dict[str, Any]]) -> None:

@@ -45,6 +45,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest.produced": 2,
     # what the middle layer sees of a store, and per-partition state
     "plateau_core.handle": 3,
+    "plateau_core.group_commit": 3,
     "plateau_core.quarantine": 3,
     "plateau_core.slog": 3,
     # reading, checking and retiring segments

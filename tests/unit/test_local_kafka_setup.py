@@ -46,7 +46,7 @@ def test_cached_libs_are_not_fetched_again(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.delenv("PLATEAU_KAFKA_LIBS", raising=False)
     root = tmp_path / "kafka" / "9.9.9"
     (root / "libs").mkdir(parents=True)
-    (root / ".complete").write_text("9.9.9\n")
+    (root / ".complete-with-tools").write_text("9.9.9\n")
     # No Maven on PATH: a fetch would fail, so success proves the cache was used.
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert kafka_libs("9.9.9", tmp_path) == root / "libs"

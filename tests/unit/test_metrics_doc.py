@@ -34,6 +34,28 @@ def _config(data_dir: Path) -> Config:
     )
 
 
+def _listener_file(data_dir: Path, run: str) -> None:
+    StatusFile(data_dir, "kafka-api", run).write(
+        {
+            "worker": "kafka-api",
+            "role": "kafka-api",
+            "partitions": [],
+            "kafka-api": {
+                "connections": 2,
+                "requests": {"Produce": 7},
+                "errors": {"Produce:corrupt_message": 1},
+                "records": {"p": 70},
+                "bytes": {"p": 7000},
+                "poison": {"p:skip": 3},
+                "throttled_requests": 4,
+                "throttled_bytes": 400,
+                "throttle_seconds": 0.5,
+                "duplicates": 1,
+            },
+        }
+    )
+
+
 def _worker_file(data_dir: Path, run: str) -> None:
     telemetry = WorkerTelemetry()
     for name, labels in COUNTERS.items():
@@ -84,6 +106,7 @@ def exported(tmp_path: Path) -> dict[str, Metric]:
         retention.run(now=BASE_MS + 6 * HOUR_MS)
         counters.restarted()
         _worker_file(tmp_path, run)
+        _listener_file(tmp_path, run)
         monitor = Monitor(tmp_path, run, stall_after_s=60)
         monitor.check()
         collector = ServeCollector(config, store, monitor, counters)
@@ -124,6 +147,15 @@ def test_collector_figures(exported: dict[str, Metric]) -> None:
     assert _sample(exported, "plateau_errors_total", kind="seal_failed") == 2
     assert _sample(exported, "plateau_ready") == 1
     assert _sample(exported, "plateau_store_max_bytes") == 1024**3
+    assert _sample(exported, "plateau_kafka_api_requests_total", api="Produce") == 7
+    assert (
+        _sample(exported, "plateau_kafka_api_errors_total", api="Produce", error="corrupt_message")
+        == 1
+    )
+    assert _sample(exported, "plateau_kafka_api_records_total", topic="p") == 70
+    assert _sample(exported, "plateau_kafka_api_throttled_requests_total") == 4
+    assert _sample(exported, "plateau_kafka_api_connections") == 2
+    assert _sample(exported, "plateau_poison_records_total", topic="p", action="skip") == 3
 
 
 def test_operations_doc_lists_exactly_the_exported_metrics(exported: dict[str, Metric]) -> None:

@@ -11,7 +11,9 @@ from bridge.ingest.records import Kept
 
 def decoder_for(mapping: TopicMapping) -> Decoder:
     kept = Kept(key=mapping.key == "keep", headers=mapping.headers == "keep")
-    field = mapping.timestamp.removeprefix("field:") if mapping.timestamp != "kafka" else None
+    field = (
+        mapping.timestamp.removeprefix("field:") if mapping.timestamp.startswith("field:") else None
+    )
     if mapping.format == "json":
         return JsonDecoder(kept, mapping.schema_, field)
     if mapping.format == "arrow":

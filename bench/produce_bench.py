@@ -1,0 +1,442 @@
+"""Producers writing to plateau's Kafka API, beside the same producers writing to the local
+Apache Kafka broker, and beside the consumer path (producer -> Kafka -> plateau serve).
+
+One run, one machine, one broker; per record size (128 B and 1 KiB by default):
+
+  a. kafka-producer-perf-test (acks=all, idempotent: its defaults) -> local Kafka broker
+  b. the same                                                     -> plateau serve's Kafka API
+  c. the same -> local Kafka broker, with `plateau serve` consuming the topic: the time until
+     every record is queryable in plateau
+  and a librdkafka producer (confluent-kafka, acks=all, idempotent) into (a) and (b).
+
+Reported: records/s acknowledged, p50/p99 ack latency (the perf test's own), time until
+queryable (for b it is the ack itself: acks=all answers after the manifest commit), CPU
+seconds of the receiving process(es) and their peak RSS. Ratios are against (a) of the same
+run, the numbers that matter on a shared, noisy machine.
+
+    .venv/bin/python bench/produce_bench.py --records 500000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingest_bench import PYTHON, REPO, RESULTS_DIR, BenchError, broker, proc_stat
+
+from bridge.local_kafka.jars import kafka_libs
+from bridge.local_kafka.topics import create_topic
+
+PARTITIONS = 8
+# Producer batches of 256 KiB instead of the Java client's 16 KiB default.
+TUNED = ("batch.size=262144", "linger.ms=20")
+MODERATE_RATE = 10_000  # records/s, for the latency at moderate load
+PERF = "org.apache.kafka.tools.ProducerPerformance"
+_SUMMARY = re.compile(
+    r"(?P<records>\d+) records sent, (?P<rate>[\d.]+) records/sec .*?"
+    r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, "
+    r"(?P<p50>\d+) ms 50th, (?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th"
+)
+_LIBRDKAFKA = """
+import sys, time
+from confluent_kafka import Producer
+bootstrap, topic, count, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+acked = [0]
+def report(err, msg):
+    if err is None:
+        acked[0] += 1
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                     "enable.idempotence": True, "linger.ms": 5,
+                     "batch.size": 1048576, "queue.buffering.max.messages": 1000000})
+value = b"x" * size
+started = time.perf_counter()
+for i in range(count):
+    while True:
+        try:
+            producer.produce(topic, value, on_delivery=report)
+            break
+        except BufferError:
+            producer.poll(0.01)
+    if i % 10000 == 0:
+        producer.poll(0)
+producer.flush(120)
+print(acked[0], time.perf_counter() - started)
+"""
+
+
+@dataclass
+class Sampler:
+    """CPU seconds and peak RSS of some processes while a case runs."""
+
+    pids: list[int]
+    peak_rss: int = 0
+    cpu_start: float = 0.0
+    cpu_s: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _cpu(self) -> float:
+        return sum(s.cpu_s for p in self.pids if (s := proc_stat(p)) is not None)
+
+    def __enter__(self) -> Sampler:
+        self.cpu_start = self._cpu()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.1):
+            rss = sum(s.rss_bytes for p in self.pids if (s := proc_stat(p)) is not None)
+            self.peak_rss = max(self.peak_rss, rss)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.cpu_s = self._cpu() - self.cpu_start
+
+
+@dataclass
+class Case:
+    name: str
+    size: int
+    records: int
+    seconds: float
+    records_per_s: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    queryable_s: float | None = None
+    cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def perf_test(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    props: tuple[str, ...] = (),
+    throughput: int = -1,
+) -> dict[str, float]:
+    command = [
+        "java",
+        "-Xmx512m",
+        "-cp",
+        f"{kafka_libs()}/*",
+        PERF,
+        "--topic",
+        topic,
+        "--num-records",
+        str(records),
+        "--record-size",
+        str(size),
+        "--throughput",
+        str(throughput),
+        "--producer-props",
+        f"bootstrap.servers={bootstrap}",
+        *props,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    found = _SUMMARY.search(done.stdout.splitlines()[-1] if done.stdout else "")
+    if done.returncode != 0 or found is None:
+        raise BenchError(
+            f"perf test into {bootstrap} failed: {done.stdout[-800:]}{done.stderr[-800:]}"
+        )
+    return {k: float(v) for k, v in found.groupdict().items()}
+
+
+def librdkafka(bootstrap: str, topic: str, records: int, size: int) -> tuple[int, float]:
+    done = subprocess.run(
+        [PYTHON, "-c", _LIBRDKAFKA, bootstrap, topic, str(records), str(size)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise BenchError(f"librdkafka producer failed: {done.stderr[-800:]}")
+    acked, seconds = done.stdout.split()
+    return int(acked), float(seconds)
+
+
+def stored_records(data_dir: Path, topic: str) -> int:
+    manifest = data_dir / "manifest.db"
+    if not manifest.exists():
+        return 0
+    with sqlite3.connect(f"file:{manifest}?mode=ro", uri=True, timeout=10) as db:
+        try:
+            row = db.execute(
+                "SELECT COALESCE(SUM(record_count), 0) FROM segments WHERE topic = ?", (topic,)
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return 0
+    return int(row[0])
+
+
+def wait_stored(data_dir: Path, topic: str, records: int, timeout_s: float = 600) -> float:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if stored_records(data_dir, topic) >= records:
+            return time.monotonic()
+        time.sleep(0.02)
+    raise BenchError(f"{topic}: {stored_records(data_dir, topic)} of {records} stored in time")
+
+
+def start_serve(config: dict[str, Any], work: Path, name: str) -> subprocess.Popen[bytes]:
+    path = work / f"{name}.json"
+    path.write_text(json.dumps(config))
+    log = (work / f"{name}.log").open("wb")
+    return subprocess.Popen(
+        [PYTHON, "-m", "bridge.cli", "--log-level", "WARNING", "serve", "--config", str(path)],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def wait_port(port: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise BenchError(f"nothing listens on {port}")
+
+
+def run(records: int, sizes: list[int], heap: str) -> dict[str, Any]:
+    cases: list[Case] = []
+    with tempfile.TemporaryDirectory(prefix="plateau-produce-bench-") as tmp:
+        work = Path(tmp)
+        with broker(work, heap) as kafka:
+            bootstrap = kafka.bootstrap_servers
+            broker_pid = kafka.pid
+            assert broker_pid is not None
+            port = free_port()
+            api_dir = work / "api-store"
+            api = start_serve(
+                {
+                    "storage": {"data_dir": str(api_dir), "memory_budget": "512MiB"},
+                    "kafka_api": {
+                        "listen": f"127.0.0.1:{port}",
+                        "auto_create_topics": True,
+                        "default_partitions": PARTITIONS,
+                    },
+                    "metrics": {"enabled": False},
+                    "topics": [{"name": "warmup", "partitions": 1}],
+                },
+                work,
+                "api",
+            )
+            try:
+                wait_port(port)
+                plateau = f"127.0.0.1:{port}"
+                for size in sizes:
+                    cases += _one_size(work, bootstrap, broker_pid, plateau, api, records, size)
+            finally:
+                api.terminate()
+                api.wait(60)
+    return {"records": records, "partitions": PARTITIONS, "cases": [asdict(c) for c in cases]}
+
+
+def _one_size(
+    work: Path,
+    bootstrap: str,
+    broker_pid: int,
+    plateau: str,
+    api: subprocess.Popen[bytes],
+    records: int,
+    size: int,
+) -> list[Case]:
+    found: list[Case] = []
+    api_dir = work / "api-store"
+    # a. perf test -> Kafka
+    topic = f"a-{size}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    with Sampler([broker_pid]) as sample:
+        started = time.monotonic()
+        perf = perf_test(bootstrap, topic, records, size)
+        seconds = time.monotonic() - started
+    found.append(
+        Case(
+            "perf-test -> kafka",
+            size,
+            records,
+            seconds,
+            perf["rate"],
+            perf["p50"],
+            perf["p99"],
+            None,
+            sample.cpu_s,
+            sample.peak_rss / 1e6,
+        )
+    )
+    # b. perf test -> plateau
+    topic = f"b-{size}"
+    with Sampler([api.pid]) as sample:
+        started = time.monotonic()
+        perf = perf_test(plateau, topic, records, size)
+        acked = time.monotonic()
+        stored = wait_stored(api_dir, topic, records)
+    found.append(
+        Case(
+            "perf-test -> plateau",
+            size,
+            records,
+            acked - started,
+            perf["rate"],
+            perf["p50"],
+            perf["p99"],
+            stored - started,
+            sample.cpu_s,
+            sample.peak_rss / 1e6,
+        )
+    )
+    # The same two with larger producer batches: what the per-batch costs are.
+    for label, target, pid in (("kafka", bootstrap, broker_pid), ("plateau", plateau, api.pid)):
+        topic = f"t{label[0]}-{size}"
+        if target == bootstrap:
+            create_topic(bootstrap, topic, PARTITIONS)
+        with Sampler([pid]) as sample:
+            started = time.monotonic()
+            perf = perf_test(target, topic, records, size, TUNED)
+            seconds = time.monotonic() - started
+        found.append(
+            Case(
+                f"perf-test {' '.join(TUNED)} -> {label}",
+                size,
+                records,
+                seconds,
+                perf["rate"],
+                perf["p50"],
+                perf["p99"],
+                None,
+                sample.cpu_s,
+                sample.peak_rss / 1e6,
+            )
+        )
+    # Moderate load: the acknowledgement latency when neither side is saturated.
+    moderate = max(1000, records // 20)
+    for label, target, pid in (("kafka", bootstrap, broker_pid), ("plateau", plateau, api.pid)):
+        topic = f"m{label[0]}-{size}"
+        if target == bootstrap:
+            create_topic(bootstrap, topic, PARTITIONS)
+        with Sampler([pid]) as sample:
+            started = time.monotonic()
+            perf = perf_test(target, topic, moderate, size, throughput=MODERATE_RATE)
+            seconds = time.monotonic() - started
+        found.append(
+            Case(
+                f"perf-test at {MODERATE_RATE}/s -> {label}",
+                size,
+                moderate,
+                seconds,
+                perf["rate"],
+                perf["p50"],
+                perf["p99"],
+                None,
+                sample.cpu_s,
+                sample.peak_rss / 1e6,
+            )
+        )
+    # c. perf test -> Kafka -> plateau serve (consuming)
+    topic = f"c-{size}"
+    create_topic(bootstrap, topic, PARTITIONS)
+    consume_dir = work / f"consume-{size}"
+    consumer = start_serve(
+        {
+            "kafka": {"bootstrap_servers": bootstrap, "group_id": f"bench-{size}"},
+            "storage": {"data_dir": str(consume_dir), "memory_budget": "512MiB"},
+            "metrics": {"enabled": False},
+            "topics": [{"source": topic}],
+        },
+        work,
+        f"consume-{size}",
+    )
+    try:
+        time.sleep(3)  # joined the group before the first record
+        with Sampler([broker_pid, consumer.pid]) as sample:
+            started = time.monotonic()
+            perf = perf_test(bootstrap, topic, records, size)
+            acked = time.monotonic()
+            stored = wait_stored(consume_dir, topic, records)
+    finally:
+        consumer.terminate()
+        consumer.wait(60)
+    found.append(
+        Case(
+            "perf-test -> kafka -> plateau serve",
+            size,
+            records,
+            acked - started,
+            perf["rate"],
+            perf["p50"],
+            perf["p99"],
+            stored - started,
+            sample.cpu_s,
+            sample.peak_rss / 1e6,
+        )
+    )
+    # librdkafka into a and b
+    for name, target, pid in (
+        ("librdkafka -> kafka", bootstrap, broker_pid),
+        ("librdkafka -> plateau", plateau, api.pid),
+    ):
+        topic = f"l-{'k' if target == bootstrap else 'p'}-{size}"
+        if target == bootstrap:
+            create_topic(bootstrap, topic, PARTITIONS)
+        with Sampler([pid]) as sample:
+            acked_count, seconds = librdkafka(target, topic, records, size)
+        if acked_count != records:
+            raise BenchError(f"{name}: {acked_count} of {records} acknowledged")
+        found.append(
+            Case(
+                name,
+                size,
+                records,
+                seconds,
+                records / seconds,
+                cpu_s=sample.cpu_s,
+                peak_rss_mb=sample.peak_rss / 1e6,
+            )
+        )
+    for case in found:
+        print(json.dumps(asdict(case)), flush=True)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--sizes", default="128,1024")
+    parser.add_argument("--heap", default="1g", help="the broker's heap")
+    args = parser.parse_args(argv)
+    result = run(args.records, [int(s) for s in args.sizes.split(",")], args.heap)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = RESULTS_DIR / f"produce-{stamp}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

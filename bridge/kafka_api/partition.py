@@ -1,0 +1,114 @@
+"""One partition producers write to: the next offset to hand out, the idempotent producers'
+state (sealed and still buffered), and the produce requests waiting for their records to
+be sealed (acks=all).
+
+Everything here runs on the listener's event loop thread; the writer's threads reach it
+through `loop.call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from bridge.config.topics import TopicMapping
+from bridge.ingest.decode import Decoder
+from plateau_core.producers import Check, ProducerBatch, ProducerState, check
+
+
+@dataclass
+class Piece:
+    """One append still to make: decoded rows (with the producer batch recorded alongside
+    them, on the last piece of a batch), or a move of the watermark past poison records."""
+
+    topic: str
+    partition: int
+    rows: pa.RecordBatch | None = None
+    producer: ProducerBatch | None = None
+    skip_to: int | None = None
+    urgent: bool = False  # an acks=all request waits for it: seal at once (group commit)
+
+
+@dataclass(order=True)
+class Waiter:
+    end: int  # exclusive: the offset the watermark must reach
+    future: asyncio.Future[None] = field(compare=False)
+
+
+class ProducedPartition:
+    def __init__(  # noqa: PLR0917 - one partition's whole starting state
+        self,
+        topic: str,
+        partition: int,
+        mapping: TopicMapping,
+        decoder: Decoder,
+        watermark: int,
+        producers: dict[int, ProducerState],
+        max_age_s: float = 0.0,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.mapping = mapping
+        self.decoder = decoder
+        self.next_offset = watermark
+        self.sealed_to = watermark  # every offset below is sealed and in the manifest
+        self.producers = producers
+        self.max_age_s = max_age_s
+        self.stalled: list[Piece] = []  # appends the writer refused, retried first
+        self.landed: asyncio.Future[None] | None = None  # resolves once `stalled` is empty
+        self._waiters: list[Waiter] = []
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    def check_producer(self, producer_id: int, epoch: int, first: int, last: int) -> Check:
+        return check(self.producers.get(producer_id), epoch, first, last)
+
+    def remember(self, batch: ProducerBatch) -> None:
+        current = self.producers.get(batch.producer_id)
+        self.producers[batch.producer_id] = (
+            ProducerState(batch.producer_id, batch.epoch, (batch,))
+            if current is None
+            else current.with_batch(batch)
+        )
+
+    def reserve(self, count: int) -> int:
+        """Hand out `count` contiguous offsets; returns the first."""
+        base = self.next_offset
+        self.next_offset += count
+        return base
+
+    def durable(self, end: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A future that resolves once every offset below `end` is sealed."""
+        future: asyncio.Future[None] = loop.create_future()
+        if end <= self.sealed_to:
+            future.set_result(None)
+        else:
+            bisect.insort(self._waiters, Waiter(end, future))
+        return future
+
+    def sealed(self, end: int) -> None:
+        """Offsets below `end` are sealed: answer the requests waiting for them."""
+        if end <= self.sealed_to:
+            return
+        self.sealed_to = end
+        done = bisect.bisect_right([w.end for w in self._waiters], end)
+        ready, self._waiters = self._waiters[:done], self._waiters[done:]
+        for waiter in ready:
+            if not waiter.future.done():
+                waiter.future.set_result(None)
+
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def fail_waiters(self, error: Exception) -> None:
+        """The partition is going away (shutdown): nobody waits for what will not seal."""
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
+                waiter.future.exception()  # a request that gave up waiting never reads it
+        self._waiters = []

@@ -1,0 +1,250 @@
+"""The Produce API: check and land each partition's record batch, then answer as the acks
+setting promises.
+
+A request is taken in two steps so one connection's batches land in the order it sent
+them while their acknowledgements overlap: `accept` appends (and, when the writer is full,
+holds the connection there, which is Kafka's quota behaviour: nothing more is read from
+it), and the coroutine it returns waits for durability and builds the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from bridge.config.models import KafkaApiConfig
+from bridge.kafka_api.batches import (
+    CorruptBatchError,
+    ProducedBatch,
+    UnsupportedFormatError,
+    read_batch,
+    split_batches,
+)
+from bridge.kafka_api.sink import Outcome, ProduceSink, ThrottledError
+from bridge.kafka_api.topics import TopicNameError
+
+log = structlog.get_logger(__name__)
+
+Allowed = Callable[[str], bool]
+
+
+@dataclass
+class _Answer:
+    topic: str
+    partition: int
+    outcome: Outcome
+
+
+class ProduceHandler:
+    def __init__(self, sink: ProduceSink, api: KafkaApiConfig) -> None:
+        self.sink = sink
+        self.api = api
+
+    async def accept(
+        self, body: Any, allowed: Allowed
+    ) -> tuple[Callable[[], Awaitable[dict[str, Any]]], int]:
+        """Land the request's batches; returns the coroutine that builds the response and
+        the milliseconds this connection was held back (its throttle time)."""
+        deadline = time.monotonic() + max(body.timeout.total_seconds(), 0.001)
+        answers: list[_Answer] = []
+        throttled = 0.0
+        for topic_data in body.topic_data:
+            for data in topic_data.partition_data:
+                outcome, held = await self._partition(
+                    body, (topic_data.name, data.index), data.records, allowed, deadline
+                )
+                throttled += held
+                answers.append(_Answer(topic_data.name, data.index, outcome))
+        throttle_ms = int(throttled * 1000)
+
+        async def respond() -> dict[str, Any]:
+            await self._settle(answers, body.acks, deadline)
+            return _response(answers, throttle_ms)
+
+        return respond, throttle_ms
+
+    async def _partition(
+        self,
+        body: Any,
+        key: tuple[str, int],
+        records: bytes | None,
+        allowed: Allowed,
+        deadline: float,
+    ) -> tuple[Outcome, float]:
+        topic, partition = key
+        refused = self._refusal(body, topic, partition, records, allowed)
+        if refused is not None:
+            self._log_refused(topic, partition, refused)
+            return refused, 0.0
+        assert records is not None
+        try:
+            batches = [read_batch(data) for data in split_batches(records)]
+        except UnsupportedFormatError as exc:
+            outcome = Outcome(ErrorCode.unsupported_for_message_format, message=str(exc))
+            self._log_refused(topic, partition, outcome)
+            return outcome, 0.0
+        except CorruptBatchError as exc:
+            outcome = Outcome(ErrorCode.corrupt_message, message=str(exc))
+            self._log_refused(topic, partition, outcome)
+            return outcome, 0.0
+        transactional = [b for b in batches if b.transactional]
+        if transactional:
+            outcome = Outcome(
+                ErrorCode.invalid_record, message="transactions are not supported by plateau"
+            )
+            return outcome, 0.0
+        return await self._land(topic, partition, batches, deadline, urgent=body.acks == -1)
+
+    def _refusal(
+        self,
+        body: Any,
+        topic: str,
+        partition: int,
+        records: bytes | None,
+        allowed: Allowed,
+    ) -> Outcome | None:
+        if body.transactional_id is not None:
+            return Outcome(
+                ErrorCode.transactional_id_authorization_failed,
+                message="transactions are not supported by plateau",
+            )
+        if not allowed(topic):
+            return Outcome(ErrorCode.topic_authorization_failed, message=f"not allowed: {topic}")
+        count = self.sink.topics.partitions.get(topic)
+        if count is None and self.api.auto_create_topics:
+            try:
+                count = self.sink.topics.create(topic, None, "produce")
+            except TopicNameError as exc:
+                return Outcome(ErrorCode.invalid_topic_exception, message=str(exc))
+            self.sink.open_topic(topic, count)
+        if count is None or not 0 <= partition < count:
+            return Outcome(
+                ErrorCode.unknown_topic_or_partition, message=f"no partition {topic}[{partition}]"
+            )
+        if not records:
+            return Outcome(ErrorCode.corrupt_message, message="the partition carries no records")
+        if len(records) > self.api.message_max_bytes:
+            return Outcome(
+                ErrorCode.message_too_large,
+                message=f"{len(records)} bytes of records; message_max_bytes is "
+                f"{self.api.message_max_bytes}",
+            )
+        return None
+
+    async def _land(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[ProducedBatch],
+        deadline: float,
+        *,
+        urgent: bool,
+    ) -> tuple[Outcome, float]:
+        first: Outcome | None = None
+        held = 0.0
+        for batch in batches:
+            while True:
+                try:
+                    outcome = self.sink.append(topic, partition, batch, urgent=urgent)
+                    break
+                except ThrottledError:
+                    started = time.monotonic()
+                    ready = await self.sink.ready((topic, partition), deadline - started)
+                    waited = time.monotonic() - started
+                    held += waited
+                    stats = self.sink.stats
+                    stats.throttled_requests += 1
+                    stats.throttled_bytes += batch.size
+                    stats.throttle_seconds += waited
+                    if not ready:
+                        outcome = Outcome(
+                            ErrorCode.request_timed_out,
+                            message="the store did not take the records within the timeout",
+                        )
+                        break
+            if first is None:
+                first = outcome
+            else:
+                first.durable += outcome.durable
+            if outcome.error is not ErrorCode.none:
+                first.error, first.message = outcome.error, outcome.message
+                first.record_errors = outcome.record_errors
+                self._log_refused(topic, partition, outcome)
+                break
+            if outcome.landed is not None and not outcome.landed.done():
+                # The writer took part of it: hold this connection until it took the rest.
+                started = time.monotonic()
+                await outcome.landed
+                held += time.monotonic() - started
+        assert first is not None
+        return first, held
+
+    async def _settle(self, answers: list[_Answer], acks: int, deadline: float) -> None:
+        """Wait as long as `acks` asks: all (-1) until the records are sealed."""
+        if acks != -1:
+            return
+        for answer in answers:
+            outcome = answer.outcome
+            if outcome.error is not ErrorCode.none or not outcome.durable:
+                continue
+            remaining = deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(
+                    asyncio.shield(asyncio.gather(*outcome.durable)), max(remaining, 0.001)
+                )
+            except TimeoutError:
+                outcome.error = ErrorCode.request_timed_out
+                outcome.message = "the records were not sealed within the request's timeout"
+                self._log_refused(answer.topic, answer.partition, outcome)
+            except ConnectionAbortedError as exc:
+                outcome.error = ErrorCode.not_leader_or_follower
+                outcome.message = str(exc)
+
+    def _log_refused(self, topic: str, partition: int, outcome: Outcome) -> None:
+        self.sink.stats.errors[("Produce", outcome.error.name)] += 1
+        log.warning(
+            "produce_refused",
+            topic=topic,
+            partition=partition,
+            error=outcome.error.name,
+            detail=outcome.message,
+        )
+
+
+def _response(answers: list[_Answer], throttle_ms: int) -> dict[str, Any]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for answer in answers:
+        outcome = answer.outcome
+        ok = outcome.error is ErrorCode.none
+        topics.setdefault(answer.topic, []).append(
+            {
+                "index": answer.partition,
+                "error_code": outcome.error,
+                "base_offset": outcome.base_offset if ok else -1,
+                "log_append_time": _datetime(outcome.log_append_time_ms) if ok else None,
+                "log_start_offset": -1,
+                "record_errors": [
+                    {"batch_index": row, "batch_index_error_message": error}
+                    for row, error in outcome.record_errors
+                ],
+                "error_message": outcome.message,
+            }
+        )
+    return {
+        "responses": [
+            {"name": name, "partition_responses": partitions} for name, partitions in topics.items()
+        ],
+        "throttle_time": throttle_ms,
+    }
+
+
+def _datetime(ms: int) -> datetime.datetime | None:
+    """LogAppendTime as the protocol carries it; None (-1 on the wire) for CreateTime."""
+    return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)

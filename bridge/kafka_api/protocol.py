@@ -1,0 +1,232 @@
+"""Kafka protocol messages: which APIs and versions plateau answers, and the requests and
+responses as kio's generated entities (one dataclass per API version, from Kafka's own
+message schemas), so no field layout is written by hand here.
+
+Handlers build responses as plain dicts; `encode_response` fits them to the version asked
+for, leaving out fields that version does not have and filling the rest with their
+protocol defaults. One handler thereby answers every version of its API.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import types
+import typing
+import uuid
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import BufferUnderflow
+from kio.static.primitive import i32
+
+# api key -> (name, lowest, highest version answered). The ranges are what current
+# librdkafka (2.x) and the Apache Kafka 4.x Java clients ask for; Produce stops at 12
+# because 13 names topics by id only.
+SUPPORTED: dict[int, tuple[str, int, int]] = {
+    0: ("Produce", 3, 12),
+    # Listed, never served: librdkafka writes record batches v2 (and so can be idempotent)
+    # only to a broker that lists Fetch v4. A Fetch is answered UNSUPPORTED_VERSION.
+    1: ("Fetch", 4, 12),
+    3: ("Metadata", 0, 12),
+    17: ("SaslHandshake", 1, 1),
+    18: ("ApiVersions", 0, 4),
+    19: ("CreateTopics", 2, 7),
+    22: ("InitProducerId", 0, 5),
+    32: ("DescribeConfigs", 1, 4),
+    36: ("SaslAuthenticate", 0, 2),
+    60: ("DescribeCluster", 0, 1),
+}
+PRODUCE, FETCH, METADATA, SASL_HANDSHAKE, API_VERSIONS = 0, 1, 3, 17, 18
+CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS, SASL_AUTHENTICATE = 19, 22, 32, 36
+DESCRIBE_CLUSTER = 60
+# What a connection may send before it has authenticated.
+BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
+_PREFIX = struct.Struct(">hhi")
+
+
+class ProtocolError(Exception):
+    """A frame that is not a request plateau can read; the connection is closed."""
+
+
+class UnsupportedRequestError(ProtocolError):
+    """A well-framed request of an API or version plateau does not answer."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        name = SUPPORTED.get(api_key, (f"api key {api_key}",))[0]
+        super().__init__(f"{name} v{api_version} is not supported")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True)
+class Request:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # the kio entity of this API and version
+
+
+def api_name(api_key: int) -> str:
+    return SUPPORTED.get(api_key, (f"api key {api_key}",))[0]
+
+
+def parse_request(frame: bytes) -> Request:
+    """The request in one frame (without its size prefix).
+
+    Raises UnsupportedRequestError for a readable header of an API or version not answered,
+    ProtocolError for anything that does not parse."""
+    if len(frame) < _PREFIX.size:
+        raise ProtocolError(f"a request of {len(frame)} bytes is shorter than its header")
+    api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
+    supported = SUPPORTED.get(api_key)
+    if supported is None or not supported[1] <= api_version <= supported[2]:
+        raise UnsupportedRequestError(api_key, api_version, correlation_id)
+    request_type = _request_type(api_key, api_version)
+    try:
+        header, used = _reader(request_type.__header_schema__)(frame, 0)
+        body, size = _reader(request_type)(frame, used)
+    except (BufferUnderflow, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+        raise ProtocolError(
+            f"{api_name(api_key)} v{api_version} request does not parse: {exc}"
+        ) from exc
+    if used + size != len(frame):
+        raise ProtocolError(
+            f"{api_name(api_key)} v{api_version} request has {len(frame) - used - size} bytes "
+            "after its end"
+        )
+    return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, body: dict[str, Any]
+) -> bytes:
+    """The size-prefixed response frame of this API version carrying `body`."""
+    response_type: Any = load_response_schema(api_key, api_version)
+    header_type: Any = response_type.__header_schema__
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    _writer(header_type)(out, header_type(correlation_id=i32(correlation_id)))
+    _writer(response_type)(out, build(response_type, body))
+    frame = out.getbuffer()
+    struct.pack_into(">i", frame, 0, len(frame) - 4)
+    return bytes(frame)
+
+
+def error_response(request: UnsupportedRequestError | Request, code: ErrorCode) -> bytes | None:
+    """A response carrying only `code` at its top level, for APIs whose response has a
+    top-level error code; None when it has none (the connection is then closed)."""
+    api_key, version = request.api_key, request.api_version
+    if isinstance(request, UnsupportedRequestError) and api_key == API_VERSIONS:
+        # Kafka's rule: an ApiVersions version not understood is answered in v0 with the
+        # versions that are, so the client can pick one.
+        version = 0
+    try:
+        response_type = load_response_schema(api_key, version)
+    except Exception:  # kio knows no such API or version
+        return None
+    names = {f.name for f in dataclasses.fields(response_type)}
+    if "error_code" not in names:
+        return None
+    body: dict[str, Any] = {"error_code": code}
+    if api_key == API_VERSIONS:
+        body["api_keys"] = api_versions()
+    return encode_response(api_key, version, request.correlation_id, body)
+
+
+def api_versions() -> list[dict[str, int]]:
+    return [
+        {"api_key": key, "min_version": low, "max_version": high}
+        for key, (_, low, high) in sorted(SUPPORTED.items())
+    ]
+
+
+# --- fitting plain dicts to a version's entity ------------------------------------------------
+
+
+def build(entity_type: Any, values: dict[str, Any]) -> Any:
+    """An instance of `entity_type` from `values`: keys the type lacks are dropped, fields
+    not given take their default (or the zero of their type)."""
+    hints = _hints(entity_type)
+    kwargs: dict[str, Any] = {}
+    for field in dataclasses.fields(entity_type):
+        if field.name.startswith("__"):
+            continue
+        if field.name in values:
+            kwargs[field.name] = _convert(hints[field.name], values[field.name])
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            kwargs[field.name] = _zero(hints[field.name])
+    return entity_type(**kwargs)
+
+
+def _convert(annotation: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        inner = typing.get_args(annotation)[0]
+        return tuple(_convert(inner, item) for item in value)
+    if origin in (typing.Union, types.UnionType):
+        inner = next(a for a in typing.get_args(annotation) if a is not type(None))
+        return _convert(inner, value)
+    if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
+        return build(typing.cast(type[Any], annotation), value)
+    if _is_timedelta(annotation) and isinstance(value, int | float):
+        return datetime.timedelta(milliseconds=value)
+    return value
+
+
+def _zero(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        return ()
+    if origin in (typing.Union, types.UnionType):
+        return None
+    if annotation is ErrorCode:
+        return ErrorCode.none
+    if _is_timedelta(annotation):
+        return datetime.timedelta(0)
+    if annotation is uuid.UUID:
+        return uuid.UUID(int=0)
+    if annotation is bool:
+        return False
+    if isinstance(annotation, type) and issubclass(annotation, str):
+        return ""
+    if isinstance(annotation, type) and issubclass(annotation, bytes):
+        return b""
+    if isinstance(annotation, type) and issubclass(annotation, int | float):
+        return 0
+    raise TypeError(f"no zero value for {annotation!r}")
+
+
+def _is_timedelta(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, datetime.timedelta)
+
+
+@cache
+def _hints(entity_type: Any) -> dict[str, Any]:
+    return typing.get_type_hints(entity_type)
+
+
+@cache
+def _request_type(api_key: int, api_version: int) -> Any:
+    return load_request_schema(api_key, api_version)
+
+
+@cache
+def _reader(entity_type: type[Any]) -> Any:
+    return entity_reader(entity_type)
+
+
+@cache
+def _writer(entity_type: type[Any]) -> Any:
+    return entity_writer(entity_type)

@@ -1,0 +1,356 @@
+"""The Kafka protocol listener: an asyncio server on its own thread, beside serve's
+consumer workers, writing produced records through its own Writer of the same store.
+
+Per connection, requests are read one after another and answered in the order they came,
+as the protocol requires; a produce request's wait for durability overlaps the next
+requests, so a producer's in-flight requests seal together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import struct
+import threading
+from typing import Any
+
+import structlog
+from kio.schema.errors import ErrorCode
+
+from bridge.config.models import Config, KafkaApiConfig
+from bridge.kafka_api import protocol
+from bridge.kafka_api.admin import AdminHandler
+from bridge.kafka_api.produce import ProduceHandler
+from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
+from bridge.kafka_api.sasl import AuthenticationError, Exchange
+from bridge.kafka_api.sink import ProduceSink
+from bridge.kafka_api.stats import SinkStats
+from bridge.kafka_api.status import partition_rows
+from bridge.ops.worker_status import WRITE_INTERVAL_S, StatusFile, new_run_id
+from plateau_core import Store
+
+log = structlog.get_logger(__name__)
+
+NAME = "kafka-api"
+
+_SIZE = struct.Struct(">i")
+# Kafka's socket.request.max.bytes: a frame above this closes the connection unread.
+REQUEST_MAX_BYTES = 100 * 1024 * 1024
+
+
+class Connection:
+    def __init__(self, peer: str, api: KafkaApiConfig) -> None:
+        self.peer = peer
+        self.exchange = Exchange(api.sasl) if api.sasl is not None else None
+
+    @property
+    def authenticated(self) -> bool:
+        return self.exchange is None or self.exchange.principal is not None
+
+    def allowed(self, topic: str) -> bool:
+        if self.exchange is None:
+            return True
+        principal = self.exchange.principal
+        return principal is not None and principal.may_write(topic)
+
+
+class KafkaApiServer:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        stats: SinkStats | None = None,
+        *,
+        run: str | None = None,
+    ) -> None:
+        if config.kafka_api is None:
+            raise ValueError("the config has no kafka_api section")
+        self.config = config
+        self.api: KafkaApiConfig = config.kafka_api
+        self.store = store
+        self.stats = stats or SinkStats()
+        self.address: tuple[str, int] | None = None
+        self.sink: ProduceSink | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kafka-api", daemon=True)
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._status = StatusFile(config.storage.data_dir, NAME, run or new_run_id())
+
+    # --- lifecycle (called from serve's thread) -----------------------------------------------
+
+    def start(self, timeout_s: float = 60.0) -> tuple[str, int]:
+        """Open the produced partitions and listen; returns the bound address."""
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"the Kafka API listener did not start within {timeout_s} s")
+        if self._failure is not None:
+            raise self._failure
+        assert self.address is not None
+        return self.address
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop listening, answer what is in flight, seal what is buffered."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+        self._thread.join(timeout_s + 5)
+
+    def snapshot(self) -> dict[str, Any]:
+        found = self.stats.snapshot()
+        if self.address is not None:
+            found["listen"] = f"{self.address[0]}:{self.address[1]}"
+        return found
+
+    # --- the loop thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:
+            self._failure = exc
+            log.exception("kafka_api_failed", error=str(exc))
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._stopping = asyncio.Event()
+        sink = ProduceSink(self.config, self.api, self.store, loop, self.stats)
+        self.sink = sink
+        sink.open()
+        host, port = self.api.address
+        server = await asyncio.start_server(
+            self._connection, host, port, ssl=self._tls(), limit=1 << 20
+        )
+        bound = server.sockets[0].getsockname()
+        self.address = (str(bound[0]), int(bound[1]))
+        advertised = self.api.advertised_address or self.address
+        self.admin = AdminHandler(sink, *advertised)
+        self.produce = ProduceHandler(sink, self.api)
+        log.info(
+            "kafka_api_listening",
+            listen=f"{self.address[0]}:{self.address[1]}",
+            advertised=f"{advertised[0]}:{advertised[1]}",
+            topics=dict(sink.topics.partitions),
+            tls=self.api.tls is not None,
+            sasl=None if self.api.sasl is None else list(self.api.sasl.mechanisms),
+        )
+        self._ready.set()
+        reporter = asyncio.create_task(self._report())
+        try:
+            await self._stopping.wait()
+        finally:
+            reporter.cancel()
+            server.close()
+            for writer in list(self._writers):
+                writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5)
+            await loop.run_in_executor(None, sink.close, self.config.shutdown_timeout)
+            self._status.write({**self._status_body(), "stopped": True})
+            log.info(
+                "kafka_api_stopped",
+                **{
+                    k: v
+                    for k, v in self.stats.snapshot().items()
+                    if k in ("records", "throttled_requests")
+                },
+            )
+
+    async def _report(self) -> None:
+        """The status file `plateau status`, /metrics and /readyz read, once a second."""
+        while True:
+            self._status.write(self._status_body())
+            await asyncio.sleep(WRITE_INTERVAL_S)
+
+    def _status_body(self) -> dict[str, Any]:
+        sink = self.sink
+        partitions = [] if sink is None else partition_rows(sink)
+        return {"worker": NAME, "role": NAME, "partitions": partitions, NAME: self.snapshot()}
+
+    def _tls(self) -> ssl.SSLContext | None:
+        tls = self.api.tls
+        if tls is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        password = tls.password.get_secret_value() if tls.password else None
+        context.load_cert_chain(tls.certfile, tls.keyfile, password)
+        if tls.cafile is not None:
+            context.load_verify_locations(tls.cafile)
+        if tls.client_auth == "required":
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+    # --- connections ----------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        conn = Connection(f"{peer[0]}:{peer[1]}" if peer else "?", self.api)
+        self.stats.connections += 1
+        self.stats.connections_total += 1
+        self._writers.add(writer)
+        answers: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue()
+        sender = asyncio.create_task(self._send(writer, answers))
+        reason = "closed by client"
+        try:
+            while True:
+                frame = await self._frame(reader)
+                if frame is None:
+                    break
+                answer = await self._answer(conn, frame)
+                answers.put_nowait(answer)
+        except ProtocolError as exc:
+            reason = str(exc)
+            self.stats.closed_connections["protocol_error"] += 1
+            log.warning("kafka_connection_closed", peer=conn.peer, reason=reason)
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        finally:
+            answers.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await sender
+            self._writers.discard(writer)
+            writer.close()
+            self.stats.connections -= 1
+            log.debug("kafka_connection_ended", peer=conn.peer, reason=reason)
+
+    async def _frame(self, reader: asyncio.StreamReader) -> bytes | None:
+        try:
+            head = await reader.readexactly(4)
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                raise ProtocolError("the connection ended inside a frame's size") from None
+            return None
+        (size,) = _SIZE.unpack(head)
+        if size < 8 or size > max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes):
+            raise ProtocolError(f"a frame of {size} bytes is not a request")
+        try:
+            return await reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            raise ProtocolError(f"the connection ended inside a frame of {size} bytes") from None
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
+    ) -> None:
+        while True:
+            answer = await answers.get()
+            if answer is None:
+                return
+            try:
+                data = await answer
+            except Exception as exc:
+                log.exception("kafka_request_failed", error=str(exc))
+                writer.close()
+                return
+            if data is not None and not writer.is_closing():
+                writer.write(data)
+                await writer.drain()
+
+    async def _answer(self, conn: Connection, frame: bytes) -> asyncio.Future[bytes | None]:
+        """Handle one request; the future holds its response frame (None: no response)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bytes | None] = loop.create_future()
+        try:
+            request = protocol.parse_request(frame)
+        except UnsupportedRequestError as exc:
+            self.stats.errors[(protocol.api_name(exc.api_key), "unsupported_version")] += 1
+            response = protocol.error_response(exc, ErrorCode.unsupported_version)
+            log.warning(
+                "kafka_request_unsupported",
+                peer=conn.peer,
+                error=str(exc),
+                answered=response is not None,
+            )
+            if response is None:
+                raise ProtocolError(str(exc)) from None
+            done.set_result(response)
+            return done
+        name = protocol.api_name(request.api_key)
+        self.stats.requests[name] += 1
+        if request.api_key == protocol.FETCH:
+            return self._refuse(request, "the listener takes produce traffic only")
+        if not conn.authenticated and request.api_key not in protocol.BEFORE_AUTH:
+            raise ProtocolError(f"{name} before SASL authentication")
+        if request.api_key == protocol.PRODUCE:
+            respond, _ = await self.produce.accept(request.body, conn.allowed)
+            if request.body.acks == 0:
+                done.set_result(None)
+                return done
+
+            async def produced() -> bytes | None:
+                return self._encode(request, await respond())
+
+            return asyncio.ensure_future(produced())
+        body = self._admin(conn, request)
+        done.set_result(self._encode(request, body))
+        return done
+
+    def _refuse(self, request: Request, why: str) -> asyncio.Future[bytes | None]:
+        response = protocol.error_response(request, ErrorCode.unsupported_version)
+        name = protocol.api_name(request.api_key)
+        self.stats.errors[(name, "unsupported_version")] += 1
+        if response is None:
+            raise ProtocolError(f"{name} v{request.api_version}: {why}")
+        done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        done.set_result(response)
+        return done
+
+    def _encode(self, request: Request, body: dict[str, Any]) -> bytes:
+        return protocol.encode_response(
+            request.api_key, request.api_version, request.correlation_id, body
+        )
+
+    def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
+        key, body = request.api_key, request.body
+        if key == protocol.API_VERSIONS:
+            return self.admin.api_versions(body)
+        if key == protocol.METADATA:
+            return self.admin.metadata(body, request.api_version, self.api.auto_create_topics)
+        if key == protocol.INIT_PRODUCER_ID:
+            return self.admin.init_producer_id(body)
+        if key == protocol.CREATE_TOPICS:
+            return self.admin.create_topics(body)
+        if key == protocol.DESCRIBE_CLUSTER:
+            return self.admin.describe_cluster(body)
+        if key == protocol.DESCRIBE_CONFIGS:
+            return self.admin.describe_configs(body)
+        if key == protocol.SASL_HANDSHAKE:
+            return self._handshake(conn, body)
+        if key == protocol.SASL_AUTHENTICATE:
+            return self._authenticate(conn, body)
+        raise ProtocolError(f"{protocol.api_name(key)} has no handler")
+
+    def _handshake(self, conn: Connection, body: Any) -> dict[str, Any]:
+        offered = [] if self.api.sasl is None else list(self.api.sasl.mechanisms)
+        if conn.exchange is None or not conn.exchange.choose(body.mechanism):
+            return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": offered}
+        return {"error_code": ErrorCode.none, "mechanisms": offered}
+
+    def _authenticate(self, conn: Connection, body: Any) -> dict[str, Any]:
+        if conn.exchange is None:
+            return {
+                "error_code": ErrorCode.illegal_sasl_state,
+                "error_message": "SASL is not enabled on this listener",
+                "auth_bytes": b"",
+            }
+        try:
+            answer = conn.exchange.step(body.auth_bytes)
+        except AuthenticationError as exc:
+            log.warning("sasl_failed", peer=conn.peer, error=str(exc))
+            self.stats.errors[("SaslAuthenticate", "sasl_authentication_failed")] += 1
+            return {
+                "error_code": ErrorCode.sasl_authentication_failed,
+                "error_message": f"authentication failed: {exc}",
+                "auth_bytes": b"",
+            }
+        if conn.exchange.principal is not None:
+            log.info("sasl_authenticated", peer=conn.peer, user=conn.exchange.principal.name)
+        return {"error_code": ErrorCode.none, "auth_bytes": answer, "session_lifetime": 0}

@@ -1,0 +1,362 @@
+"""Where produced record batches land: a Writer of the store owning every partition of the
+produced topics, with offsets handed out here, idempotent producers checked against what the
+manifest and the buffers hold, and acks=all answered once the records are sealed.
+
+All methods run on the listener's event loop thread; the Writer's listener hooks hop onto
+it with `call_soon_threadsafe`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import structlog
+from kio.schema.errors import ErrorCode
+
+from bridge.config.models import Config, KafkaApiConfig
+from bridge.config.topics import RollConfig
+from bridge.ingest.decode import Poison, decoder_for
+from bridge.ingest.records import ERROR_HEADERS, HEADERS
+from bridge.kafka_api.batches import ProducedBatch
+from bridge.kafka_api.partition import Piece, ProducedPartition
+from bridge.kafka_api.stats import SinkStats
+from bridge.kafka_api.topics import ProducedTopics
+from plateau_core import Store
+from plateau_core.errors import BackpressureError
+from plateau_core.listener import SealedSegment, WriterListener
+from plateau_core.policies import RollPolicy, WriterPolicy
+from plateau_core.producers import ProducerBatch, Verdict
+from plateau_core.schema import HEADERS_TYPE, merge_schemas
+
+log = structlog.get_logger(__name__)
+
+# Produced partitions seal this often unless their topic sets roll.max_age: acks=all waits
+# for the seal, so this bounds the acknowledgement latency (plus the seal's own time).
+GROUP_COMMIT_S = 0.1
+
+
+class ThrottledError(Exception):
+    """The writer cannot take this partition's records now; retry once `ready()` resolves."""
+
+    def __init__(self, topic: str, partition: int, reason: str) -> None:
+        super().__init__(f"{topic}[{partition}]: {reason}")
+        self.key = (topic, partition)
+        self.reason = reason
+
+
+@dataclass
+class Outcome:
+    """What a produce of one batch to one partition came to."""
+
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    message: str | None = None
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
+    landed: asyncio.Future[None] | None = None  # appended to the writer (after a throttle)
+    durable: list[asyncio.Future[None]] = field(default_factory=list)  # sealed
+
+
+class ProduceSink(WriterListener):
+    def __init__(
+        self,
+        config: Config,
+        api: KafkaApiConfig,
+        store: Store,
+        loop: asyncio.AbstractEventLoop,
+        stats: SinkStats,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.loop = loop
+        self.stats = stats
+        self.api = api
+        self.topics = ProducedTopics(config, api, store.manifest)
+        storage = config.storage
+        self.writer = store.writer(
+            WriterPolicy(
+                memory_budget_bytes=storage.memory_budget,
+                # Seals here are small and frequent (each acks=all group commit is one per
+                # partition); more threads than two only contend for the interpreter lock
+                # (measured: docs/benchmarks.md, the Kafka API).
+                writer_threads=min(storage.writer_threads, 2),
+                compression=storage.compression,
+                min_free_disk_bytes=storage.min_free_disk or 0,
+                tick_s=0.02,
+            ),
+            self,
+        )
+        self.partitions: dict[tuple[str, int], ProducedPartition] = {}
+        self._capacity = asyncio.Event()
+
+    # --- partitions ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Acquire every partition of every produced topic (recovering each folder)."""
+        for topic, count in sorted(self.topics.partitions.items()):
+            self.open_topic(topic, count)
+
+    def open_topic(self, topic: str, count: int) -> None:
+        for partition in range(count):
+            if (topic, partition) not in self.partitions:
+                self._acquire(topic, partition)
+
+    def _acquire(self, topic: str, partition: int) -> ProducedPartition:
+        mapping = self.topics.mapping(topic)
+        roll = self.config.roll_policy(mapping)
+        if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
+            roll = RollConfig(max_age=GROUP_COMMIT_S).apply(roll)
+        watermark = self.writer.acquire(topic, partition, roll=roll) or 0
+        decoder = decoder_for(mapping)
+        stored = self.store.manifest.schemas(topic)
+        if stored:
+            decoder.seed(merge_schemas(stored.values()))
+        state = ProducedPartition(
+            topic,
+            partition,
+            mapping,
+            decoder,
+            watermark,
+            self.store.manifest.producer_states(topic, partition),
+            roll.max_age_s,
+        )
+        self.partitions[(topic, partition)] = state
+        return state
+
+    def _dead_letters(self, topic: str, partition: int) -> ProducedPartition:
+        found = self.partitions.get((topic, partition))
+        if found is None:
+            watermark = self.writer.acquire(
+                topic, partition, roll=RollPolicy(max_age_s=GROUP_COMMIT_S)
+            )
+            mapping = self.topics.mapping(topic)
+            found = ProducedPartition(
+                topic, partition, mapping, decoder_for(mapping), watermark or 0, {}
+            )
+            self.partitions[(topic, partition)] = found
+        return found
+
+    def close(self, timeout_s: float) -> None:
+        """Seal what is buffered and let every partition go."""
+        try:
+            self.writer.close(timeout_s=timeout_s)
+        finally:
+            for state in self.partitions.values():
+                state.fail_waiters(ConnectionAbortedError("the listener is stopping"))
+
+    # --- appends ------------------------------------------------------------------------------
+
+    def append(
+        self, topic: str, partition: int, batch: ProducedBatch, *, urgent: bool = False
+    ) -> Outcome:
+        """Land one batch; raises ThrottledError (nothing done) when the writer cannot take
+        it now. `urgent`: the producer waits for durability (acks=all), so seal at once."""
+        state = self.partitions[(topic, partition)]
+        if state.stalled:
+            raise ThrottledError(topic, partition, "earlier records are still waiting")
+        if not self.writer.accepting(topic, partition):
+            raise ThrottledError(topic, partition, "the writer is at its memory budget")
+        if batch.idempotent:
+            verdict = state.check_producer(
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
+            )
+            if verdict.verdict is Verdict.DUPLICATE:
+                base = verdict.base_offset or 0
+                self.stats.duplicates += 1
+                log.info(
+                    "produce_duplicate",
+                    topic=topic,
+                    partition=partition,
+                    producer_id=batch.producer_id,
+                    sequence=batch.base_sequence,
+                    base_offset=base,
+                )
+                return Outcome(
+                    base_offset=base, durable=[state.durable(base + batch.count, self.loop)]
+                )
+            if verdict.verdict is not Verdict.NEW:
+                code = (
+                    ErrorCode.invalid_producer_epoch
+                    if verdict.verdict is Verdict.FENCED
+                    else ErrorCode.out_of_order_sequence_number
+                )
+                return Outcome(error=code, message=verdict.detail)
+        appended_ms = int(time.time() * 1000)
+        log_append = state.mapping.timestamp == "log_append_time"
+        base = state.next_offset
+        records = batch.records(base, appended_ms if log_append else None)
+        decoded = state.decoder.decode(records)
+        mapping = state.mapping
+        if decoded.poison and mapping.on_error == "fail":
+            self.stats.refused_records += batch.count
+            return Outcome(
+                error=ErrorCode.invalid_record,
+                message=f"{len(decoded.poison)} of {batch.count} records do not decode as "
+                f"{mapping.format} (first, record {decoded.poison[0].row}: "
+                f"{decoded.poison[0].error}); the batch is refused",
+                record_errors=[(p.row, p.error) for p in decoded.poison[:16]],
+            )
+        state.reserve(batch.count)
+        pieces = [Piece(topic, partition, rows) for rows in decoded.batches if rows.num_rows]
+        end = base + batch.count
+        if batch.idempotent:
+            producer = ProducerBatch(
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+                batch.last_sequence,
+                base,
+            )
+            state.remember(producer)
+            if pieces:
+                pieces[-1].producer = producer
+        outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
+        if decoded.poison:
+            pieces += self._poison(state, records, decoded.poison, outcome)
+        last_kept = max(
+            (p.rows.column(0)[-1].as_py() for p in pieces if p.rows and p.topic == topic),
+            default=base - 1,
+        )
+        if last_kept + 1 < end:
+            pieces.append(Piece(topic, partition, skip_to=end))
+        outcome.durable.append(state.durable(end, self.loop))
+        self.stats.produced(topic, batch.count, batch.size)
+        for piece in pieces:
+            piece.urgent = urgent
+        state.stalled = pieces
+        outcome.landed = self._drain(state)
+        return outcome
+
+    def _poison(
+        self,
+        state: ProducedPartition,
+        records: pa.RecordBatch,
+        poison: list[Poison],
+        outcome: Outcome,
+    ) -> list[Piece]:
+        mapping = state.mapping
+        self.stats.poison(state.topic, mapping.on_error, len(poison))
+        if mapping.on_error != "dlq" or mapping.dlq is None:
+            for item in poison:
+                log.warning(
+                    "record_skipped",
+                    topic=state.topic,
+                    partition=state.partition,
+                    offset=item.offset,
+                    error=item.error,
+                )
+            return []
+        dlq = self._dead_letters(mapping.dlq, state.partition)
+        rows = records.take(pa.array([p.row for p in poison], pa.int64()))
+        dlq_base = dlq.reserve(len(poison))
+        headers = []
+        for i, item in enumerate(poison):
+            found = rows.column(HEADERS)[i].as_py() or []
+            found += [
+                {"key": ERROR_HEADERS[0], "value": state.topic.encode()},
+                {"key": ERROR_HEADERS[1], "value": str(state.partition).encode()},
+                {"key": ERROR_HEADERS[2], "value": str(item.offset).encode()},
+                {"key": ERROR_HEADERS[3], "value": item.error.encode()},
+            ]
+            headers.append(found)
+        letters = pa.RecordBatch.from_arrays(
+            [
+                pa.array(range(dlq_base, dlq_base + len(poison)), pa.int64()),
+                rows.column(1),
+                rows.column(2),
+                pa.array(headers, HEADERS_TYPE),
+                rows.column(4),
+            ],
+            schema=records.schema,
+        )
+        outcome.durable.append(dlq.durable(dlq_base + len(poison), self.loop))
+        return [Piece(dlq.topic, dlq.partition, letters)]
+
+    def _drain(self, state: ProducedPartition) -> asyncio.Future[None]:
+        """Append the partition's stalled pieces in order, as far as the writer takes them;
+        the future resolves when all are appended."""
+        while state.stalled:
+            piece = state.stalled[0]
+            try:
+                if piece.rows is not None:
+                    self.writer.append(
+                        piece.topic,
+                        piece.partition,
+                        piece.rows,
+                        producer=piece.producer,
+                        urgent=piece.urgent,
+                    )
+                else:
+                    assert piece.skip_to is not None
+                    self.writer.skip(piece.topic, piece.partition, piece.skip_to)
+            except BackpressureError as exc:
+                if state.landed is None:
+                    state.landed = self.loop.create_future()
+                log.info(
+                    "produce_throttled",
+                    topic=piece.topic,
+                    partition=piece.partition,
+                    reason=exc.reason,
+                    detail=exc.detail,
+                )
+                return state.landed
+            state.stalled.pop(0)
+        landed, state.landed = state.landed, None
+        if landed is None:
+            landed = self.loop.create_future()
+        if not landed.done():
+            landed.set_result(None)
+        return landed
+
+    def retry_stalled(self) -> None:
+        for state in self.partitions.values():
+            if state.stalled:
+                self._drain(state)
+
+    async def ready(self, key: tuple[str, int], timeout_s: float) -> bool:
+        """Wait until the partition can take records again (at most `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.retry_stalled()
+            state = self.partitions[key]
+            if not state.stalled and self.writer.accepting(*key):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._capacity.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._capacity.wait(), min(remaining, 0.05))
+
+    # --- the writer's hooks (on its threads) ------------------------------------------------
+
+    def on_sealed(self, segment: SealedSegment) -> None:
+        self._call(self._sealed, segment.topic, segment.partition, segment.end_offset)
+
+    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
+        self._call(self._sealed, topic, partition, next_offset)
+
+    def on_capacity(self) -> None:
+        self._call(self._capacity_freed)
+
+    def _capacity_freed(self) -> None:
+        self._capacity.set()
+        self.retry_stalled()
+
+    def _call(self, callback: Callable[..., None], *args: object) -> None:
+        # RuntimeError: the loop has closed (the final seals of a shutdown).
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(callback, *args)
+
+    def on_seal_failed(self, topic: str, partition: int, error: Exception) -> None:
+        self.stats.seal_failures += 1
+
+    def _sealed(self, topic: str, partition: int, end: int) -> None:
+        state = self.partitions.get((topic, partition))
+        if state is not None:
+            state.sealed(end)

@@ -1,0 +1,64 @@
+"""The topics producers may write to: those the config lists without a source, and those
+created through the API (CreateTopics, or a produce when auto_create_topics is on), which
+the manifest remembers across restarts."""
+
+from __future__ import annotations
+
+import re
+
+from bridge.config.models import Config, KafkaApiConfig
+from bridge.config.topics import TopicMapping
+from plateau_core.errors import InvalidInputError
+from plateau_core.manifest import Manifest
+from plateau_core.names import validate_topic
+
+# Kafka's own rule for topic names; plateau's folder names are a superset.
+_KAFKA_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class TopicNameError(ValueError):
+    pass
+
+
+class ProducedTopics:
+    def __init__(self, config: Config, api: KafkaApiConfig, manifest: Manifest) -> None:
+        self._api = api
+        self._manifest = manifest
+        self._mappings = {m.name: m for m in config.produced if m.name is not None}
+        self._consumed = {m.topic for m in config.consumed if m.topic is not None}
+        self.partitions: dict[str, int] = {}
+        for name, mapping in self._mappings.items():
+            wanted = mapping.partitions or api.default_partitions
+            self.partitions[name] = manifest.ensure_produced_topic(name, wanted, "config")
+        for name, count in manifest.produced_topics().items():
+            self.partitions.setdefault(name, count)
+
+    def mapping(self, topic: str) -> TopicMapping:
+        """The configured mapping, or raw defaults for a topic created through the API."""
+        found = self._mappings.get(topic)
+        return found if found is not None else TopicMapping(name=topic)
+
+    def configured(self, topic: str) -> bool:
+        return topic in self._mappings
+
+    def check_name(self, topic: str) -> None:
+        """Raise TopicNameError when `topic` cannot be created through the API."""
+        if not _KAFKA_NAME.fullmatch(topic) or topic in (".", ".."):
+            raise TopicNameError(f"topic name {topic!r} must be 1-249 characters of [A-Za-z0-9._-]")
+        try:
+            validate_topic(topic)
+        except InvalidInputError as exc:
+            raise TopicNameError(str(exc)) from None
+        if topic in self._consumed:
+            raise TopicNameError(
+                f"{topic!r} is consumed from the Kafka cluster; producers cannot write it here"
+            )
+
+    def create(self, topic: str, partitions: int | None, created_by: str) -> int:
+        """Record a new topic; returns its partition count."""
+        self.check_name(topic)
+        count = self._manifest.ensure_produced_topic(
+            topic, partitions or self._api.default_partitions, created_by
+        )
+        self.partitions[topic] = count
+        return count

@@ -1,0 +1,167 @@
+"""librdkafka (confluent-kafka's Producer) writing to plateau's Kafka API, read back from the
+store: every acknowledged record exactly once, with its key, value, headers and timestamp."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+
+from tests.kafka_api.support import api_config, listening, stored
+
+N = 3000
+
+
+def produce(bootstrap: str, topic: str, settings: dict[str, Any], count: int = N) -> list[Message]:
+    delivered: list[Message] = []
+    failed: list[KafkaError] = []
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        (failed.append(err) if err is not None else delivered.append(msg))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **settings})
+    for i in range(count):
+        producer.produce(
+            topic,
+            key=b"key-%d" % i,
+            value=b"value-%d" % i,
+            headers=[("n", str(i).encode())],
+            timestamp=1_700_000_000_000 + i,
+            on_delivery=report,
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert failed == []
+    return delivered
+
+
+def check_exactly_once(table: Any, delivered: list[Message]) -> None:
+    rows = table.to_pylist()
+    by_key = {r["key"]: r for r in rows}
+    assert len(rows) == len(by_key) == len(delivered)
+    for msg in delivered:
+        key = msg.key()
+        assert key is not None
+        i = int(key.split(b"-")[1])
+        row = by_key[key]
+        assert row["value"] == msg.value() == b"value-%d" % i
+        assert row["offset"] == msg.offset()
+        assert row["headers"] == [{"key": "n", "value": str(i).encode()}]
+        assert int(row["timestamp"].timestamp() * 1000) == 1_700_000_000_000 + i
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"acks": "all", "enable.idempotence": True},
+        {"acks": "all", "enable.idempotence": False},
+        {"acks": "1"},
+    ],
+    ids=["idempotent", "acks-all", "acks-1"],
+)
+def test_acknowledged_records_land_exactly_once(tmp_path: Path, settings: dict[str, Any]) -> None:
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        delivered = produce(bootstrap, "events", settings)
+    table = stored(tmp_path / "store", "events")
+    check_exactly_once(table, delivered)
+    # Offsets are contiguous per partition, from 0.
+    for partition in (0, 1):
+        offsets = sorted(m.offset() for m in delivered if m.partition() == partition)
+        assert offsets == list(range(len(offsets)))
+
+
+def test_acks_all_answers_only_sealed_records(tmp_path: Path) -> None:
+    """With acks=all a delivery report means the records are in the manifest already: the
+    store reads them while the listener still runs."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        delivered = produce(bootstrap, "events", {"acks": "all"}, count=500)
+        table = stored(tmp_path / "store", "events")
+        assert table.num_rows == len(delivered)
+
+
+def test_acks_0_lands_without_answers(tmp_path: Path) -> None:
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        produce(bootstrap, "events", {"acks": "0"}, count=500)
+        deadline = time.monotonic() + 20
+        while server.stats.records["events"] < 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert stored(tmp_path / "store", "events").num_rows == 500
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches(tmp_path: Path, codec: str) -> None:
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        delivered = produce(
+            bootstrap, "events", {"acks": "all", "compression.type": codec}, count=400
+        )
+    check_exactly_once(stored(tmp_path / "store", "events"), delivered)
+
+
+def test_json_topic_decodes_and_log_append_time(tmp_path: Path) -> None:
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "app", "partitions": 1, "format": "json", "timestamp": "log_append_time"}],
+    )
+    before = int(time.time() * 1000)
+    producer_messages: list[Message] = []
+    with listening(config) as (_server, bootstrap):
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(10):
+            producer.produce(
+                "app",
+                value=b'{"level": "info", "n": %d}' % i,
+                timestamp=1000,
+                on_delivery=lambda e, m: producer_messages.append(m if e is None else e),
+            )
+        assert producer.flush(20) == 0
+        assert all(isinstance(m, Message) for m in producer_messages), producer_messages
+    rows = stored(tmp_path / "store", "app").to_pylist()
+    assert [r["n"] for r in rows] == list(range(10))
+    assert {r["level"] for r in rows} == {"info"}
+    # LogAppendTime: the store's clock, and the producer is told so.
+    assert all(r["timestamp"].timestamp() * 1000 >= before for r in rows)
+    assert all(m.timestamp()[0] == 2 for m in producer_messages)  # TIMESTAMP_LOG_APPEND_TIME
+
+
+def test_unknown_topic_is_refused_unless_auto_created(tmp_path: Path) -> None:
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        errors: list[KafkaError] = []
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "message.timeout.ms": 3000, "acks": "all"}
+        )
+        producer.produce("nope", value=b"x", on_delivery=lambda e, _m: errors.append(e))
+        producer.flush(10)
+        assert [e.code() for e in errors] == [KafkaError._MSG_TIMED_OUT] or [
+            e.code() for e in errors
+        ] == [KafkaError.UNKNOWN_TOPIC_OR_PART]
+    auto = api_config(tmp_path / "auto", auto_create_topics=True, default_partitions=3)
+    with listening(auto) as (server, bootstrap):
+        delivered = produce(bootstrap, "fresh", {"acks": "all"}, count=30)
+        assert server.sink is not None
+        assert server.sink.topics.partitions["fresh"] == 3
+    assert stored(tmp_path / "auto", "fresh").num_rows == len(delivered) == 30
+
+
+def test_a_full_writer_throttles_producers_and_loses_nothing(tmp_path: Path) -> None:
+    """A memory budget far below the incoming rate: the listener holds connections back
+    (throttle_time_ms) instead of refusing or dropping records."""
+    config = api_config(tmp_path / "store")
+    storage = config.storage.model_copy(update={"memory_budget": 64 * 1024})
+    config = config.model_copy(update={"storage": storage})
+    with listening(config) as (server, bootstrap):
+        delivered = produce(
+            bootstrap, "events", {"acks": "1", "linger.ms": 20, "batch.size": 65536}, count=20000
+        )
+        assert server.stats.throttled_requests > 0
+        assert server.stats.throttled_bytes > 0
+    table = stored(tmp_path / "store", "events")
+    assert table.num_rows == len(delivered) == 20000
+    assert len(set(table.column("key").to_pylist())) == 20000

@@ -1,0 +1,71 @@
+"""`plateau serve` with only produced topics: the listener runs without any Kafka cluster,
+and status, /metrics and /readyz cover it."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import yaml
+from confluent_kafka import Producer
+
+from tests.bridge_support import (
+    free_port,
+    get,
+    plateau_command,
+    serving,
+    wait_readyz,
+    with_metrics,
+)
+from tests.kafka_api.support import api_config, stored
+
+
+def test_serve_runs_the_listener_alone_and_reports_it(tmp_path: Path) -> None:
+    api_port, metrics_port = free_port(), free_port()
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 2, "format": "json", "on_error": "skip"}],
+        listen=f"127.0.0.1:{api_port}",
+    )
+    config = with_metrics(config, metrics_port)
+    config_file = tmp_path / "plateau.yaml"
+    config_file.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True)))
+    with serving(config):
+        ready = wait_readyz(metrics_port, lambda body: body["ready"])
+        assert ready["assigned_partitions"] == 2
+        producer = Producer({"bootstrap.servers": f"127.0.0.1:{api_port}", "acks": "all"})
+        for i in range(100):
+            producer.produce("events", value=json.dumps({"n": i}).encode())
+        producer.produce("events", value=b"not json")
+        assert producer.flush(30) == 0
+        # The listener's status file is rewritten every second.
+        deadline = time.monotonic() + 10
+        text = ""
+        while time.monotonic() < deadline:
+            _, text = get(metrics_port, "/metrics")
+            if 'plateau_kafka_api_records_total{topic="events"} 101.0' in text:
+                break
+            time.sleep(0.3)
+        assert 'plateau_kafka_api_records_total{topic="events"} 101.0' in text
+        assert re.search(r'plateau_kafka_api_requests_total\{api="Produce"\} [1-9]', text)
+        assert 'plateau_poison_records_total{action="skip",topic="events"} 1.0' in text
+        status = plateau_command("status", "--config", str(config_file), "--json")
+        assert status.returncode == 0, status.stderr
+        document = json.loads(status.stdout)
+        assert document["kafka_api"][0]["records"] == {"events": 101}
+        partitions = document["topics"]["events"]["partitions"]
+        assert sum(p["records"] for p in partitions.values()) == 100
+        table = plateau_command("status", "--config", str(config_file))
+        assert f"kafka api 127.0.0.1:{api_port}: " in table.stdout
+    assert stored(tmp_path / "store", "events").num_rows == 100
+
+
+def test_demo_direct_lands_every_event_without_a_broker(tmp_path: Path) -> None:
+    done = plateau_command(
+        "demo", "--direct", "--seconds", "1", "--rate", "2000", "--data-dir", str(tmp_path / "d")
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "plateau's Kafka API at 127.0.0.1:" in done.stdout
+    assert "every produced event landed exactly once (2000 records)" in done.stdout
