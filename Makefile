@@ -9,22 +9,25 @@ export PLATEAU_CACHE_DIR ?= $(CURDIR)/.cache
 # Spark workers must run the same interpreter as the driver.
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: run test bench reliability setup kafka-jars lint typecheck unit integration kafka-start kafka-stop compose-check clean
+.PHONY: run test bench reliability setup kafka-jars kcat lint typecheck unit integration kafka-start kafka-stop compose-check clean
 
 run: setup
 	$(BIN)/plateau demo
 
-test: setup lint typecheck
+test: setup lint typecheck kcat
 	$(BIN)/pytest
 
 setup: $(VENV)/.installed kafka-jars
 
 # plateau side by side with Spark Structured Streaming, quixstreams, a plain consumer and
 # kcat; about 15 minutes on 2 cores. BENCH_ARGS passes options (see bench/compare_bench.py).
-bench: setup $(VENV)/.bench
+bench: setup $(VENV)/.bench kcat
+	$(BIN)/python bench/compare_bench.py $(BENCH_ARGS)
+
+# kcat is one of the real clients the Kafka API is tested with (tests/kafka_api/test_tools.py).
+kcat:
 	@command -v kcat >/dev/null || { echo "kcat is missing: installing Debian's package"; \
 		apt-get update -qq && apt-get install -y -qq kcat; }
-	$(BIN)/python bench/compare_bench.py $(BENCH_ARGS)
 
 # The fault suite in its long form (24 kills, a 10-minute soak; about 20 minutes), then
 # docs/reliability.md rendered from its results. `make test` runs the short form.

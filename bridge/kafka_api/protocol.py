@@ -23,8 +23,10 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import BufferUnderflow
+from kio.serial.errors import SerialError
 from kio.static.primitive import i32
+
+from bridge.kafka_api.bounds import check_header, check_request
 
 # api key -> (name, lowest, highest version answered). The ranges are what current
 # librdkafka (2.x) and the Apache Kafka 4.x Java clients ask for; Produce stops at 12
@@ -93,9 +95,14 @@ def parse_request(frame: bytes) -> Request:
         raise UnsupportedRequestError(api_key, api_version, correlation_id)
     request_type = _request_type(api_key, api_version)
     try:
+        # kio's reader trusts counts on the wire (bounds.py says why): check them first.
+        check_header(request_type.__header_schema__, frame)
         header, used = _reader(request_type.__header_schema__)(frame, 0)
+        check_request(request_type, frame, used)
         body, size = _reader(request_type)(frame, used)
-    except (BufferUnderflow, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+    # kio's own errors, and what its readers let through on damaged input (KeyError for a
+    # tagged field it does not know, OverflowError, ...): all mean the frame is unreadable.
+    except (SerialError, ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         raise ProtocolError(
             f"{api_name(api_key)} v{api_version} request does not parse: {exc}"
         ) from exc

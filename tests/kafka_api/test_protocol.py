@@ -1,0 +1,242 @@
+"""The protocol spoken by hand, for what real clients rarely send on purpose: idempotent
+batches sent again (also across a restart), sequence gaps, fenced epochs, and bad input,
+each answered as Kafka would while other connections carry on."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.kafka_api.support import (
+    RawClient,
+    api_config,
+    listening,
+    produce_body,
+    record_batch,
+    stored,
+)
+
+PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 3, 18, 22
+
+
+def partition_answer(response: Any) -> Any:
+    return response.responses[0].partition_responses[0]
+
+
+def produce(client: RawClient, topic: str, records: bytes, partition: int = 0) -> Any:
+    return partition_answer(client.call(PRODUCE, 9, produce_body(topic, partition, records)))
+
+
+def still_serving(bootstrap: str) -> None:
+    """Another connection gets answers: one client's bad input ends only its connection."""
+    other = RawClient(bootstrap)
+    try:
+        versions = other.call(API_VERSIONS, 3, {"client_software_name": "t"})
+        assert versions.error_code == ErrorCode.none
+        answer = produce(other, "events", record_batch([b"fine"]))
+        assert answer.error_code == ErrorCode.none
+    finally:
+        other.close()
+
+
+def producer_id(client: RawClient) -> int:
+    answer = client.call(
+        INIT_PRODUCER_ID,
+        4,
+        {"transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1},
+    )
+    assert answer.error_code == ErrorCode.none
+    return int(answer.producer_id)
+
+
+def test_a_batch_sent_again_is_answered_with_its_offsets_even_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    config = api_config(tmp_path / "store")
+    first = [b"a", b"b", b"c"]
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        pid = producer_id(client)
+        assert producer_id(client) != pid  # never the same id twice
+        produce(client, "events", record_batch([b"other"]))  # offset 0 belongs to someone else
+        batch = record_batch(first, producer_id=pid, epoch=0, sequence=0)
+        landed = produce(client, "events", batch)
+        again = produce(client, "events", batch)
+        assert landed.error_code == again.error_code == ErrorCode.none
+        assert again.base_offset == landed.base_offset == 1
+        # A gap in the sequence is refused, and so is an older epoch after a newer one.
+        gap = produce(client, "events", record_batch([b"x"], producer_id=pid, epoch=0, sequence=5))
+        assert gap.error_code == ErrorCode.out_of_order_sequence_number
+        newer = record_batch([b"d"], producer_id=pid, epoch=1, sequence=0)
+        assert produce(client, "events", newer).error_code == ErrorCode.none
+        older = record_batch([b"y"], producer_id=pid, epoch=0, sequence=3)
+        assert produce(client, "events", older).error_code == ErrorCode.invalid_producer_epoch
+        client.close()
+    # The producer's batches were recorded with their segments: a retry after a restart is
+    # recognised too.
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        retried = produce(
+            client, "events", record_batch([b"d"], producer_id=pid, epoch=1, sequence=0)
+        )
+        assert retried.error_code == ErrorCode.none
+        assert retried.base_offset == 4
+        client.close()
+    values = stored(tmp_path / "store", "events").column("value").to_pylist()
+    assert sorted(v for v in values if v in (b"a", b"b", b"c", b"d")) == [b"a", b"b", b"c", b"d"]
+    assert len(values) == 5
+
+
+def test_api_versions_it_does_not_know_are_answered_in_v0(tmp_path: Path) -> None:
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        frame = struct.pack(">hhi", API_VERSIONS, 99, 7) + struct.pack(">h", -1) + b"\0" * 4
+        client.send_frame(frame)
+        body = client.read_frame()
+        correlation, error = struct.unpack_from(">ih", body)
+        assert (correlation, error) == (7, ErrorCode.unsupported_version)
+        (count,) = struct.unpack_from(">i", body, 6)
+        keys = {struct.unpack_from(">hhh", body, 10 + 6 * i)[0] for i in range(count)}
+        assert {PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID} <= keys
+        client.close()
+        still_serving(bootstrap)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">hhi", 9999, 0, 1) + struct.pack(">h", -1),  # an API nobody has
+        struct.pack(">hhi", PRODUCE, 2, 1) + struct.pack(">h", -1),  # Produce v2
+        struct.pack(">hhi", METADATA, 99, 1) + struct.pack(">h", -1),
+        b"\0\0\0",  # shorter than a header
+    ],
+    ids=["unknown-api", "produce-v2", "metadata-v99", "short"],
+)
+def test_unreadable_requests_close_only_their_connection(tmp_path: Path, frame: bytes) -> None:
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        client.send_frame(frame)
+        assert client.closed_by_peer()
+        client.close()
+        still_serving(bootstrap)
+
+
+@pytest.mark.parametrize("size", [-5, 200 * 1024 * 1024])
+def test_impossible_frame_sizes_close_the_connection(tmp_path: Path, size: int) -> None:
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        client.sock.sendall(struct.pack(">i", size) + b"\0" * 16)
+        assert client.closed_by_peer()
+        client.close()
+        still_serving(bootstrap)
+
+
+def test_trailing_bytes_after_a_request_close_the_connection(tmp_path: Path) -> None:
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        good = client.request_frame(API_VERSIONS, 3, {"client_software_name": "t"})
+        client.send_frame(good + b"junk")
+        assert client.closed_by_peer()
+        client.close()
+        still_serving(bootstrap)
+
+
+def corrupt(batch: bytes) -> bytes:
+    broken = bytearray(batch)
+    broken[-1] ^= 0xFF  # inside the last record, covered by the CRC
+    return bytes(broken)
+
+
+def legacy_message_set() -> bytes:
+    """One message in format v1 (magic 1), as producers before Kafka 0.11 sent it."""
+    message = struct.pack(">bbq", 1, 0, 0) + struct.pack(">i", -1) + struct.pack(">i", 1) + b"x"
+    crc = 0  # the broker refuses it by its magic before looking at the CRC
+    body = struct.pack(">I", crc) + message
+    return struct.pack(">qi", 0, len(body)) + body
+
+
+@pytest.mark.parametrize(
+    ("records", "error"),
+    [
+        (corrupt(record_batch([b"a", b"b"])), ErrorCode.corrupt_message),
+        (record_batch([b"a", b"b"])[:-7], ErrorCode.corrupt_message),
+        (legacy_message_set(), ErrorCode.unsupported_for_message_format),
+        (record_batch([b"v" * 2000]), ErrorCode.message_too_large),
+    ],
+    ids=["bad-crc", "truncated", "magic-1", "too-large"],
+)
+def test_bad_batches_get_kafkas_answer_and_store_nothing(
+    tmp_path: Path, records: bytes, error: ErrorCode
+) -> None:
+    config = api_config(tmp_path / "store", message_max_bytes="1KiB")
+    with listening(config) as (server, bootstrap):
+        client = RawClient(bootstrap)
+        answer = produce(client, "events", records)
+        assert answer.error_code == error
+        assert answer.error_message
+        assert server.stats.records["events"] == 0
+        # The connection carries on after a refused batch.
+        assert produce(client, "events", record_batch([b"ok"])).error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"ok"]
+
+
+def test_unknown_topics_and_partitions(tmp_path: Path) -> None:
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        batch = record_batch([b"a"])
+        assert produce(client, "nope", batch).error_code == ErrorCode.unknown_topic_or_partition
+        assert (
+            produce(client, "events", batch, partition=7).error_code
+            == ErrorCode.unknown_topic_or_partition
+        )
+        metadata = client.call(
+            METADATA,
+            12,
+            {
+                "topics": [{"name": "nope"}, {"name": "events"}],
+                "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        by_name = {t.name: t for t in metadata.topics}
+        assert by_name["nope"].error_code == ErrorCode.unknown_topic_or_partition
+        assert len(by_name["events"].partitions) == 2
+        assert [b.port for b in metadata.brokers] == [int(bootstrap.rsplit(":", 1)[1])]
+        client.close()
+
+
+def test_undecodable_records_per_on_error(tmp_path: Path) -> None:
+    config = api_config(
+        tmp_path / "store",
+        [
+            {"name": "strict", "partitions": 1, "format": "json"},
+            {
+                "name": "lenient",
+                "partitions": 1,
+                "format": "json",
+                "on_error": "dlq",
+                "dlq": "lenient-dlq",
+            },
+        ],
+    )
+    values = [b'{"n": 1}', b"not json", b'{"n": 3}']
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        refused = produce(client, "strict", record_batch(values))
+        assert refused.error_code == ErrorCode.invalid_record
+        assert [e.batch_index for e in refused.record_errors] == [1]
+        taken = produce(client, "lenient", record_batch(values))
+        assert taken.error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", "strict").num_rows == 0
+    assert stored(tmp_path / "store", "lenient").column("n").to_pylist() == [1, 3]
+    letters = stored(tmp_path / "store", "lenient-dlq").to_pylist()
+    assert [r["value"] for r in letters] == [b"not json"]
+    headers = {h["key"]: h["value"] for h in letters[0]["headers"]}
+    assert headers["plateau.error.topic"] == b"lenient"
+    assert headers["plateau.error.offset"] == b"1"
