@@ -257,6 +257,48 @@ def run(records: int, sizes: list[int], heap: str) -> dict[str, Any]:
     return {"records": records, "partitions": PARTITIONS, "cases": [asdict(c) for c in cases]}
 
 
+@dataclass(frozen=True)
+class Target:
+    label: str
+    bootstrap: str
+    pids: list[int]
+    kafka: bool  # topics are created up front (plateau creates them on first produce)
+
+
+def perf_case(
+    name: str,
+    target: Target,
+    topic: str,
+    records: int,
+    size: int,
+    *,
+    props: tuple[str, ...] = (),
+    throughput: int = -1,
+    stored_in: Path | None = None,
+) -> Case:
+    """One perf test run into `target`, sampled; `stored_in`: also wait until the store
+    there holds every record, for the time until queryable."""
+    if target.kafka:
+        create_topic(target.bootstrap, topic, PARTITIONS)
+    with Sampler(target.pids) as sample:
+        started = time.monotonic()
+        perf = perf_test(target.bootstrap, topic, records, size, props, throughput)
+        acked = time.monotonic()
+        stored = None if stored_in is None else wait_stored(stored_in, topic, records)
+    return Case(
+        name,
+        size,
+        records,
+        acked - started,
+        perf["rate"],
+        perf["p50"],
+        perf["p99"],
+        None if stored is None else stored - started,
+        sample.cpu_s,
+        sample.peak_rss / 1e6,
+    )
+
+
 def _one_size(
     work: Path,
     bootstrap: str,
@@ -266,150 +308,56 @@ def _one_size(
     records: int,
     size: int,
 ) -> list[Case]:
-    found: list[Case] = []
-    api_dir = work / "api-store"
-    # a. perf test -> Kafka
-    topic = f"a-{size}"
-    create_topic(bootstrap, topic, PARTITIONS)
-    with Sampler([broker_pid]) as sample:
-        started = time.monotonic()
-        perf = perf_test(bootstrap, topic, records, size)
-        seconds = time.monotonic() - started
-    found.append(
-        Case(
-            "perf-test -> kafka",
-            size,
-            records,
-            seconds,
-            perf["rate"],
-            perf["p50"],
-            perf["p99"],
-            None,
-            sample.cpu_s,
-            sample.peak_rss / 1e6,
-        )
-    )
-    # b. perf test -> plateau
-    topic = f"b-{size}"
-    with Sampler([api.pid]) as sample:
-        started = time.monotonic()
-        perf = perf_test(plateau, topic, records, size)
-        acked = time.monotonic()
-        stored = wait_stored(api_dir, topic, records)
-    found.append(
-        Case(
+    kafka = Target("kafka", bootstrap, [broker_pid], kafka=True)
+    listener = Target("plateau", plateau, [api.pid], kafka=False)
+    found = [
+        # a and b, each client with its defaults
+        perf_case("perf-test -> kafka", kafka, f"a-{size}", records, size),
+        perf_case(
             "perf-test -> plateau",
-            size,
+            listener,
+            f"b-{size}",
             records,
-            acked - started,
-            perf["rate"],
-            perf["p50"],
-            perf["p99"],
-            stored - started,
-            sample.cpu_s,
-            sample.peak_rss / 1e6,
-        )
-    )
-    # The same two with larger producer batches: what the per-batch costs are.
-    for label, target, pid in (("kafka", bootstrap, broker_pid), ("plateau", plateau, api.pid)):
-        topic = f"t{label[0]}-{size}"
-        if target == bootstrap:
-            create_topic(bootstrap, topic, PARTITIONS)
-        with Sampler([pid]) as sample:
-            started = time.monotonic()
-            perf = perf_test(target, topic, records, size, TUNED)
-            seconds = time.monotonic() - started
-        found.append(
-            Case(
-                f"perf-test {' '.join(TUNED)} -> {label}",
-                size,
-                records,
-                seconds,
-                perf["rate"],
-                perf["p50"],
-                perf["p99"],
-                None,
-                sample.cpu_s,
-                sample.peak_rss / 1e6,
-            )
-        )
-    # Moderate load: the acknowledgement latency when neither side is saturated.
+            size,
+            stored_in=work / "api-store",
+        ),
+    ]
     moderate = max(1000, records // 20)
-    for label, target, pid in (("kafka", bootstrap, broker_pid), ("plateau", plateau, api.pid)):
-        topic = f"m{label[0]}-{size}"
-        if target == bootstrap:
-            create_topic(bootstrap, topic, PARTITIONS)
-        with Sampler([pid]) as sample:
-            started = time.monotonic()
-            perf = perf_test(target, topic, moderate, size, throughput=MODERATE_RATE)
-            seconds = time.monotonic() - started
+    for target in (kafka, listener):
+        # Larger producer batches: what the per-batch costs are.
         found.append(
-            Case(
-                f"perf-test at {MODERATE_RATE}/s -> {label}",
+            perf_case(
+                f"perf-test {' '.join(TUNED)} -> {target.label}",
+                target,
+                f"t{target.label[0]}-{size}",
+                records,
                 size,
-                moderate,
-                seconds,
-                perf["rate"],
-                perf["p50"],
-                perf["p99"],
-                None,
-                sample.cpu_s,
-                sample.peak_rss / 1e6,
+                props=TUNED,
             )
         )
-    # c. perf test -> Kafka -> plateau serve (consuming)
-    topic = f"c-{size}"
-    create_topic(bootstrap, topic, PARTITIONS)
-    consume_dir = work / f"consume-{size}"
-    consumer = start_serve(
-        {
-            "kafka": {"bootstrap_servers": bootstrap, "group_id": f"bench-{size}"},
-            "storage": {"data_dir": str(consume_dir), "memory_budget": "512MiB"},
-            "metrics": {"enabled": False},
-            "topics": [{"source": topic}],
-        },
-        work,
-        f"consume-{size}",
-    )
-    try:
-        time.sleep(3)  # joined the group before the first record
-        with Sampler([broker_pid, consumer.pid]) as sample:
-            started = time.monotonic()
-            perf = perf_test(bootstrap, topic, records, size)
-            acked = time.monotonic()
-            stored = wait_stored(consume_dir, topic, records)
-    finally:
-        consumer.terminate()
-        consumer.wait(60)
-    found.append(
-        Case(
-            "perf-test -> kafka -> plateau serve",
-            size,
-            records,
-            acked - started,
-            perf["rate"],
-            perf["p50"],
-            perf["p99"],
-            stored - started,
-            sample.cpu_s,
-            sample.peak_rss / 1e6,
+        # Moderate load: the acknowledgement latency when neither side is saturated.
+        found.append(
+            perf_case(
+                f"perf-test at {MODERATE_RATE}/s -> {target.label}",
+                target,
+                f"m{target.label[0]}-{size}",
+                moderate,
+                size,
+                throughput=MODERATE_RATE,
+            )
         )
-    )
-    # librdkafka into a and b
-    for name, target, pid in (
-        ("librdkafka -> kafka", bootstrap, broker_pid),
-        ("librdkafka -> plateau", plateau, api.pid),
-    ):
-        topic = f"l-{'k' if target == bootstrap else 'p'}-{size}"
-        if target == bootstrap:
+    found.append(_through_kafka(work, kafka, records, size))
+    for target in (kafka, listener):
+        topic = f"l-{target.label[0]}-{size}"
+        if target.kafka:
             create_topic(bootstrap, topic, PARTITIONS)
-        with Sampler([pid]) as sample:
-            acked_count, seconds = librdkafka(target, topic, records, size)
+        with Sampler(target.pids) as sample:
+            acked_count, seconds = librdkafka(target.bootstrap, topic, records, size)
         if acked_count != records:
-            raise BenchError(f"{name}: {acked_count} of {records} acknowledged")
+            raise BenchError(f"librdkafka -> {target.label}: {acked_count} of {records} acked")
         found.append(
             Case(
-                name,
+                f"librdkafka -> {target.label}",
                 size,
                 records,
                 seconds,
@@ -421,6 +369,37 @@ def _one_size(
     for case in found:
         print(json.dumps(asdict(case)), flush=True)
     return found
+
+
+def _through_kafka(work: Path, kafka: Target, records: int, size: int) -> Case:
+    """c: the perf test into Kafka while `plateau serve` consumes the topic."""
+    topic = f"c-{size}"
+    create_topic(kafka.bootstrap, topic, PARTITIONS)
+    consume_dir = work / f"consume-{size}"
+    consumer = start_serve(
+        {
+            "kafka": {"bootstrap_servers": kafka.bootstrap, "group_id": f"bench-{size}"},
+            "storage": {"data_dir": str(consume_dir), "memory_budget": "512MiB"},
+            "metrics": {"enabled": False},
+            "topics": [{"source": topic}],
+        },
+        work,
+        f"consume-{size}",
+    )
+    try:
+        time.sleep(3)  # joined the group before the first record
+        both = Target("kafka+serve", kafka.bootstrap, [*kafka.pids, consumer.pid], kafka=False)
+        return perf_case(
+            "perf-test -> kafka -> plateau serve",
+            both,
+            topic,
+            records,
+            size,
+            stored_in=consume_dir,
+        )
+    finally:
+        consumer.terminate()
+        consumer.wait(60)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""`make compose-check`: bring the compose stack up, check that records reach plateau's store
-and the Parquet replica in MinIO, then take it down again (volumes included).
+"""`make compose-check`: bring the compose stack up (with the `direct` profile, whose producer
+writes to plateau's Kafka API), check that records reach plateau's store by both ways and
+the Parquet replica in MinIO, then take it down again (volumes included).
 
 Needs a Docker engine with Compose v2. The stack runs under its own project name, so a
 stack you started yourself is left alone. Exit 0 when both checks pass.
@@ -21,6 +22,8 @@ from typing import Any
 COMPOSE_FILE = Path(__file__).resolve().with_name("docker-compose.yml")
 PROJECT = "plateau-check"
 CONFIG = "/etc/plateau/compose.yaml"
+# What the producer-direct service writes to plateau's Kafka API (config/compose.yaml).
+DIRECT_TOPIC = "plateau-direct-events"
 # Rows in the replica, read inside the spark service (it has pyarrow and the S3 settings).
 COUNT_REPLICA = """
 import os, pyarrow.dataset as ds, pyarrow.fs as fs
@@ -37,7 +40,17 @@ class CheckError(Exception):
 
 
 def compose(*args: str, capture: bool = True, timeout: float = 900) -> str:
-    command = ["docker", "compose", "-f", str(COMPOSE_FILE), "-p", PROJECT, *args]
+    command = [
+        "docker",
+        "compose",
+        "-f",
+        str(COMPOSE_FILE),
+        "-p",
+        PROJECT,
+        "--profile",
+        "direct",
+        *args,
+    ]
     result = subprocess.run(
         command, capture_output=capture, text=True, timeout=timeout, check=False
     )
@@ -76,6 +89,12 @@ def landed_and_replicated(document: dict[str, Any]) -> tuple[int, int]:
     return landed, replicated
 
 
+def landed_in(document: dict[str, Any], topic: str) -> int:
+    """Records of one topic in the store, from `plateau status --json`."""
+    partitions = document["topics"].get(topic, {}).get("partitions", {})
+    return sum(int(row["records"]) for row in partitions.values())
+
+
 def replica_rows() -> int:
     return int(compose("exec", "-T", "spark", "python", "-c", COUNT_REPLICA).strip())
 
@@ -102,6 +121,12 @@ def run(timeout_s: float) -> None:
 
     records = wait_for("records landing in the store", landed, timeout_s)
     print(f"store: {records} records landed")
+    direct = wait_for(
+        f"records produced to plateau's Kafka API landing in {DIRECT_TOPIC}",
+        lambda: landed_in(store_status(), DIRECT_TOPIC),
+        timeout_s,
+    )
+    print(f"store: {direct} records of {DIRECT_TOPIC} came through the Kafka API")
 
     def replicated() -> tuple[int, int] | None:
         """(replicated per the manifest, rows in the replica), read between two reads of the

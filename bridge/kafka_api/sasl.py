@@ -12,6 +12,7 @@ import fnmatch
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bridge.config.models import KafkaApiSasl, KafkaApiUser
@@ -82,7 +83,7 @@ class Exchange:
 
 
 class _Scram:
-    def __init__(self, digest: str, lookup: object) -> None:
+    def __init__(self, digest: str, lookup: Callable[[str], KafkaApiUser]) -> None:
         self.digest = digest
         self.lookup = lookup
         self.principal: Principal | None = None
@@ -97,7 +98,7 @@ class _Scram:
         if "n" not in fields or "r" not in fields:
             raise AuthenticationError("SCRAM client-first needs n= and r=")
         name = fields["n"].replace("=2C", ",").replace("=3D", "=")
-        user = self.lookup(name)  # type: ignore[operator]
+        user = self.lookup(name)
         salt = secrets.token_bytes(16)
         nonce = fields["r"] + secrets.token_urlsafe(18)
         server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={ITERATIONS}"

@@ -21,9 +21,9 @@ from kio.schema.errors import ErrorCode
 from bridge.config.models import Config, KafkaApiConfig
 from bridge.kafka_api import protocol
 from bridge.kafka_api.admin import AdminHandler
+from bridge.kafka_api.connection import Connection
 from bridge.kafka_api.produce import ProduceHandler
 from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
-from bridge.kafka_api.sasl import AuthenticationError, Exchange
 from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.status import partition_rows
@@ -37,22 +37,6 @@ NAME = "kafka-api"
 _SIZE = struct.Struct(">i")
 # Kafka's socket.request.max.bytes: a frame above this closes the connection unread.
 REQUEST_MAX_BYTES = 100 * 1024 * 1024
-
-
-class Connection:
-    def __init__(self, peer: str, api: KafkaApiConfig) -> None:
-        self.peer = peer
-        self.exchange = Exchange(api.sasl) if api.sasl is not None else None
-
-    @property
-    def authenticated(self) -> bool:
-        return self.exchange is None or self.exchange.principal is not None
-
-    def allowed(self, topic: str) -> bool:
-        if self.exchange is None:
-            return True
-        principal = self.exchange.principal
-        return principal is not None and principal.may_write(topic)
 
 
 class KafkaApiServer:
@@ -323,34 +307,7 @@ class KafkaApiServer:
         if key == protocol.DESCRIBE_CONFIGS:
             return self.admin.describe_configs(body)
         if key == protocol.SASL_HANDSHAKE:
-            return self._handshake(conn, body)
+            return conn.handshake(body)
         if key == protocol.SASL_AUTHENTICATE:
-            return self._authenticate(conn, body)
+            return conn.authenticate(body, self.stats)
         raise ProtocolError(f"{protocol.api_name(key)} has no handler")
-
-    def _handshake(self, conn: Connection, body: Any) -> dict[str, Any]:
-        offered = [] if self.api.sasl is None else list(self.api.sasl.mechanisms)
-        if conn.exchange is None or not conn.exchange.choose(body.mechanism):
-            return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": offered}
-        return {"error_code": ErrorCode.none, "mechanisms": offered}
-
-    def _authenticate(self, conn: Connection, body: Any) -> dict[str, Any]:
-        if conn.exchange is None:
-            return {
-                "error_code": ErrorCode.illegal_sasl_state,
-                "error_message": "SASL is not enabled on this listener",
-                "auth_bytes": b"",
-            }
-        try:
-            answer = conn.exchange.step(body.auth_bytes)
-        except AuthenticationError as exc:
-            log.warning("sasl_failed", peer=conn.peer, error=str(exc))
-            self.stats.errors[("SaslAuthenticate", "sasl_authentication_failed")] += 1
-            return {
-                "error_code": ErrorCode.sasl_authentication_failed,
-                "error_message": f"authentication failed: {exc}",
-                "auth_bytes": b"",
-            }
-        if conn.exchange.principal is not None:
-            log.info("sasl_authenticated", peer=conn.peer, user=conn.exchange.principal.name)
-        return {"error_code": ErrorCode.none, "auth_bytes": answer, "session_lifetime": 0}

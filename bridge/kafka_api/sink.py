@@ -21,8 +21,8 @@ from kio.schema.errors import ErrorCode
 from bridge.config.models import Config, KafkaApiConfig
 from bridge.config.topics import RollConfig
 from bridge.ingest.decode import Poison, decoder_for
-from bridge.ingest.records import ERROR_HEADERS, HEADERS
 from bridge.kafka_api.batches import ProducedBatch
+from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.partition import Piece, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
@@ -31,7 +31,7 @@ from plateau_core.errors import BackpressureError
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.policies import RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch, Verdict
-from plateau_core.schema import HEADERS_TYPE, merge_schemas
+from plateau_core.schema import merge_schemas
 
 log = structlog.get_logger(__name__)
 
@@ -252,28 +252,8 @@ class ProduceSink(WriterListener):
                 )
             return []
         dlq = self._dead_letters(mapping.dlq, state.partition)
-        rows = records.take(pa.array([p.row for p in poison], pa.int64()))
         dlq_base = dlq.reserve(len(poison))
-        headers = []
-        for i, item in enumerate(poison):
-            found = rows.column(HEADERS)[i].as_py() or []
-            found += [
-                {"key": ERROR_HEADERS[0], "value": state.topic.encode()},
-                {"key": ERROR_HEADERS[1], "value": str(state.partition).encode()},
-                {"key": ERROR_HEADERS[2], "value": str(item.offset).encode()},
-                {"key": ERROR_HEADERS[3], "value": item.error.encode()},
-            ]
-            headers.append(found)
-        letters = pa.RecordBatch.from_arrays(
-            [
-                pa.array(range(dlq_base, dlq_base + len(poison)), pa.int64()),
-                rows.column(1),
-                rows.column(2),
-                pa.array(headers, HEADERS_TYPE),
-                rows.column(4),
-            ],
-            schema=records.schema,
-        )
+        letters = dead_letters(records, poison, state.key, dlq_base)
         outcome.durable.append(dlq.durable(dlq_base + len(poison), self.loop))
         return [Piece(dlq.topic, dlq.partition, letters)]
 

@@ -273,11 +273,19 @@ class LocalKafka:
         return self._pid is not None and pid_alive(self._pid) and self._exit_code() is None
 
     def log_tail(self, lines: int = 60) -> str:
+        """The last lines of the broker's log and stdout, after its first ERROR lines: a
+        broker that fails to start logs its shutdown after the cause, often more than
+        `lines` of it."""
         chunks = []
         for path in (self.log_path, self.work_dir / "broker.stdout"):
             if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                chunks.append(f"--- {path} ---\n" + "\n".join(text))
+                text = path.read_text(errors="replace").splitlines()
+                tail = text[-lines:]
+                # Each ERROR line with the next, where Java puts the exception's message.
+                first = [i for i, line in enumerate(text[:-lines]) if " ERROR " in line][:5]
+                errors = [line for i in first for line in text[i : i + 2]]
+                shown = [*errors, "...", *tail] if errors else tail
+                chunks.append(f"--- {path} ---\n" + "\n".join(shown))
         return "\n".join(chunks) or f"(no broker log under {self.work_dir})"
 
     def _exit_code(self) -> int | None:

@@ -330,6 +330,19 @@ def _compose_check() -> Any:
     return module
 
 
+def test_compose_check_counts_the_direct_topic(services: dict[str, dict[str, Any]]) -> None:
+    check = _compose_check()
+    assert option(services["producer-direct"]["command"], "--topic") == check.DIRECT_TOPIC
+    document = {
+        "topics": {
+            check.DIRECT_TOPIC: {"partitions": {"0": {"records": 5}, "1": {"records": 2}}},
+            "other": {"partitions": {"0": {"records": 9}}},
+        }
+    }
+    assert check.landed_in(document, check.DIRECT_TOPIC) == 7
+    assert check.landed_in({"topics": {}}, check.DIRECT_TOPIC) == 0
+
+
 def test_compose_check_counts_what_landed_and_what_was_replicated() -> None:
     check = _compose_check()
     document = {
