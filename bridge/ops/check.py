@@ -1,7 +1,11 @@
-"""`plateau check`: the configuration is valid, the store is writable, the brokers answer."""
+"""`plateau check`: the configuration is valid, the store is writable, the brokers answer
+(when topics are consumed), the Kafka API's address is free and its TLS files load (when
+it is configured)."""
 
 from __future__ import annotations
 
+import socket
+import ssl
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +22,17 @@ def check(config: Config, timeout_s: float = 10.0) -> list[str]:
     """Lines describing what was checked; raises BridgeError with the reason on failure."""
     report = [f"configuration valid: {len(config.topics)} topic mapping(s)"]
     report.append(_check_data_dir(config.storage.data_dir))
+    if config.kafka_api is not None:
+        report += _check_listener(config)
+    if not config.consumed:
+        report.append("kafka: no topic is consumed, so no cluster is needed")
+        return report
+    report += _check_kafka(config, timeout_s)
+    return report
+
+
+def _check_kafka(config: Config, timeout_s: float) -> list[str]:
+    report: list[str] = []
     errors: list[KafkaError] = []
     # librdkafka's own log lines would repeat each failed attempt on stderr; the reason
     # reaches the error message through error_cb instead.
@@ -91,3 +106,37 @@ def _check_data_dir(data_dir: Path) -> str:
     except OSError as exc:
         raise BridgeError(f"storage.data_dir {data_dir} is not writable: {exc}") from None
     return f"storage: {data_dir} is writable"
+
+
+def _check_listener(config: Config) -> list[str]:
+    """The Kafka API's address can be bound (nothing else holds it) and its TLS material
+    loads, so that serve does not fail on them at start."""
+    api = config.kafka_api
+    assert api is not None
+    host, port = api.address
+    try:
+        with socket.socket(
+            socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM
+        ) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise BridgeError(
+            f"kafka_api.listen {api.listen} cannot be bound (is serve already running?): {exc}"
+        ) from None
+    report = [f"kafka api: {api.listen} is free"]
+    if api.tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        password = api.tls.password.get_secret_value() if api.tls.password else None
+        try:
+            context.load_cert_chain(api.tls.certfile, api.tls.keyfile, password)
+            if api.tls.cafile is not None:
+                context.load_verify_locations(api.tls.cafile)
+        except (OSError, ssl.SSLError) as exc:
+            raise BridgeError(
+                f"kafka_api.tls: the certificate or key does not load: {exc}"
+            ) from None
+        report.append(f"kafka api: TLS certificate {api.tls.certfile} loads")
+    produced = ", ".join(m.name or "" for m in config.produced) or "none yet"
+    report.append(f"kafka api: produced topics: {produced}")
+    return report

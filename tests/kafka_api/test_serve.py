@@ -69,3 +69,25 @@ def test_demo_direct_lands_every_event_without_a_broker(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "plateau's Kafka API at 127.0.0.1:" in done.stdout
     assert "every produced event landed exactly once (2000 records)" in done.stdout
+
+
+def test_check_needs_no_cluster_for_produced_topics_and_names_a_taken_port(
+    tmp_path: Path,
+) -> None:
+    import socket  # noqa: PLC0415
+
+    import pytest  # noqa: PLC0415
+
+    from bridge.errors import BridgeError  # noqa: PLC0415
+    from bridge.ops.check import check  # noqa: PLC0415
+
+    port = free_port()
+    config = api_config(tmp_path / "store", listen=f"127.0.0.1:{port}")
+    report = check(config, timeout_s=2)
+    assert f"kafka api: 127.0.0.1:{port} is free" in report
+    assert "kafka: no topic is consumed, so no cluster is needed" in report
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(BridgeError, match=r"kafka_api.listen 127.0.0.1:\d+ cannot be bound"):
+            check(config, timeout_s=2)
