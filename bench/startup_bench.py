@@ -142,11 +142,26 @@ def measure(tree: Path, bootstrap: str, topic: str, work: Path, repeat: int) -> 
         status.append(command_s(tree, "status", config))
         check.append(command_s(tree, "check", config))
     return {
-        "tree": str(tree),
+        # The checkout's revision, not its path: results are kept in the repository.
+        "tree": _revision(tree),
         "serve_first_record_s": _summary(serve),
         "status_s": _summary(status),
         "check_s": _summary(check),
     }
+
+
+def _revision(tree: Path) -> str:
+    """The short commit of the checkout at `tree`, with "+changes" when it has edits."""
+    git = ["git", "-C", str(tree)]
+    head = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    if head.returncode != 0:
+        return tree.name
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain"], capture_output=True, text=True, check=False
+    )
+    return head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -35,8 +35,7 @@ class AdminHandler:
         self.sink = sink
         self.host = host
         self.port = port
-        api = sink.topics
-        self.topics = api
+        self.topics = sink.topics
         store_id = uuid.uuid5(uuid.NAMESPACE_URL, f"plateau-store:{sink.store.data_dir}")
         self.cluster_id = base64.urlsafe_b64encode(store_id.bytes).decode().rstrip("=")
 

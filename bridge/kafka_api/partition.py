@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -32,10 +32,10 @@ class Piece:
     urgent: bool = False  # an acks=all request waits for it: seal at once (group commit)
 
 
-@dataclass(order=True)
+@dataclass
 class Waiter:
     end: int  # exclusive: the offset the watermark must reach
-    future: asyncio.Future[None] = field(compare=False)
+    future: asyncio.Future[None]
 
 
 class ProducedPartition:
@@ -88,7 +88,7 @@ class ProducedPartition:
         if end <= self.sealed_to:
             future.set_result(None)
         else:
-            bisect.insort(self._waiters, Waiter(end, future))
+            bisect.insort(self._waiters, Waiter(end, future), key=_end)
         return future
 
     def sealed(self, end: int) -> None:
@@ -96,7 +96,7 @@ class ProducedPartition:
         if end <= self.sealed_to:
             return
         self.sealed_to = end
-        done = bisect.bisect_right([w.end for w in self._waiters], end)
+        done = bisect.bisect_right(self._waiters, end, key=_end)
         ready, self._waiters = self._waiters[:done], self._waiters[done:]
         for waiter in ready:
             if not waiter.future.done():
@@ -112,3 +112,7 @@ class ProducedPartition:
                 waiter.future.set_exception(error)
                 waiter.future.exception()  # a request that gave up waiting never reads it
         self._waiters = []
+
+
+def _end(waiter: Waiter) -> int:
+    return waiter.end
