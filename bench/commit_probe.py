@@ -1,5 +1,5 @@
 """The manifest's seal commit on its own: CPU per recorded segment, one segment per
-transaction (commit_segment) and eight per transaction (commit_segments, what the writer's
+transaction (commit_segment) and eight per transaction (commit_seal, what the writer's
 group commit does when seals finish together). Each segment carries one idempotent
 producer's batch, as produced partitions do.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau_core import Store
-from plateau_core.manifest.records import SegmentCommit
+from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.producers import ProducerBatch
 from plateau_core.segment_stats import SegmentStats
 
@@ -24,12 +24,15 @@ PARTITIONS = 8
 SCHEMA = pa.schema([("offset", pa.int64())])
 
 
-def commits(round_: int) -> list[SegmentCommit]:
+def commits(round_: int) -> list[PartitionCommit]:
     start = round_ * 10
     stats = SegmentStats(start, start + 10, 10, 0, 1, 100, "f")
     return [
-        SegmentCommit(
-            "t", p, stats, f"t/{p}/{start}", SCHEMA, (ProducerBatch(1, 0, start, start + 9, start),)
+        PartitionCommit(
+            "t",
+            p,
+            (SegmentFile(stats, f"t/{p}/{start}", SCHEMA),),
+            (ProducerBatch(1, 0, start, start + 9, start),),
         )
         for p in range(PARTITIONS)
     ]
@@ -42,10 +45,10 @@ def main() -> None:
             for round_ in range(ROUNDS):
                 group = commits(round_)
                 if grouped:
-                    store.manifest.commit_segments(group)
+                    store.manifest.commit_seal(group)
                 else:
                     for one in group:
-                        store.manifest.commit_segments([one])
+                        store.manifest.commit_seal([one])
             per = (time.process_time() - cpu) / (ROUNDS * PARTITIONS) * 1000
         label = f"{PARTITIONS} per transaction" if grouped else "1 per transaction"
         print(f"{label:20} {per:.3f} ms CPU per segment")

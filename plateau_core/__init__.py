@@ -35,10 +35,12 @@ if TYPE_CHECKING:
     from plateau_core.policies import MiB, RetentionPolicy, RollPolicy, StoreLimits, WriterPolicy
     from plateau_core.reader import ReadResult, SegmentCorruptError, SegmentUnavailableError
     from plateau_core.retention import Retention, RetentionReport
+    from plateau_core.slog import Append
     from plateau_core.store import Store
     from plateau_core.writer import Writer
 
 _HOMES = {
+    "Append": "slog",
     "BackpressureError": "errors",
     "FlushTimeoutError": "errors",
     "InvalidInputError": "errors",
@@ -68,6 +70,7 @@ _HOMES = {
 }
 
 __all__ = [
+    "Append",
     "BackpressureError",
     "FlushTimeoutError",
     "InvalidInputError",

@@ -2,40 +2,47 @@
 finish writing their files queue up, and the next transaction records all of them, with one
 sync of the database. Under load this turns many small commits into few, without making a
 lone seal wait for company.
+
+A seal is a group of partition commits that must land together (all or none); groups share
+a transaction only as an optimisation, so a group that fails it is retried alone and only
+the group at fault sees the error.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 import structlog
 
 from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest import Manifest
-from plateau_core.manifest.records import SegmentCommit
+from plateau_core.manifest.records import PartitionCommit
 
 log = structlog.get_logger(__name__)
+
+_Group = tuple[list[PartitionCommit], "Future[list[bool]]"]
 
 
 class GroupCommitter:
     def __init__(self, manifest: Manifest) -> None:
         self.manifest = manifest
         self._cond = threading.Condition()
-        self._queue: list[tuple[SegmentCommit, Future[bool]]] = []
+        self._queue: list[_Group] = []
         self._closed = False
         self._thread: threading.Thread | None = None
         self.transactions = 0
         self.commits = 0
 
-    def commit(self, commit: SegmentCommit) -> bool:
-        """Record one segment (commit_segment's contract), sharing the transaction with
+    def commit(self, group: Sequence[PartitionCommit]) -> list[bool]:
+        """Record one seal (Manifest.commit_seal's contract), sharing the transaction with
         whatever else is waiting; blocks until it is committed."""
-        future: Future[bool] = Future()
+        future: Future[list[bool]] = Future()
         with self._cond:
             if self._closed:
                 raise RuntimeError("the group committer is closed")
-            self._queue.append((commit, future))
+            self._queue.append((list(group), future))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="manifest-commit", daemon=True
@@ -58,24 +65,24 @@ class GroupCommitter:
                     self._cond.wait()
                 if not self._queue:
                     return
-                batch, self._queue = self._queue, []
-            self._commit(batch)
+                waiting, self._queue = self._queue, []
+            self._commit(waiting)
 
-    def _commit(self, batch: list[tuple[SegmentCommit, Future[bool]]]) -> None:
+    def _commit(self, waiting: list[_Group]) -> None:
         try:
-            recorded = self.manifest.commit_segments([c for c, _ in batch])
+            recorded = self.manifest.commit_seal([c for group, _ in waiting for c in group])
         except Exception as exc:
-            if len(batch) == 1:
-                batch[0][1].set_exception(exc)
+            if len(waiting) == 1:
+                waiting[0][1].set_exception(exc)
                 return
-            # One of them failed the transaction for all: each on its own, so only the
-            # one at fault sees the error.
             if not isinstance(exc, ManifestConflictError):
-                log.warning("group_commit_retried_alone", segments=len(batch), error=str(exc))
-            for commit, future in batch:
-                self._commit([(commit, future)])
+                log.warning("group_commit_retried_alone", seals=len(waiting), error=str(exc))
+            for one in waiting:
+                self._commit([one])
             return
         self.transactions += 1
-        self.commits += len(batch)
-        for (_, future), done in zip(batch, recorded, strict=True):
-            future.set_result(done)
+        at = 0
+        for group, future in waiting:
+            self.commits += len(group)
+            future.set_result(recorded[at : at + len(group)])
+            at += len(group)

@@ -43,6 +43,10 @@ class WriterPolicy:
     fsync: bool = True
     retry_backoff_s: float = 0.5  # first retry after a failed seal; doubles up to 30 s
     tick_s: float = 0.1  # how often the max_age timer and retries are checked
+    # Seal every partition that is due in one group (one pool task, one manifest
+    # transaction) instead of one task each: a group commit for many small seals, as the
+    # produce path's acks=all makes them.
+    seal_together: bool = False
 
     def __post_init__(self) -> None:
         _positive("memory_budget_bytes", self.memory_budget_bytes)

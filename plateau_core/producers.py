@@ -92,7 +92,10 @@ class ProducerState:
         )
 
     def with_batch(self, batch: ProducerBatch) -> ProducerState:
-        """This state after `batch` landed (a new epoch forgets the old one's batches)."""
+        """This state after `batch` landed (a new epoch forgets the old one's batches); the
+        same batch recorded twice is remembered once."""
+        if batch.epoch == self.epoch and batch in self.batches:
+            return self
         kept = self.batches if batch.epoch == self.epoch else ()
         return replace(self, epoch=batch.epoch, batches=(*kept, batch)[-REMEMBERED_BATCHES:])
 

@@ -2,20 +2,43 @@
 
 A SegmentLog is plain state; the Writer guards it with its lock and runs its seals.
 At most one seal per partition is in flight, so segments are recorded in offset order.
+
+What one seal of a partition records is a SealJob: its buffered batches (one segment file
+per run of one schema), the watermark move over offsets handled without landing, and the
+idempotent producers' batches among them. The manifest records all of it in one
+transaction, together with the jobs of the partitions it is linked to (records that must
+become durable together, such as a batch and its dead letters in another partition).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
 from plateau_core.errors import InvalidInputError
+from plateau_core.listener import TopicPartition
 from plateau_core.policies import RollPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.schema import OFFSET
+
+
+@dataclass(frozen=True)
+class Append:
+    """One partition's share of an append_group: record batches (in offset order), the idempotent
+    producer batch they are (recorded with them), and `advance_to`: offsets below it that are
+    not appended were handled elsewhere (skipped, dead-lettered), so the watermark moves over
+    them. `urgent`: someone waits until these are durable, so seal as soon as possible."""
+
+    topic: str
+    partition: int
+    batches: Sequence[pa.RecordBatch] = ()
+    producer: ProducerBatch | None = None
+    advance_to: int | None = None
+    urgent: bool = False
 
 
 @dataclass
@@ -25,14 +48,31 @@ class SealJob:
     topic: str
     partition: int
     batches: list[pa.RecordBatch]
+    fingerprints: list[str]  # each batch's schema
     rows: int
     nbytes: int
-    fingerprint: str
-    # Idempotent producers' batches among these records, recorded with the segment.
+    # Idempotent producers' batches among these records (or among the offsets skipped).
     producers: list[ProducerBatch] = field(default_factory=list)
+    # The watermark moves at least here (offsets below it that land nowhere: poison).
+    advance_to: int | None = None
     started: float = field(default_factory=time.monotonic)
     # When the oldest of these records was buffered (monotonic): how stale they are.
     buffered_since: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> TopicPartition:
+        return self.topic, self.partition
+
+    def runs(self) -> list[list[pa.RecordBatch]]:
+        """The batches split where the schema changes: each run is one segment file."""
+        runs: list[list[pa.RecordBatch]] = []
+        previous = None
+        for batch, schema_id in zip(self.batches, self.fingerprints, strict=True):
+            if schema_id != previous:
+                runs.append([])
+                previous = schema_id
+            runs[-1].append(batch)
+        return runs
 
 
 class SegmentLog:
@@ -51,10 +91,16 @@ class SegmentLog:
         # Highest offset accepted so far (buffered or sealed); the next batch must pass it.
         self.last_offset: int | None = None if watermark is None else watermark - 1
         self.batches: list[pa.RecordBatch] = []
+        self.fingerprints: list[str] = []
         self.rows = 0
         self.nbytes = 0
-        self.fingerprint: str | None = None
         self.producers: list[ProducerBatch] = []
+        # Offsets below this were handled without landing (skipped, dead-lettered); the
+        # watermark moves over them with the next seal of this partition.
+        self.pending_advance: int | None = None
+        # Partitions whose buffered records must be recorded in the same transaction as
+        # this one's (appended together by append_group).
+        self.links: set[TopicPartition] = set()
         # Someone waits for what is buffered to be durable: seal it as soon as no seal is in
         # flight (group commit), whatever the roll policy says.
         self.urgent = False
@@ -63,10 +109,11 @@ class SegmentLog:
         self.failures = 0
         self.retry_at: float | None = None
         self.last_error: str | None = None
-        # Offsets below this were handled without landing (skipped); the watermark moves
-        # over them once nothing below it is buffered or being written.
-        self.pending_advance: int | None = None
         self.refused_nbytes = 0  # size of the batch last refused for the memory budget
+
+    @property
+    def key(self) -> TopicPartition:
+        return self.topic, self.partition
 
     # --- questions --------------------------------------------------------------------------
 
@@ -79,32 +126,23 @@ class SegmentLog:
             and now - self.first_buffered_at >= self.roll.max_age_s
         )
 
-    def current_fingerprint(self) -> str | None:
-        """The schema the buffer holds, or that of the seal in flight when the buffer is empty."""
-        if self.fingerprint is not None:
-            return self.fingerprint
-        return None if self.in_flight is None else self.in_flight.fingerprint
+    def pending(self) -> bool:
+        """Anything to record: buffered rows, a watermark move, producer batches."""
+        return bool(self.batches) or self.pending_advance is not None or bool(self.producers)
 
     def can_seal(self, now: float) -> bool:
         return (
-            bool(self.batches)
+            self.pending()
             and self.in_flight is None
             and (self.retry_at is None or now >= self.retry_at)
         )
 
     def due(self, now: float) -> bool:
-        # A failed seal is retried as soon as its backoff passes, whatever the roll says.
+        # A failed seal is retried as soon as its backoff passes, whatever the roll says. A
+        # watermark move alone has nothing to wait for.
         return self.can_seal(now) and (
-            self.full() or self.aged(now) or self.failures > 0 or self.urgent
+            self.full() or self.aged(now) or self.failures > 0 or self.urgent or not self.batches
         )
-
-    def advance_due(self) -> int | None:
-        """The offset the watermark may move to now, if any."""
-        if self.pending_advance is None or self.in_flight is not None:
-            return None
-        if self.batches and self.batches[0].column(OFFSET)[0].as_py() < self.pending_advance:
-            return None
-        return self.pending_advance
 
     def unsealed_since(self) -> float | None:
         """When the oldest record not yet sealed was buffered (monotonic), or None."""
@@ -112,68 +150,66 @@ class SegmentLog:
             return self.in_flight.buffered_since
         return self.first_buffered_at
 
-    def busy_reason(self, fingerprint: str) -> str | None:
+    def busy_reason(self) -> str | None:
         """Why an append must wait for the seal in flight, or None."""
-        if self.in_flight is None:
-            return None
-        if self.full():
+        if self.in_flight is not None and self.full():
             return (
                 f"buffer full ({self.rows} rows, {self.nbytes} bytes) while the previous "
                 f"seal of {self.in_flight.rows} rows is still being written"
             )
-        current = self.current_fingerprint()
-        if current is not None and current != fingerprint:
-            return "a schema change waits for the previous seal to finish"
         return None
 
-    def check_offsets(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0 or self.last_offset is None:
-            return
+    def check_offsets(self, batch: pa.RecordBatch, after: int | None) -> int | None:
+        """Check that `batch` starts after offset `after` (the last accepted, None: any);
+        returns the batch's last offset, the next batch's `after`."""
+        if batch.num_rows == 0:
+            return after
         first = batch.column(OFFSET)[0].as_py()
-        if first <= self.last_offset:
+        if after is not None and first <= after:
             raise InvalidInputError(
                 f"{self.topic}[{self.partition}] column 'offset' starts at {first}, "
-                f"not after the last accepted offset {self.last_offset}"
+                f"not after the last accepted offset {after}"
             )
+        last: int = batch.column(OFFSET)[batch.num_rows - 1].as_py()
+        return last
 
     # --- changes ----------------------------------------------------------------------------
 
-    def add(
-        self,
-        batch: pa.RecordBatch,
-        fingerprint: str,
-        now: float,
-        producer: ProducerBatch | None = None,
-    ) -> None:
+    def add(self, batch: pa.RecordBatch, fingerprint: str, now: float) -> None:
         if batch.num_rows == 0:
             return
-        if producer is not None:
-            self.producers.append(producer)
         self.batches.append(batch)
+        self.fingerprints.append(fingerprint)
         self.rows += batch.num_rows
         self.nbytes += batch.nbytes
-        self.fingerprint = fingerprint
         self.first_buffered_at = self.first_buffered_at or now
         self.last_offset = batch.column(OFFSET)[batch.num_rows - 1].as_py()
 
+    def advance(self, next_offset: int) -> bool:
+        """Offsets below `next_offset` not appended were handled elsewhere; False when there
+        is nothing to move over (they are behind what was accepted already)."""
+        if self.last_offset is not None and next_offset <= self.last_offset + 1:
+            return False
+        self.last_offset = next_offset - 1
+        self.pending_advance = next_offset
+        return True
+
     def take(self) -> SealJob:
-        if self.fingerprint is None:
+        if not self.pending():
             raise InvalidInputError("nothing buffered to seal")
         job = SealJob(
             topic=self.topic,
             partition=self.partition,
             batches=self.batches,
+            fingerprints=self.fingerprints,
             rows=self.rows,
             nbytes=self.nbytes,
-            fingerprint=self.fingerprint,
             producers=self.producers,
+            advance_to=self.pending_advance,
             buffered_since=self.first_buffered_at or time.monotonic(),
         )
-        self.batches, self.rows, self.nbytes = [], 0, 0
-        self.producers = []
-        self.urgent = False
-        self.fingerprint = None
-        self.first_buffered_at = None
+        self._clear()
+        self.links = set()
         self.in_flight = job
         return job
 
@@ -186,10 +222,14 @@ class SegmentLog:
     def restore(self, job: SealJob, error: str, backoff_s: float, now: float) -> float:
         """Put a failed seal's records back in front of the buffer; returns the retry delay."""
         self.batches = job.batches + self.batches
+        self.fingerprints = job.fingerprints + self.fingerprints
         self.producers = job.producers + self.producers
         self.rows += job.rows
         self.nbytes += job.nbytes
-        self.fingerprint = job.fingerprint
+        if job.advance_to is not None and (
+            self.pending_advance is None or job.advance_to > self.pending_advance
+        ):
+            self.pending_advance = job.advance_to
         self.first_buffered_at = job.buffered_since
         self.in_flight = None
         self.failures += 1
@@ -201,9 +241,28 @@ class SegmentLog:
     def drop(self) -> int:
         """Forget the buffer (the partition was lost); returns the bytes released."""
         released = self.nbytes
-        self.batches, self.rows, self.nbytes = [], 0, 0
-        self.producers = []
-        self.urgent = False
-        self.fingerprint = None
-        self.first_buffered_at = None
+        self._clear()
+        self.links = set()
         return released
+
+    def _clear(self) -> None:
+        self.batches, self.fingerprints, self.rows, self.nbytes = [], [], 0, 0
+        self.producers = []
+        self.pending_advance = None
+        self.urgent = False
+        self.first_buffered_at = None
+
+
+def check_order(
+    appends: Sequence[Append], slogs: Sequence[SegmentLog], batches: Sequence[list[pa.RecordBatch]]
+) -> None:
+    """Raise InvalidInputError unless every partition's batches (several appends may name one
+    partition) follow what it accepted already and each other, in offset order."""
+    after: dict[TopicPartition, int | None] = {}
+    for append, slog, appended in zip(appends, slogs, batches, strict=True):
+        last = after.get(slog.key, slog.last_offset)
+        for batch in appended:
+            last = slog.check_offsets(batch, last)
+        if append.advance_to is not None:
+            last = max(last if last is not None else -1, append.advance_to - 1)
+        after[slog.key] = last

@@ -1,43 +1,46 @@
 """The Writer: buffers appends per partition and seals them on a bounded thread pool.
 
-Commit order per seal (the contract the bridge relies on): segment file written to a temp
-name, fsynced, renamed to `{start_offset:020d}.arrow`, directory fsynced; then one manifest
-transaction records the segment and advances the watermark; only then is the listener told
+Commit order per seal (the contract the bridge relies on): segment files written to temp
+names, fsynced, renamed to `{start_offset:020d}.arrow`, directory fsynced; then one manifest
+transaction records the segments and advances the watermark; only then is the listener told
 (`on_sealed`), which is when the bridge may commit `end_offset` to Kafka.
+
+Records appended together by `append_group` (a batch and its dead letters, say) are sealed
+together: their partitions' seals are one manifest transaction, so a crash keeps all of them
+or none.
 """
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 import structlog
 
+from plateau_core.disk_floor import DiskFloor
 from plateau_core.errors import (
     BackpressureError,
     FlushTimeoutError,
     InvalidInputError,
-    ManifestConflictError,
     PlateauError,
 )
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
-from plateau_core.listener import SealedSegment, TopicPartition, WriterListener, WriterStats
-from plateau_core.manifest.records import SegmentCommit
-from plateau_core.names import partition_dir, relative_segment_path, validate_topic
+from plateau_core.listener import TopicPartition, WriterListener, WriterStats
+from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.schema import fingerprint, normalize_batch
+from plateau_core.sealing import announce, log_failure, seal_group
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
-from plateau_core.slog import SealJob, SegmentLog
+from plateau_core.slog import Append, SealJob, SegmentLog, check_order
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +66,7 @@ class Writer:
         self._buffered = 0
         self._in_flight = 0
         self._fingerprints: dict[pa.Schema, str] = {}
-        self._disk_free: tuple[float, int] = (0.0, 0)
+        self._disk = DiskFloor(store.data_dir, self.policy.min_free_disk_bytes)
         self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
         self._committer = GroupCommitter(store.manifest)
         self._closed = False
@@ -122,6 +125,8 @@ class Writer:
                 self._cond.wait(0.05)
             del self._logs[key]
             lock = self._locks.pop(key)
+            for other in self._logs.values():
+                other.links.discard(key)
             self._cond.notify_all()
         lock.release()
         log.info(
@@ -158,71 +163,80 @@ class Writer:
         BackpressureError: pause the partition and retry once `accepting()` is true again.
         InvalidInputError: the batch itself is wrong (the message names the field).
         """
-        normalized = normalize_batch(batch)
-        schema_id = self._fingerprint(normalized.schema)
-        nbytes = normalized.nbytes
-        start: list[SealJob] = []
-        with self._cond:
-            slog = self._owned(topic, partition)
-            slog.check_offsets(normalized)
-            self._check_disk(topic, partition)
-            busy = slog.busy_reason(schema_id)
-            if busy is not None:
-                raise BackpressureError(topic, partition, "partition_busy", busy)
-            total = self._buffered + self._in_flight
-            if total > 0 and total + nbytes > self.policy.memory_budget_bytes:
-                start.extend(self._relieve_pressure())
-                self._submit(start)
-                slog.refused_nbytes = nbytes  # accepting() waits for room for this batch
-                raise BackpressureError(
-                    topic,
-                    partition,
-                    "memory_budget",
-                    f"{total} bytes buffered or being written, budget "
-                    f"{self.policy.memory_budget_bytes}, batch {nbytes}",
-                )
-            slog.refused_nbytes = 0
-            now = time.monotonic()
-            if slog.fingerprint is not None and slog.fingerprint != schema_id:
-                start.append(self._take(slog))  # schema change: the old schema rolls first
-            slog.add(normalized, schema_id, now, producer)
-            slog.urgent = slog.urgent or urgent
-            self._buffered += nbytes
-            if slog.due(now):
-                start.append(self._take(slog))
-            self._submit(start)
+        self.append_group([Append(topic, partition, (batch,), producer, urgent=urgent)])
 
     def skip(self, topic: str, partition: int, next_offset: int) -> None:
         """Offsets below `next_offset` not appended were handled elsewhere (skipped, sent to
-        a dead-letter topic). The watermark moves over them once everything before them is
-        sealed, so a restart does not read them again."""
+        a dead-letter topic). The watermark moves over them with the partition's next seal
+        (at once when nothing is buffered), so a restart does not read them again."""
+        self.append_group([Append(topic, partition, advance_to=next_offset)])
+
+    def append_group(self, appends: Sequence[Append]) -> None:
+        """Buffer appends to one or more partitions that must become durable together: all
+        of them are recorded in one manifest transaction, or none. Raises before changing
+        anything (BackpressureError, InvalidInputError), as `append` does."""
+        prepared = [
+            [
+                (b, self._fingerprint(b.schema))
+                for b in map(normalize_batch, a.batches)
+                if b.num_rows
+            ]
+            for a in appends
+        ]
+        nbytes = sum(b.nbytes for batches in prepared for b, _ in batches)
         with self._cond:
-            slog = self._owned(topic, partition)
-            if slog.last_offset is not None and next_offset <= slog.last_offset + 1:
-                return
-            slog.last_offset = next_offset - 1
-            slog.pending_advance = next_offset
-            due = slog.advance_due()
-            if due is not None:
-                self._advance(slog, due)
-        if due is not None:
-            self._advanced(slog, due)
+            slogs = [self._owned(a.topic, a.partition) for a in appends]
+            self._check_group(appends, slogs, prepared, nbytes)
+            now = time.monotonic()
+            changed: dict[TopicPartition, SegmentLog] = {}
+            for append, slog, batches in zip(appends, slogs, prepared, strict=True):
+                for batch, schema_id in batches:
+                    slog.add(batch, schema_id, now)
+                    changed[slog.key] = slog
+                if append.producer is not None:
+                    slog.producers.append(append.producer)
+                    changed[slog.key] = slog
+                if append.advance_to is not None and slog.advance(append.advance_to):
+                    changed[slog.key] = slog
+                slog.urgent = slog.urgent or (append.urgent and slog.key in changed)
+            self._buffered += nbytes
+            if len(changed) > 1:
+                for slog in changed.values():
+                    slog.links.update(k for k in changed if k != slog.key)
+            self._schedule(changed.values())
 
-    def _advance(self, slog: SegmentLog, next_offset: int) -> None:
-        """Move the watermark; the caller then calls _advanced (outside the lock)."""
-        self.store.manifest.advance_watermark(slog.topic, slog.partition, next_offset)
-        if slog.pending_advance == next_offset:
-            slog.pending_advance = None
-
-    def _advanced(self, slog: SegmentLog, next_offset: int) -> None:
-        log.info(
-            "watermark_advanced",
-            topic=slog.topic,
-            partition=slog.partition,
-            next_offset=next_offset,
-            reason="skipped records",
-        )
-        self.listener.on_advanced(slog.topic, slog.partition, next_offset)
+    def _check_group(
+        self,
+        appends: Sequence[Append],
+        slogs: list[SegmentLog],
+        prepared: list[list[tuple[pa.RecordBatch, str]]],
+        nbytes: int,
+    ) -> None:
+        """Raise if append_group must refuse these appends; changes nothing but the
+        partitions' note of the size refused (which `accepting` waits for)."""
+        check_order(appends, slogs, [[b for b, _ in batches] for batches in prepared])
+        if nbytes == 0:
+            return  # a watermark move or a producer note: nothing to buffer
+        landing = [s for s, batches in zip(slogs, prepared, strict=True) if batches]
+        self._disk.check(landing[0].topic, landing[0].partition)
+        for slog in landing:
+            busy = slog.busy_reason()
+            if busy is not None:
+                raise BackpressureError(slog.topic, slog.partition, "partition_busy", busy)
+        total = self._buffered + self._in_flight
+        if total > 0 and total + nbytes > self.policy.memory_budget_bytes:
+            self._start(self._relieve_pressure())
+            for slog in landing:
+                slog.refused_nbytes = nbytes  # accepting() waits for room for these
+            raise BackpressureError(
+                landing[0].topic,
+                landing[0].partition,
+                "memory_budget",
+                f"{total} bytes buffered or being written, budget "
+                f"{self.policy.memory_budget_bytes}, batch {nbytes}",
+            )
+        for slog in landing:
+            slog.refused_nbytes = 0
 
     def accepting(self, topic: str, partition: int) -> bool:
         """Whether an append to this partition would likely be accepted now."""
@@ -236,7 +250,7 @@ class Writer:
             # The same test append() makes, for the batch it refused last (if any).
             if total > 0 and total + max(1, slog.refused_nbytes) > self.policy.memory_budget_bytes:
                 return False
-        return not self._disk_low()
+        return not self._disk.low()
 
     # --- sealing -----------------------------------------------------------------------------
 
@@ -255,16 +269,15 @@ class Writer:
             for slog in targets:
                 # A flush is an explicit request: try now even inside a retry backoff.
                 slog.retry_at = None
-            self._submit([self._take(s) for s in targets if s.can_seal(time.monotonic())])
             while True:
-                pending = [s for s in targets if s.batches or s.in_flight is not None]
+                self._start([s for s in targets if s.can_seal(time.monotonic())])
+                pending = [s for s in targets if s.pending() or s.in_flight is not None]
                 if not pending:
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise FlushTimeoutError([(s.topic, s.partition) for s in pending], timeout_s)
                 self._cond.wait(min(remaining, 0.05))
-                self._submit([self._take(s) for s in pending if s.can_seal(time.monotonic())])
 
     def close(self, *, timeout_s: float = 30.0) -> None:
         """Seal what is buffered, release every partition, stop the threads."""
@@ -317,147 +330,108 @@ class Writer:
             self._fingerprints[schema] = found
         return found
 
+    def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:
+        """Start the seals of the partitions that are due (among `candidates`; all of them
+        when sealing together, so one group commit takes every partition that is due)."""
+        pool = (
+            self._logs.values() if candidates is None or self.policy.seal_together else candidates
+        )
+        now = time.monotonic()
+        self._start([s for s in pool if s.due(now)])
+
+    def _start(self, selected: list[SegmentLog]) -> None:
+        """Seal `selected` with the partitions linked to them: one pool task per group (one
+        group for all when sealing together). A group with a member still sealing waits."""
+        groups: list[list[SegmentLog]] = []
+        seen: set[TopicPartition] = set()
+        for slog in selected:
+            if slog.key in seen:
+                continue
+            members = self._linked(slog)
+            seen.update(m.key for m in members)
+            if all(m.in_flight is None for m in members):
+                groups.append(members)
+        if self.policy.seal_together and len(groups) > 1:
+            groups = [[m for group in groups for m in group]]
+        for group in groups:
+            jobs = [self._take(m) for m in group if m.pending()]
+            if jobs:
+                self._pool.submit(self._seal, jobs)
+
+    def _linked(self, slog: SegmentLog) -> list[SegmentLog]:
+        members = {slog.key: slog}
+        todo = list(slog.links)
+        while todo:
+            other = self._logs.get(todo.pop())
+            if other is not None and other.key not in members:
+                members[other.key] = other
+                todo.extend(other.links)
+        return list(members.values())
+
     def _take(self, slog: SegmentLog) -> SealJob:
         job = slog.take()
         self._buffered -= job.nbytes
         self._in_flight += job.nbytes
         return job
 
-    def _submit(self, jobs: list[SealJob]) -> None:
-        for job in jobs:
-            self._pool.submit(self._seal, job)
-
-    def _relieve_pressure(self) -> list[SealJob]:
+    def _relieve_pressure(self) -> list[SegmentLog]:
         """Under memory pressure seal the biggest idle buffers instead of waiting for a roll."""
         now = time.monotonic()
         idle = sorted((s for s in self._logs.values() if s.can_seal(now)), key=lambda s: -s.nbytes)
-        jobs: list[SealJob] = []
+        chosen: list[SegmentLog] = []
+        left = self._buffered
         for slog in idle:
-            jobs.append(self._take(slog))
-            if self._buffered < self.policy.memory_budget_bytes // 4:
+            chosen.append(slog)
+            left -= slog.nbytes
+            if left < self.policy.memory_budget_bytes // 4:
                 break
-        return jobs
+        return chosen
 
-    def _check_disk(self, topic: str, partition: int) -> None:
-        if self._disk_low():
-            raise BackpressureError(
-                topic,
-                partition,
-                "disk_full",
-                f"free disk {self._disk_free[1]} bytes is below min_free_disk "
-                f"{self.policy.min_free_disk_bytes}",
-            )
-
-    def _disk_low(self) -> bool:
-        floor = self.policy.min_free_disk_bytes
-        if floor <= 0:
-            return False
-        checked_at, free = self._disk_free
-        now = time.monotonic()
-        if now - checked_at > 1.0:
-            free = shutil.disk_usage(self.store.data_dir).free
-            self._disk_free = (now, free)
-        return free < floor
-
-    def _seal(self, job: SealJob) -> None:
+    def _seal(self, group: list[SealJob]) -> None:
         """Runs on a pool thread, without the lock."""
-        topic, partition = job.topic, job.partition
         try:
-            table = pa.Table.from_batches(job.batches)
-            directory = partition_dir(self.store.data_dir, topic, partition)
-            path, stats = self._write_segment(
-                directory, table, self.policy.compression, fsync=self.policy.fsync
+            sealed = seal_group(
+                group, self.store.data_dir, self.policy, self._write_segment, self._committer
             )
-            self._record(job, path, stats, table.schema)
         except Exception as exc:  # any failure keeps the data buffered for a retry
-            self._failed(job, exc)
+            self._failed(group, exc)
             return
-        seconds = time.monotonic() - job.started
-        sealed = SealedSegment(
-            topic=topic,
-            partition=partition,
-            start_offset=stats.start_offset,
-            end_offset=stats.end_offset,
-            record_count=stats.record_count,
-            size_bytes=stats.size_bytes,
-            path=path,
-            seconds=seconds,
-        )
-        log.info(
-            "segment_sealed",
-            topic=topic,
-            partition=partition,
-            start_offset=stats.start_offset,
-            end_offset=stats.end_offset,
-            records=stats.record_count,
-            bytes=stats.size_bytes,
-            seconds=round(seconds, 4),
-        )
         # Before the seal counts as finished, so a flush() that returns has told the listener.
-        self.listener.on_sealed(sealed)
+        for one in sealed:
+            announce(one, self.listener)
         with self._cond:
-            slog = self._logs.get((topic, partition))
-            self._in_flight -= job.nbytes
-            follow: list[SealJob] = []
-            advance = None
-            if slog is not None:
-                slog.sealed()
-                advance = slog.advance_due()
-                if advance is not None:
-                    # Under the lock (a rare path): a flush that returns has seen it.
-                    self._advance(slog, advance)
-                if slog.due(time.monotonic()):
-                    follow.append(self._take(slog))
-            self._submit(follow)
+            for job in group:
+                self._in_flight -= job.nbytes
+                slog = self._logs.get(job.key)
+                if slog is not None:
+                    slog.sealed()
+            self._schedule()
             self._cond.notify_all()
-        if slog is not None and advance is not None:
-            self._advanced(slog, advance)
         self.listener.on_capacity()
 
-    def _record(self, job: SealJob, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:
-        relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
-        commit = SegmentCommit(
-            job.topic, job.partition, stats, relative, schema, tuple(job.producers)
-        )
-        try:
-            self._committer.commit(commit)
-        except ManifestConflictError:
-            raise
-        except Exception:
-            # Only a definite failure makes the file an orphan; if the row did land (the
-            # error came after the commit), the seal succeeded.
-            if self.store.manifest.has_segment(job.topic, job.partition, stats):
-                return
-            path.unlink(missing_ok=True)
-            raise
-
-    def _failed(self, job: SealJob, exc: Exception) -> None:
+    def _failed(self, group: list[SealJob], exc: Exception) -> None:
+        keys = {job.key for job in group}
         with self._cond:
-            self._in_flight -= job.nbytes
-            slog = self._logs.get((job.topic, job.partition))
-            delay = 0.0
-            if slog is not None:
-                self._buffered += job.nbytes
-                delay = slog.restore(job, str(exc), self.policy.retry_backoff_s, time.monotonic())
+            delays: list[float] = []
+            for job in group:
+                self._in_flight -= job.nbytes
+                slog = self._logs.get(job.key)
+                delay = 0.0
+                if slog is not None:
+                    self._buffered += job.nbytes
+                    delay = slog.restore(
+                        job, str(exc), self.policy.retry_backoff_s, time.monotonic()
+                    )
+                    # Still one group: what had to land together still does.
+                    slog.links.update(keys - {job.key})
+                delays.append(delay)
             self._cond.notify_all()
-        first = job.batches[0].column("offset")[0].as_py()
-        last = job.batches[-1].column("offset")[-1].as_py()
-        log.error(
-            "seal_failed",
-            topic=job.topic,
-            partition=job.partition,
-            start_offset=first,
-            last_offset=last,
-            records=job.rows,
-            error=str(exc),
-            error_type=type(exc).__name__,
-            retry_in_s=round(delay, 2),
-        )
-        self.listener.on_seal_failed(job.topic, job.partition, exc)
+        for job, delay in zip(group, delays, strict=True):
+            log_failure(job, exc, delay)
+            self.listener.on_seal_failed(job.topic, job.partition, exc)
 
     def _tick_loop(self) -> None:
         while not self._closed:
             with self._cond:
-                now = time.monotonic()
-                self._submit([self._take(s) for s in self._logs.values() if s.due(now)])
+                self._schedule()
                 self._cond.wait(self.policy.tick_s)

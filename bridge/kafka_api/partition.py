@@ -15,21 +15,30 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from bridge.config.topics import TopicMapping
-from bridge.ingest.decode import Decoder
+from bridge.ingest.decode import Decoder, Poison
+from plateau_core import Append
 from plateau_core.producers import Check, ProducerBatch, ProducerState, check
 
 
 @dataclass
-class Piece:
-    """One append still to make: decoded rows (with the producer batch recorded alongside
-    them, on the last piece of a batch), or a move of the watermark past poison records."""
+class Letters:
+    """The poison records of a produced batch, bound for a dead-letter partition. They get
+    offsets there only when appended, so batches of several partitions that share a
+    dead-letter partition land in it in the order they are appended."""
 
-    topic: str
-    partition: int
-    rows: pa.RecordBatch | None = None
-    producer: ProducerBatch | None = None
-    skip_to: int | None = None
-    urgent: bool = False  # an acks=all request waits for it: seal at once (group commit)
+    records: pa.RecordBatch  # the whole batch, as envelope rows
+    poison: list[Poison]
+    dlq: ProducedPartition
+
+
+@dataclass
+class Pending:
+    """One produced batch still to hand to the writer: its decoded rows, the producer batch
+    and watermark move that go with them (`source`), and its dead letters. All of it is
+    recorded in one manifest transaction, or none of it."""
+
+    source: Append
+    letters: Letters | None = None
 
 
 @dataclass
@@ -57,7 +66,7 @@ class ProducedPartition:
         self.sealed_to = watermark  # every offset below is sealed and in the manifest
         self.producers = producers
         self.max_age_s = max_age_s
-        self.stalled: list[Piece] = []  # appends the writer refused, retried first
+        self.stalled: list[Pending] = []  # batches the writer refused, retried first
         self.landed: asyncio.Future[None] | None = None  # resolves once `stalled` is empty
         self._waiters: list[Waiter] = []
 

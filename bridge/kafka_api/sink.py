@@ -23,10 +23,10 @@ from bridge.config.topics import RollConfig
 from bridge.ingest.decode import Poison, decoder_for
 from bridge.kafka_api.batches import ProducedBatch
 from bridge.kafka_api.dead_letters import dead_letters
-from bridge.kafka_api.partition import Piece, ProducedPartition
+from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
-from plateau_core import Store
+from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.policies import RollPolicy, WriterPolicy
@@ -88,6 +88,9 @@ class ProduceSink(WriterListener):
                 compression=storage.compression,
                 min_free_disk_bytes=storage.min_free_disk or 0,
                 tick_s=0.02,
+                # One manifest transaction per cycle for every partition that is due: the
+                # seal commit's CPU, not the disk, bounds how many acks=all batches land.
+                seal_together=True,
             ),
             self,
         )
@@ -202,8 +205,8 @@ class ProduceSink(WriterListener):
                 record_errors=[(p.row, p.error) for p in decoded.poison[:16]],
             )
         state.reserve(batch.count)
-        pieces = [Piece(topic, partition, rows) for rows in decoded.batches if rows.num_rows]
         end = base + batch.count
+        producer = None
         if batch.idempotent:
             producer = ProducerBatch(
                 batch.producer_id,
@@ -213,78 +216,63 @@ class ProduceSink(WriterListener):
                 base,
             )
             state.remember(producer)
-            if pieces:
-                pieces[-1].producer = producer
+        # advance_to: offsets of the batch that land nowhere here (poison) are passed over
+        # in the same transaction as its rows, its producer batch and its dead letters.
+        source = Append(topic, partition, decoded.batches, producer, end, urgent)
+        pending = Pending(source, self._poison(state, records, decoded.poison))
         outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
-        if decoded.poison:
-            pieces += self._poison(state, records, decoded.poison, outcome)
-        last_kept = max(
-            (p.rows.column(0)[-1].as_py() for p in pieces if p.rows and p.topic == topic),
-            default=base - 1,
-        )
-        if last_kept + 1 < end:
-            pieces.append(Piece(topic, partition, skip_to=end))
         outcome.durable.append(state.durable(end, self.loop))
         self.stats.produced(topic, batch.count, batch.size)
-        for piece in pieces:
-            piece.urgent = urgent
-        state.stalled = pieces
+        state.stalled.append(pending)
         outcome.landed = self._drain(state)
         return outcome
 
     def _poison(
-        self,
-        state: ProducedPartition,
-        records: pa.RecordBatch,
-        poison: list[Poison],
-        outcome: Outcome,
-    ) -> list[Piece]:
+        self, state: ProducedPartition, records: pa.RecordBatch, poison: list[Poison]
+    ) -> Letters | None:
+        if not poison:
+            return None
         mapping = state.mapping
         self.stats.poison(state.topic, mapping.on_error, len(poison))
-        if mapping.on_error != "dlq" or mapping.dlq is None:
-            for item in poison:
-                log.warning(
-                    "record_skipped",
-                    topic=state.topic,
-                    partition=state.partition,
-                    offset=item.offset,
-                    error=item.error,
-                )
-            return []
-        dlq = self._dead_letters(mapping.dlq, state.partition)
-        dlq_base = dlq.reserve(len(poison))
-        letters = dead_letters(records, poison, state.key, dlq_base)
-        outcome.durable.append(dlq.durable(dlq_base + len(poison), self.loop))
-        return [Piece(dlq.topic, dlq.partition, letters)]
+        if mapping.on_error == "dlq" and mapping.dlq is not None:
+            return Letters(records, poison, self._dead_letters(mapping.dlq, state.partition))
+        for item in poison:
+            log.warning(
+                "record_skipped",
+                topic=state.topic,
+                partition=state.partition,
+                offset=item.offset,
+                error=item.error,
+            )
+        return None
 
     def _drain(self, state: ProducedPartition) -> asyncio.Future[None]:
-        """Append the partition's stalled pieces in order, as far as the writer takes them;
-        the future resolves when all are appended."""
+        """Hand the partition's stalled batches to the writer in order, as far as it takes
+        them; the future resolves when all are appended."""
         while state.stalled:
-            piece = state.stalled[0]
+            pending = state.stalled[0]
+            appends = [pending.source]
+            letters = pending.letters
+            if letters is not None:
+                dlq = letters.dlq
+                rows = dead_letters(letters.records, letters.poison, state.key, dlq.next_offset)
+                urgent = pending.source.urgent
+                appends.append(Append(dlq.topic, dlq.partition, (rows,), urgent=urgent))
             try:
-                if piece.rows is not None:
-                    self.writer.append(
-                        piece.topic,
-                        piece.partition,
-                        piece.rows,
-                        producer=piece.producer,
-                        urgent=piece.urgent,
-                    )
-                else:
-                    assert piece.skip_to is not None
-                    self.writer.skip(piece.topic, piece.partition, piece.skip_to)
+                self.writer.append_group(appends)
             except BackpressureError as exc:
                 if state.landed is None:
                     state.landed = self.loop.create_future()
                 log.info(
                     "produce_throttled",
-                    topic=piece.topic,
-                    partition=piece.partition,
+                    topic=exc.topic,
+                    partition=exc.partition,
                     reason=exc.reason,
                     detail=exc.detail,
                 )
                 return state.landed
+            if letters is not None:
+                letters.dlq.reserve(len(letters.poison))
             state.stalled.pop(0)
         landed, state.landed = state.landed, None
         if landed is None:

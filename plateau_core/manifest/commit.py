@@ -1,9 +1,10 @@
 """The steps of the seal commit, each run inside the manifest's write transaction.
 
-Manifest.commit_segments calls them in order for each segment: is this exact segment
-recorded already, move the watermark (compare-and-swap), add the segment row, remember the
-schema. They are SQLAlchemy Core statements on the transaction's connection: the seal commit
-runs for every segment, and the ORM's bookkeeping cost more than the statements.
+Manifest.commit_seal calls them in order for each partition: is this seal recorded already,
+then per segment move the watermark (compare-and-swap), add the segment row, remember the
+schema; then move the watermark over offsets that landed nowhere. They are SQLAlchemy Core
+statements on the transaction's connection: the seal commit runs for every segment, and the
+ORM's bookkeeping cost more than the statements.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from sqlalchemy import Connection, text
 
 from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest.models import SegmentState
-from plateau_core.manifest.records import SegmentCommit
+from plateau_core.manifest.records import SegmentFile
 from plateau_core.segment_stats import SegmentStats
 
 if TYPE_CHECKING:
@@ -95,20 +96,40 @@ def advance_for_segment(
         raise ManifestConflictError(f"{topic}[{partition}] watermark moved concurrently")
 
 
-def insert_segment(conn: Connection, commit: SegmentCommit, stamp: int) -> None:
-    stats = commit.stats
+def advance_over(
+    conn: Connection, topic: str, partition: int, next_offset: int, stamp: int
+) -> None:
+    """Move the watermark forward to `next_offset` over offsets that landed nowhere; never
+    back (a segment recorded in the same transaction may have passed it already)."""
+    key = {"topic": topic, "partition": partition}
+    current = conn.execute(_WATERMARK, key).scalar_one_or_none()
+    if current is None:
+        conn.execute(_NEW_PARTITION, {**key, "next_offset": next_offset, "stamp": stamp})
+    elif current < next_offset:
+        moved = conn.execute(
+            _MOVE_WATERMARK,
+            {**key, "next_offset": next_offset, "stamp": stamp, "current": current},
+        )
+        if rowcount(moved) != 1:
+            raise ManifestConflictError(f"{topic}[{partition}] watermark moved concurrently")
+
+
+def insert_segment(
+    conn: Connection, topic: str, partition: int, segment: SegmentFile, stamp: int
+) -> None:
+    stats = segment.stats
     conn.execute(
         _NEW_SEGMENT,
         {
-            "topic": commit.topic,
-            "partition": commit.partition,
+            "topic": topic,
+            "partition": partition,
             "start_offset": stats.start_offset,
             "end_offset": stats.end_offset,
             "record_count": stats.record_count,
             "time_min": stats.time_min,
             "time_max": stats.time_max,
             "size_bytes": stats.size_bytes,
-            "path": commit.path,
+            "path": segment.path,
             "schema_fingerprint": stats.schema_fingerprint,
             "state": SegmentState.SEALED.value,
             "created_at": stamp,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import Connection, and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -13,6 +13,7 @@ from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest import produced
 from plateau_core.manifest.commit import (
     advance_for_segment,
+    advance_over,
     already_recorded,
     insert_segment,
     remember_schema,
@@ -28,8 +29,9 @@ from plateau_core.manifest.models import (
     SegmentState,
 )
 from plateau_core.manifest.records import (
+    PartitionCommit,
     PartitionSpan,
-    SegmentCommit,
+    SegmentFile,
     SegmentRecord,
     now_ms,
 )
@@ -62,35 +64,28 @@ class Manifest(ManifestDatabase):
         (a re-commit of the same seal is a no-op). Raises ManifestConflictError when the segment
         overlaps what the partition already holds.
         """
-        commit = SegmentCommit(topic, partition, stats, path, schema, tuple(producers))
-        return self.commit_segments([commit])[0]
+        segment = SegmentFile(stats, path, schema)
+        commit = PartitionCommit(topic, partition, (segment,), tuple(producers))
+        return self.commit_seal([commit])[0]
 
-    def commit_segments(self, commits: Sequence[SegmentCommit]) -> list[bool]:
-        """Record several sealed segments (of different partitions) in one transaction: one
-        commit, one sync of the database, for all of them (a group commit). Each answer is
-        commit_segment's; any conflict raises ManifestConflictError and records none."""
+    def commit_seal(self, commits: Sequence[PartitionCommit]) -> list[bool]:
+        """Record the seals of several partitions in one transaction: one commit, one sync
+        of the database, for all of them (a group commit), and all of it or none.
+
+        Each answer is True when that partition's seal was recorded now, False when it was
+        recorded already (its first segment is there: a retry after an unknown outcome).
+        Any conflict raises ManifestConflictError and records nothing.
+        """
         stamp = now_ms()
         recorded: list[bool] = []
         with self._write() as session:
             conn = session.connection()
             try:
                 for commit in commits:
-                    topic, partition, stats = commit.topic, commit.partition, commit.stats
-                    if already_recorded(conn, topic, partition, stats):
-                        recorded.append(False)
-                        continue
-                    advance_for_segment(conn, topic, partition, stats, stamp)
-                    insert_segment(conn, commit, stamp)
-                    remember_schema(conn, topic, stats.schema_fingerprint, commit.schema, stamp)
-                    produced.record_producers(conn, topic, partition, commit.producers, stamp)
-                    recorded.append(True)
+                    recorded.append(_record_partition(conn, commit, stamp))
             except IntegrityError as exc:
-                where = ", ".join(
-                    f"{c.topic}[{c.partition}]@{c.stats.start_offset}" for c in commits
-                )
-                raise ManifestConflictError(
-                    f"a segment of {where} was recorded concurrently"
-                ) from exc
+                where = ", ".join(c.describe() for c in commits)
+                raise ManifestConflictError(f"a seal of {where} was recorded concurrently") from exc
         return recorded
 
     def record_quarantined(
@@ -428,3 +423,18 @@ def _move(
             .execution_options(synchronize_session=False)
         )
     return ids
+
+
+def _record_partition(conn: Connection, commit: PartitionCommit, stamp: int) -> bool:
+    topic, partition = commit.topic, commit.partition
+    if commit.segments and already_recorded(conn, topic, partition, commit.segments[0].stats):
+        return False
+    for segment in commit.segments:
+        stats = segment.stats
+        advance_for_segment(conn, topic, partition, stats, stamp)
+        insert_segment(conn, topic, partition, segment, stamp)
+        remember_schema(conn, topic, stats.schema_fingerprint, segment.schema, stamp)
+    if commit.advance_to is not None:
+        advance_over(conn, topic, partition, commit.advance_to, stamp)
+    produced.record_producers(conn, topic, partition, commit.producers, stamp)
+    return True

@@ -21,16 +21,38 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True)
-class SegmentCommit:
-    """A sealed segment file to record: where it is, what it holds, and the idempotent
-    producers' batches in it."""
+class SegmentFile:
+    """A sealed segment file to record: where it is (relative to the data folder) and what
+    it holds."""
 
-    topic: str
-    partition: int
     stats: SegmentStats
     path: str
     schema: pa.Schema
+
+
+@dataclass(frozen=True)
+class PartitionCommit:
+    """What one seal of a partition records, all in one transaction: its segment files in
+    offset order, the watermark move over offsets that landed nowhere (`advance_to`), and the
+    idempotent producers' batches among them."""
+
+    topic: str
+    partition: int
+    segments: tuple[SegmentFile, ...] = ()
     producers: tuple[ProducerBatch, ...] = ()
+    advance_to: int | None = None
+
+    @property
+    def end_offset(self) -> int | None:
+        """Where the watermark is once this is recorded (None: it does not move it)."""
+        ends = [s.stats.end_offset for s in self.segments[-1:]]
+        if self.advance_to is not None:
+            ends.append(self.advance_to)
+        return max(ends, default=None)
+
+    def describe(self) -> str:
+        starts = ",".join(str(s.stats.start_offset) for s in self.segments)
+        return f"{self.topic}[{self.partition}]@{starts or self.advance_to}"
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def test_failed_seal_keeps_the_data_and_retries(store: Store) -> None:
 def test_failed_manifest_commit_leaves_no_visible_file(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = store.manifest.commit_segments  # the writer's seals commit through it
+    original = store.manifest.commit_seal  # the writer's seals commit through it
     failures = {"left": 1}
 
     def broken(*args: object, **kwargs: object) -> bool:
@@ -145,7 +145,7 @@ def test_failed_manifest_commit_leaves_no_visible_file(
             raise OSError("manifest unavailable")
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(store.manifest, "commit_segments", broken)
+    monkeypatch.setattr(store.manifest, "commit_seal", broken)
     recorder = Recorder(store)
     writer = store.writer(WriterPolicy(retry_backoff_s=10, tick_s=0.01), recorder)
     try:
@@ -192,6 +192,7 @@ def test_skipped_offsets_move_the_watermark_once_everything_before_is_sealed(
     try:
         writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
         writer.skip("t", 0, 3)  # offsets 0..2 were poison: nothing buffered, moves at once
+        writer.flush()
         assert store.manifest.watermark("t", 0) == 3
         writer.append("t", 0, batch([3, 4]))
         writer.skip("t", 0, 8)  # 5..7 skipped, but 3..4 are not sealed yet: must wait

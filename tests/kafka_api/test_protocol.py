@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from plateau_core import Store
 from tests.kafka_api.support import (
     RawClient,
     api_config,
@@ -240,3 +241,35 @@ def test_undecodable_records_per_on_error(tmp_path: Path) -> None:
     headers = {h["key"]: h["value"] for h in letters[0]["headers"]}
     assert headers["plateau.error.topic"] == b"lenient"
     assert headers["plateau.error.offset"] == b"1"
+
+
+def test_an_idempotent_batch_of_only_poison_keeps_the_sequence_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A skipped batch lands no rows, yet its sequence numbers are recorded (with the
+    watermark move over it), so the producer's next batch is in order after a restart."""
+    config = api_config(
+        tmp_path / "store", [{"name": "j", "partitions": 1, "format": "json", "on_error": "skip"}]
+    )
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        pid = producer_id(client)
+        good = produce(
+            client, "j", record_batch([b'{"n": 1}'], producer_id=pid, epoch=0, sequence=0)
+        )
+        bad = record_batch([b"not json", b"nor this"], producer_id=pid, epoch=0, sequence=1)
+        skipped = produce(client, "j", bad)
+        assert (good.error_code, skipped.error_code) == (ErrorCode.none, ErrorCode.none)
+        assert skipped.base_offset == 1
+        client.close()
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        again = produce(client, "j", bad)  # a retry of the skipped batch: still a duplicate
+        assert (again.error_code, again.base_offset) == (ErrorCode.none, 1)
+        following = record_batch([b'{"n": 4}'], producer_id=pid, epoch=0, sequence=3)
+        answer = produce(client, "j", following)
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 3)
+        client.close()
+    with Store.open(tmp_path / "store") as store:
+        assert store.manifest.watermark("j", 0) == 4
+        assert store.read("j").to_table().column("n").to_pylist() == [1, 4]

@@ -1,6 +1,7 @@
 """kill -9 of `plateau serve` while an idempotent producer (librdkafka, acks=all) writes to
 its Kafka API, repeated: every acknowledged record is stored once, at the offset its
-acknowledgement named, and no record is stored twice."""
+acknowledgement named, and no record is stored twice. With poison in the stream, each
+poison record is in the dead-letter topic once, naming the offset it was acknowledged at."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -33,7 +35,36 @@ def wait_listening(port: int, timeout_s: float = 60.0) -> None:
     raise AssertionError(f"serve did not listen on {port} within {timeout_s} s")
 
 
-def test_kill_9_during_idempotent_produce(tmp_path: Path, reliability: Recorder) -> None:
+POISON_EVERY = 37
+
+
+def value(i: int, poison: bool) -> bytes:
+    if poison and i % POISON_EVERY == 0:
+        return b"not json %d" % i
+    return b'{"i": %d}' % i
+
+
+def stored_keys(store: Store, topic: str, dead_letters: bool) -> dict[bytes, list[tuple[int, int]]]:
+    """Each key's (partition, offset) places; a dead letter's is where it was produced."""
+    places: dict[bytes, list[tuple[int, int]]] = {}
+    for partition in range(3):
+        read = store.read(topic, partitions=[partition], columns=["offset", "key", "headers"])
+        for row in read.to_table().to_pylist():
+            place = (partition, row["offset"])
+            if dead_letters:
+                headers = {h["key"]: h["value"] for h in row["headers"]}
+                place = (
+                    int(headers["plateau.error.partition"]),
+                    int(headers["plateau.error.offset"]),
+                )
+            places.setdefault(row["key"], []).append(place)
+    return places
+
+
+@pytest.mark.parametrize("poison", [False, True], ids=["clean", "poison-to-dlq"])
+def test_kill_9_during_idempotent_produce(
+    tmp_path: Path, reliability: Recorder, poison: bool
+) -> None:
     rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "7")))
     port = free_port()
     data_dir = tmp_path / "data"
@@ -44,7 +75,10 @@ def test_kill_9_during_idempotent_produce(tmp_path: Path, reliability: Recorder)
                 "storage": {"data_dir": str(data_dir)},
                 "kafka_api": {"listen": f"127.0.0.1:{port}"},
                 "metrics": {"listen": "127.0.0.1:0"},
-                "topics": [{"name": "events", "partitions": 3}],
+                "topics": [
+                    {"name": "events", "partitions": 3, "format": "json"}
+                    | ({"on_error": "dlq", "dlq": "events-dlq"} if poison else {})
+                ],
             }
         )
     )
@@ -75,7 +109,9 @@ def test_kill_9_during_idempotent_produce(tmp_path: Path, reliability: Recorder)
         i = 0
         while not stop.is_set() and i < 2_000_000:  # bounded: about 20 s at most here
             try:
-                producer.produce("events", key=b"k%d" % i, value=b"v%d" % i, on_delivery=report)
+                producer.produce(
+                    "events", key=b"k%d" % i, value=value(i, poison), on_delivery=report
+                )
                 i += 1
                 sent[0] = i
             except BufferError:
@@ -111,16 +147,14 @@ def test_kill_9_during_idempotent_produce(tmp_path: Path, reliability: Recorder)
         except subprocess.TimeoutExpired:
             process.kill()
     assert not thread.is_alive()
-    stored: Counter[bytes] = Counter()
-    where: dict[bytes, tuple[int, int]] = {}
     with Store.open(data_dir) as store:
-        for partition in range(3):
-            table = store.read("events", partitions=[partition], columns=["offset", "key"])
-            for row in table.to_table().to_pylist():
-                stored[row["key"]] += 1
-                where[row["key"]] = (partition, row["offset"])
+        places = stored_keys(store, "events", dead_letters=False)
+        if poison:
+            for key, found in stored_keys(store, "events-dlq", dead_letters=True).items():
+                places.setdefault(key, []).extend(found)
+    stored = Counter({key: len(found) for key, found in places.items()})
     lost = [key for key in acked if stored[key] == 0]
-    moved = [key for key, place in acked.items() if stored[key] and where[key] != place]
+    moved = [key for key, place in acked.items() if stored[key] and places[key][0] != place]
     result = Audit(
         produced=sent[0],
         expected=len(acked),
@@ -131,9 +165,14 @@ def test_kill_9_during_idempotent_produce(tmp_path: Path, reliability: Recorder)
         missing_sample=[],
     )
     reliability.record(
-        "kill -9 during produce",
+        "kill -9 during produce" + (" with poison" if poison else ""),
         f"serve killed {kills} times while an idempotent acks=all producer writes to its "
-        "Kafka API (3 partitions)",
+        "Kafka API (3 partitions)"
+        + (
+            f"; every {POISON_EVERY}th record is not JSON and goes to a dead-letter topic"
+            if poison
+            else ""
+        ),
         result,
         recover_s=max(recoveries),
         unacknowledged_stored=sum(1 for key in stored if key not in acked),
@@ -142,3 +181,6 @@ def test_kill_9_during_idempotent_produce(tmp_path: Path, reliability: Recorder)
     assert failed == [], failed[:5]
     assert result.exact, (lost[:5], moved[:5], result)
     assert len(acked) > 1000, "too little was produced for the test to mean anything"
+    if poison:
+        letters = sum(1 for key in acked if int(key[1:]) % POISON_EVERY == 0)
+        assert letters > 10, "too few poison records were produced to mean anything"

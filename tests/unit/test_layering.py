@@ -29,6 +29,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.cache": 0,
     "plateau_core.listener": 0,
     "plateau_core.partition_lock": 0,
+    "plateau_core.disk_floor": 0,
     # segment files
     "plateau_core.crc": 1,
     "plateau_core.segment_file": 1,
@@ -48,6 +49,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.group_commit": 3,
     "plateau_core.quarantine": 3,
     "plateau_core.slog": 3,
+    "plateau_core.sealing": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
     "plateau_core.reader": 4,

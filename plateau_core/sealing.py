@@ -1,0 +1,172 @@
+"""One seal, run on a writer pool thread: each partition's segment files written durably
+(temp -> fsync -> rename -> fsync dir), then one manifest transaction recording every
+partition of the group (segments, watermark moves, producer batches) or none of them.
+
+The files of a group whose transaction definitely failed are removed (they would be orphans);
+after an unknown outcome (the commit raised, but may have landed) the manifest is asked
+before anything is removed, as iceberg-python does for its catalog commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+
+from plateau_core.errors import ManifestConflictError
+from plateau_core.group_commit import GroupCommitter
+from plateau_core.listener import SealedSegment, WriterListener
+from plateau_core.manifest import Manifest
+from plateau_core.manifest.records import PartitionCommit, SegmentFile
+from plateau_core.names import partition_dir, relative_segment_path
+from plateau_core.policies import WriterPolicy
+from plateau_core.segment_stats import SegmentStats
+from plateau_core.slog import SealJob
+
+log = structlog.get_logger(__name__)
+
+WriteSegment = Callable[..., tuple[Path, SegmentStats]]
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A job's seal as recorded: its commit and the files (in offset order) it wrote."""
+
+    job: SealJob
+    commit: PartitionCommit
+    files: tuple[Path, ...]
+
+
+def seal_group(
+    group: list[SealJob],
+    data_dir: Path,
+    policy: WriterPolicy,
+    write: WriteSegment,
+    committer: GroupCommitter,
+) -> list[Sealed]:
+    """Write every job's files, then record the whole group in one transaction.
+
+    Raises whatever failed; the manifest then holds none of the group, and the files it
+    wrote are gone unless the failure was a conflict (another writer's files may be there).
+    """
+    written: list[Path] = []
+    sealed: list[Sealed] = []
+    try:
+        for job in group:
+            files, segments = _write_job(job, data_dir, policy, write, written)
+            commit = PartitionCommit(
+                job.topic, job.partition, segments, tuple(job.producers), job.advance_to
+            )
+            sealed.append(Sealed(job, commit, files))
+        _record([s.commit for s in sealed], committer)
+    except ManifestConflictError:
+        raise
+    except Exception:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise
+    return sealed
+
+
+def _write_job(
+    job: SealJob,
+    data_dir: Path,
+    policy: WriterPolicy,
+    write: WriteSegment,
+    written: list[Path],
+) -> tuple[tuple[Path, ...], tuple[SegmentFile, ...]]:
+    directory = partition_dir(data_dir, job.topic, job.partition)
+    files: list[Path] = []
+    segments: list[SegmentFile] = []
+    for run in job.runs():
+        table = pa.Table.from_batches(run)
+        path, stats = write(directory, table, policy.compression, fsync=policy.fsync)
+        written.append(path)
+        files.append(path)
+        relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
+        segments.append(SegmentFile(stats, relative, table.schema))
+    return tuple(files), tuple(segments)
+
+
+def _record(commits: list[PartitionCommit], committer: GroupCommitter) -> None:
+    try:
+        committer.commit(commits)
+    except ManifestConflictError:
+        raise
+    except Exception:
+        # Only a definite failure makes the files orphans: if the group did land (the error
+        # came after the commit), the seal succeeded.
+        if not recorded(committer.manifest, commits):
+            raise
+
+
+def recorded(manifest: Manifest, commits: list[PartitionCommit]) -> bool:
+    """Whether a group is in the manifest (a group lands whole, so one partition tells)."""
+    for commit in commits:
+        if commit.segments:
+            first = commit.segments[0].stats
+            return manifest.has_segment(commit.topic, commit.partition, first)
+    return all(
+        (manifest.watermark(c.topic, c.partition) or 0) >= (c.end_offset or 0) for c in commits
+    )
+
+
+def announce(sealed: Sealed, listener: WriterListener) -> None:
+    """Log the seal's lifecycle events and tell the listener, segment by segment."""
+    job, commit = sealed.job, sealed.commit
+    seconds = time.monotonic() - job.started
+    for path, segment in zip(sealed.files, commit.segments, strict=True):
+        stats = segment.stats
+        log.info(
+            "segment_sealed",
+            topic=job.topic,
+            partition=job.partition,
+            start_offset=stats.start_offset,
+            end_offset=stats.end_offset,
+            records=stats.record_count,
+            bytes=stats.size_bytes,
+            seconds=round(seconds, 4),
+        )
+        listener.on_sealed(
+            SealedSegment(
+                topic=job.topic,
+                partition=job.partition,
+                start_offset=stats.start_offset,
+                end_offset=stats.end_offset,
+                record_count=stats.record_count,
+                size_bytes=stats.size_bytes,
+                path=path,
+                seconds=seconds,
+            )
+        )
+    last_end = commit.segments[-1].stats.end_offset if commit.segments else None
+    if job.advance_to is not None and (last_end is None or job.advance_to > last_end):
+        log.info(
+            "watermark_advanced",
+            topic=job.topic,
+            partition=job.partition,
+            next_offset=job.advance_to,
+            producers=len(job.producers),
+            reason="records handled without landing here",
+        )
+        listener.on_advanced(job.topic, job.partition, job.advance_to)
+
+
+def log_failure(job: SealJob, exc: Exception, retry_in_s: float) -> None:
+    offsets = [b.column("offset") for b in job.batches]
+    log.error(
+        "seal_failed",
+        topic=job.topic,
+        partition=job.partition,
+        start_offset=offsets[0][0].as_py() if offsets else None,
+        last_offset=offsets[-1][-1].as_py() if offsets else None,
+        next_offset=job.advance_to,
+        records=job.rows,
+        error=str(exc),
+        error_type=type(exc).__name__,
+        retry_in_s=round(retry_in_s, 2),
+    )

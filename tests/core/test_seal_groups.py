@@ -1,0 +1,141 @@
+"""append_group: what must become durable together (a batch's schema runs, its producer
+batch, its watermark move and its dead letters in another partition) is recorded in one
+manifest transaction or not at all, and a retry after a failure lands it exactly once."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from plateau_core import Append, InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.producers import ProducerBatch
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
+from tests.support import batch
+
+HOUR = RollPolicy(max_age_s=3600)
+
+
+class FailingWrite:
+    """Fails the `nth` segment write (1-based) once with ENOSPC; the others write."""
+
+    def __init__(self, nth: int) -> None:
+        self.nth = nth
+        self.calls = 0
+        self.written: list[Path] = []
+        self.before_retry: list[str] | None = None  # segment files there when the retry began
+
+    def __call__(
+        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+    ) -> tuple[Path, SegmentStats]:
+        self.calls += 1
+        if self.calls == self.nth + 1:
+            self.before_retry = sorted(p.name for p in directory.glob("*.arrow"))
+        if self.calls == self.nth:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        path, stats = write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        self.written.append(path)
+        return path, stats
+
+
+def two_schemas(first: int) -> list[pa.RecordBatch]:
+    """Rows at `first`.. in two schema runs: plain, then with an extra column."""
+    extra = {"n": pa.array([1, 2], pa.int64())}
+    return [batch([first, first + 1]), batch([first + 2, first + 3], extra=extra)]
+
+
+def test_a_batch_in_two_schemas_is_recorded_whole_or_not_at_all(store: Store) -> None:
+    failing = FailingWrite(nth=2)
+    writer = store.writer(WriterPolicy(retry_backoff_s=0.05, tick_s=0.01))
+    writer._write_segment = failing  # the second schema run's file fails once
+    producer = ProducerBatch(7, 0, 0, 3, 0)
+    try:
+        writer.acquire("t", 0, roll=HOUR)
+        writer.append_group([Append("t", 0, two_schemas(0), producer, urgent=True)])
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert failing.calls == 4  # two files, the second failed, then both again
+    # The first try's file was removed with the failure and nothing was recorded: the retry
+    # wrote the whole batch again.
+    assert failing.before_retry == []
+    rows = store.read("t").to_table()
+    assert rows.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert [(s.start_offset, s.end_offset) for s in store.manifest.segments("t")] == [
+        (0, 2),
+        (2, 4),
+    ]
+    [state] = store.manifest.producer_states("t", 0).values()
+    assert state.batches == (producer,)
+
+
+def test_rows_a_watermark_move_and_dead_letters_commit_together(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = store.manifest.commit_seal
+    seen: list[list[str]] = []
+
+    def flaky(commits: list[object]) -> list[bool]:
+        seen.append([c.describe() for c in commits])  # type: ignore[attr-defined]
+        if len(seen) == 1:
+            raise OSError("manifest unavailable")
+        return original(commits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_seal", flaky)
+    writer = store.writer(WriterPolicy(retry_backoff_s=0.05, tick_s=0.01))
+    try:
+        writer.acquire("src", 0, roll=HOUR)
+        writer.acquire("dlq", 0, roll=HOUR)
+        # Offsets 0..4: 0 and 1 landed, 2..4 were poison sent to the dead-letter partition.
+        writer.append_group(
+            [
+                Append("src", 0, [batch([0, 1])], advance_to=5, urgent=True),
+                Append("dlq", 0, [batch([0, 1, 2])]),
+            ]
+        )
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    # Both partitions were in the failed transaction and in the retried one: never one alone.
+    assert len(seen) == 2
+    assert all(sorted(c.split("[")[0] for c in group) == ["dlq", "src"] for group in seen)
+    assert store.manifest.watermark("src", 0) == 5
+    assert store.manifest.watermark("dlq", 0) == 3
+    assert store.read("dlq").to_table().num_rows == 3
+    assert store.read("src").to_table().num_rows == 2
+
+
+def test_a_producer_batch_of_only_poison_is_recorded_with_its_watermark_move(
+    store: Store,
+) -> None:
+    writer = store.writer(WriterPolicy(tick_s=0.01))
+    try:
+        writer.acquire("t", 0, roll=HOUR)
+        writer.append_group([Append("t", 0, [batch([0])], ProducerBatch(3, 0, 0, 0, 0))])
+        writer.append_group([Append("t", 0, (), ProducerBatch(3, 0, 1, 2, 1), advance_to=3)])
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert store.manifest.watermark("t", 0) == 3
+    [state] = store.manifest.producer_states("t", 0).values()
+    assert [b.last_sequence for b in state.batches] == [0, 2]
+
+
+def test_a_refused_group_changes_no_partition(store: Store) -> None:
+    writer = store.writer(WriterPolicy(tick_s=0.01))
+    try:
+        writer.acquire("a", 0, roll=HOUR)
+        writer.acquire("b", 0, roll=HOUR)
+        writer.append("b", 0, batch([5]))
+        with pytest.raises(InvalidInputError, match=r"b\[0\] column 'offset' starts at 4"):
+            writer.append_group([Append("a", 0, [batch([0, 1])]), Append("b", 0, [batch([4])])])
+        assert writer.stats().buffered_rows == 1  # b's own row; nothing of a's
+        writer.append_group([Append("a", 0, [batch([0, 1])]), Append("b", 0, [batch([6])])])
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert store.read("a").to_table().column("offset").to_pylist() == [0, 1]
+    assert store.read("b").to_table().column("offset").to_pylist() == [5, 6]
