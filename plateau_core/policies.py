@@ -44,13 +44,18 @@ class WriterPolicy:
     retry_backoff_s: float = 0.5  # first retry after a failed seal; doubles up to 30 s
     tick_s: float = 0.1  # how often the max_age timer and retries are checked
     # Seal every partition that is due in one group (one pool task, one manifest
-    # transaction) instead of one task each: a group commit for many small seals, as the
-    # produce path's acks=all makes them.
+    # transaction) instead of one task each, one group at a time, started by the ticker or
+    # `Writer.seal_due()` rather than by each append: a group commit for many small seals,
+    # as the produce path's acks=all makes them.
     seal_together: bool = False
+    # Threads writing one group's files at once (each its own fsyncs); a group of one
+    # partition is written by its seal thread alone.
+    file_threads: int = 8
 
     def __post_init__(self) -> None:
         _positive("memory_budget_bytes", self.memory_budget_bytes)
         _positive("writer_threads", self.writer_threads)
+        _positive("file_threads", self.file_threads)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("tick_s", self.tick_s)
         if self.compression not in COMPRESSIONS:

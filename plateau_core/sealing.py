@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,48 +48,86 @@ def seal_group(
     policy: WriterPolicy,
     write: WriteSegment,
     committer: GroupCommitter,
+    *,
+    files: Executor | None = None,
 ) -> list[Sealed]:
     """Write every job's files, then record the whole group in one transaction.
+
+    With `files`, the jobs' files are written concurrently on it: a seal is mostly waiting
+    for fsyncs, and the file system completes concurrent ones together (one journal commit
+    for many), so a group of many partitions takes little longer than one.
 
     Raises whatever failed; the manifest then holds none of the group, and the files it
     wrote are gone unless the failure was a conflict (another writer's files may be there).
     """
-    written: list[Path] = []
-    sealed: list[Sealed] = []
+    outcomes = _write_all(group, data_dir, policy, write, files)
+    done = [o for o in outcomes if not isinstance(o, BaseException)]
     try:
-        for job in group:
-            files, segments = _write_job(job, data_dir, policy, write, written)
-            commit = PartitionCommit(
-                job.topic, job.partition, segments, tuple(job.producers), job.advance_to
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if failed:
+            raise failed[0]
+        sealed = [
+            Sealed(
+                job,
+                PartitionCommit(
+                    job.topic, job.partition, segments, tuple(job.producers), job.advance_to
+                ),
+                paths,
             )
-            sealed.append(Sealed(job, commit, files))
+            for job, (paths, segments) in zip(group, done, strict=True)
+        ]
         _record([s.commit for s in sealed], committer)
     except ManifestConflictError:
         raise
     except Exception:
-        for path in written:
-            path.unlink(missing_ok=True)
+        for paths, _ in done:
+            for path in paths:
+                path.unlink(missing_ok=True)
         raise
     return sealed
 
 
-def _write_job(
-    job: SealJob,
+Written = tuple[tuple[Path, ...], tuple[SegmentFile, ...]]
+
+
+def _write_all(
+    group: list[SealJob],
     data_dir: Path,
     policy: WriterPolicy,
     write: WriteSegment,
-    written: list[Path],
-) -> tuple[tuple[Path, ...], tuple[SegmentFile, ...]]:
+    files: Executor | None,
+) -> list[Written | BaseException]:
+    """Each job's files or what stopped them; every write has finished when this returns
+    (so a failure's cleanup sees all the files the group wrote)."""
+    if files is None or len(group) == 1:
+        outcomes: list[Written | BaseException] = []
+        for job in group:
+            try:
+                outcomes.append(_write_job(job, data_dir, policy, write))
+            except Exception as exc:  # handed back: seal_group raises it after cleaning up
+                outcomes.append(exc)
+                break
+        return outcomes
+    futures = [files.submit(_write_job, job, data_dir, policy, write) for job in group]
+    wait(futures)
+    return [f.exception() or f.result() for f in futures]
+
+
+def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteSegment) -> Written:
     directory = partition_dir(data_dir, job.topic, job.partition)
     files: list[Path] = []
     segments: list[SegmentFile] = []
-    for run in job.runs():
-        table = pa.Table.from_batches(run)
-        path, stats = write(directory, table, policy.compression, fsync=policy.fsync)
-        written.append(path)
-        files.append(path)
-        relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
-        segments.append(SegmentFile(stats, relative, table.schema))
+    try:
+        for run in job.runs():
+            table = pa.Table.from_batches(run)
+            path, stats = write(directory, table, policy.compression, fsync=policy.fsync)
+            files.append(path)
+            relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
+            segments.append(SegmentFile(stats, relative, table.schema))
+    except BaseException:
+        for path in files:  # this job's earlier runs: the caller never hears of them
+            path.unlink(missing_ok=True)
+        raise
     return tuple(files), tuple(segments)
 
 

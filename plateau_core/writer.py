@@ -37,6 +37,7 @@ from plateau_core.policies import RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.schema import fingerprint, normalize_batch
+from plateau_core.seal_groups import SealGroups, relieve_pressure
 from plateau_core.sealing import announce, log_failure, seal_group
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
@@ -65,9 +66,11 @@ class Writer:
         self._locks: dict[TopicPartition, PartitionLock] = {}
         self._buffered = 0
         self._in_flight = 0
+        self._groups = SealGroups(self._logs, self.policy.seal_together)
         self._fingerprints: dict[pa.Schema, str] = {}
         self._disk = DiskFloor(store.data_dir, self.policy.min_free_disk_bytes)
         self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
+        self._files = ThreadPoolExecutor(self.policy.file_threads, thread_name_prefix="seal-file")
         self._committer = GroupCommitter(store.manifest)
         self._closed = False
         self._ticker = threading.Thread(target=self._tick_loop, name="slog-ticker", daemon=True)
@@ -203,7 +206,8 @@ class Writer:
             if len(changed) > 1:
                 for slog in changed.values():
                     slog.links.update(k for k in changed if k != slog.key)
-            self._schedule(changed.values())
+            if not self.policy.seal_together:
+                self._schedule(changed.values())
 
     def _check_group(
         self,
@@ -225,7 +229,11 @@ class Writer:
                 raise BackpressureError(slog.topic, slog.partition, "partition_busy", busy)
         total = self._buffered + self._in_flight
         if total > 0 and total + nbytes > self.policy.memory_budget_bytes:
-            self._start(self._relieve_pressure())
+            self._start(
+                relieve_pressure(
+                    self._logs.values(), self._buffered, self.policy.memory_budget_bytes
+                )
+            )
             for slog in landing:
                 slog.refused_nbytes = nbytes  # accepting() waits for room for these
             raise BackpressureError(
@@ -293,6 +301,7 @@ class Writer:
                 self._cond.notify_all()
             self._ticker.join(timeout=5)
             self._pool.shutdown(wait=True)
+            self._files.shutdown(wait=True)
             self._committer.close()
 
     def unsealed_since(self) -> dict[TopicPartition, float]:
@@ -330,6 +339,14 @@ class Writer:
             self._fingerprints[schema] = found
         return found
 
+    def seal_due(self) -> None:
+        """Start the seals that are due now. With `seal_together` appends do not start
+        seals themselves: a caller landing many partitions' records at once (one produce
+        request) calls this after the last, so they seal as one group; the ticker does it
+        every `tick_s` otherwise."""
+        with self._cond:
+            self._schedule()
+
     def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:
         """Start the seals of the partitions that are due (among `candidates`; all of them
         when sealing together, so one group commit takes every partition that is due)."""
@@ -340,33 +357,11 @@ class Writer:
         self._start([s for s in pool if s.due(now)])
 
     def _start(self, selected: list[SegmentLog]) -> None:
-        """Seal `selected` with the partitions linked to them: one pool task per group (one
-        group for all when sealing together). A group with a member still sealing waits."""
-        groups: list[list[SegmentLog]] = []
-        seen: set[TopicPartition] = set()
-        for slog in selected:
-            if slog.key in seen:
-                continue
-            members = self._linked(slog)
-            seen.update(m.key for m in members)
-            if all(m.in_flight is None for m in members):
-                groups.append(members)
-        if self.policy.seal_together and len(groups) > 1:
-            groups = [[m for group in groups for m in group]]
-        for group in groups:
+        for group in self._groups.form(selected):
             jobs = [self._take(m) for m in group if m.pending()]
             if jobs:
+                self._groups.in_flight += 1
                 self._pool.submit(self._seal, jobs)
-
-    def _linked(self, slog: SegmentLog) -> list[SegmentLog]:
-        members = {slog.key: slog}
-        todo = list(slog.links)
-        while todo:
-            other = self._logs.get(todo.pop())
-            if other is not None and other.key not in members:
-                members[other.key] = other
-                todo.extend(other.links)
-        return list(members.values())
 
     def _take(self, slog: SegmentLog) -> SealJob:
         job = slog.take()
@@ -374,24 +369,16 @@ class Writer:
         self._in_flight += job.nbytes
         return job
 
-    def _relieve_pressure(self) -> list[SegmentLog]:
-        """Under memory pressure seal the biggest idle buffers instead of waiting for a roll."""
-        now = time.monotonic()
-        idle = sorted((s for s in self._logs.values() if s.can_seal(now)), key=lambda s: -s.nbytes)
-        chosen: list[SegmentLog] = []
-        left = self._buffered
-        for slog in idle:
-            chosen.append(slog)
-            left -= slog.nbytes
-            if left < self.policy.memory_budget_bytes // 4:
-                break
-        return chosen
-
     def _seal(self, group: list[SealJob]) -> None:
         """Runs on a pool thread, without the lock."""
         try:
             sealed = seal_group(
-                group, self.store.data_dir, self.policy, self._write_segment, self._committer
+                group,
+                self.store.data_dir,
+                self.policy,
+                self._write_segment,
+                self._committer,
+                files=self._files,
             )
         except Exception as exc:  # any failure keeps the data buffered for a retry
             self._failed(group, exc)
@@ -400,6 +387,7 @@ class Writer:
         for one in sealed:
             announce(one, self.listener)
         with self._cond:
+            self._groups.in_flight -= 1
             for job in group:
                 self._in_flight -= job.nbytes
                 slog = self._logs.get(job.key)
@@ -412,6 +400,7 @@ class Writer:
     def _failed(self, group: list[SealJob], exc: Exception) -> None:
         keys = {job.key for job in group}
         with self._cond:
+            self._groups.in_flight -= 1
             delays: list[float] = []
             for job in group:
                 self._in_flight -= job.nbytes

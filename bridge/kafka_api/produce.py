@@ -62,6 +62,7 @@ class ProduceHandler:
                 )
                 throttled += held
                 answers.append(_Answer(topic_data.name, data.index, outcome))
+        self.sink.seal_due()
         throttle_ms = int(throttled * 1000)
 
         async def respond() -> dict[str, Any]:

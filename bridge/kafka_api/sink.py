@@ -285,6 +285,11 @@ class ProduceSink(WriterListener):
         for state in self.partitions.values():
             if state.stalled:
                 self._drain(state)
+        self.writer.seal_due()
+
+    def seal_due(self) -> None:
+        """A request's batches are all appended: seal the due partitions as one group."""
+        self.writer.seal_due()
 
     async def ready(self, key: tuple[str, int], timeout_s: float) -> bool:
         """Wait until the partition can take records again (at most `timeout_s`)."""

@@ -5,6 +5,7 @@ manifest transaction or not at all, and a retry after a failure lands it exactly
 from __future__ import annotations
 
 import errno
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -139,3 +140,39 @@ def test_a_refused_group_changes_no_partition(store: Store) -> None:
         writer.close()
     assert store.read("a").to_table().column("offset").to_pylist() == [0, 1]
     assert store.read("b").to_table().column("offset").to_pylist() == [5, 6]
+
+
+def test_sealing_together_records_every_due_partition_in_one_transaction(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = store.manifest.commit_seal
+    transactions: list[list[str]] = []
+
+    def counted(commits: list[object]) -> list[bool]:
+        transactions.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
+        return original(commits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_seal", counted)
+    threads: set[str] = set()
+    real_write = write_segment
+
+    def noting(directory: Path, table: pa.Table, compression: str, *, fsync: bool):  # type: ignore[no-untyped-def]
+        threads.add(threading.current_thread().name)
+        return real_write(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+
+    # A long tick: only seal_due() starts seals here, as a produce request's end does.
+    writer = store.writer(WriterPolicy(seal_together=True, tick_s=3600))
+    writer._write_segment = noting
+    try:
+        for p in range(3):
+            writer.acquire("t", p, roll=HOUR)
+        for p in range(3):
+            writer.append("t", p, batch([0, 1]), urgent=True)
+        assert transactions == []  # appends alone start nothing when sealing together
+        writer.seal_due()
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert transactions == [["t[0]@0", "t[1]@0", "t[2]@0"]]
+    assert {t.split("_")[0] for t in threads} == {"seal-file"}  # the files, written at once
+    assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]

@@ -50,6 +50,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.quarantine": 3,
     "plateau_core.slog": 3,
     "plateau_core.sealing": 4,
+    "plateau_core.seal_groups": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
     "plateau_core.reader": 4,

@@ -1,0 +1,70 @@
+"""Which partitions seal together: the groups a writer hands to its seal pool.
+
+Partitions changed by one append_group are linked and always seal as one group (one
+manifest transaction). With `seal_together`, every partition due at a moment joins one
+group, and at most one such group is in flight: what becomes due meanwhile waits for it
+and forms the next group, so group size grows with load (a group commit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from plateau_core.listener import TopicPartition
+from plateau_core.slog import SegmentLog
+
+
+class SealGroups:
+    def __init__(self, logs: Mapping[TopicPartition, SegmentLog], together: bool) -> None:
+        self._logs = logs
+        self.together = together
+        self.in_flight = 0  # groups handed to the pool and not finished
+        self._waiting: set[TopicPartition] = set()  # selected while a group was in flight
+
+    def form(self, selected: Iterable[SegmentLog]) -> list[list[SegmentLog]]:
+        """The groups to start now for `selected` and the partitions linked to them; a
+        group with a member still sealing waits (its completion schedules again)."""
+        if self.together:
+            self._waiting.update(s.key for s in selected)
+            if self.in_flight:
+                return []
+            selected = [self._logs[k] for k in self._waiting if k in self._logs]
+            self._waiting = set()
+        groups: list[list[SegmentLog]] = []
+        seen: set[TopicPartition] = set()
+        for slog in selected:
+            if slog.key in seen:
+                continue
+            members = self._linked(slog)
+            seen.update(m.key for m in members)
+            if all(m.in_flight is None for m in members):
+                groups.append(members)
+        if self.together and len(groups) > 1:
+            groups = [[m for group in groups for m in group]]
+        return groups
+
+    def _linked(self, slog: SegmentLog) -> list[SegmentLog]:
+        members = {slog.key: slog}
+        todo = list(slog.links)
+        while todo:
+            other = self._logs.get(todo.pop())
+            if other is not None and other.key not in members:
+                members[other.key] = other
+                todo.extend(other.links)
+        return list(members.values())
+
+
+def relieve_pressure(logs: Iterable[SegmentLog], buffered: int, budget: int) -> list[SegmentLog]:
+    """Under memory pressure: the biggest idle buffers to seal now, until a quarter of the
+    budget is left buffered, instead of waiting for their roll."""
+    now = time.monotonic()
+    idle = sorted((s for s in logs if s.can_seal(now)), key=lambda s: -s.nbytes)
+    chosen: list[SegmentLog] = []
+    left = buffered
+    for slog in idle:
+        chosen.append(slog)
+        left -= slog.nbytes
+        if left < budget // 4:
+            break
+    return chosen
