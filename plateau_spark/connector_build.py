@@ -5,7 +5,7 @@ will load it (pyspark's, or $SPARK_HOME's), passed to Maven by path, so the clas
 Spark exactly; Maven fetches the SQLite JDBC driver. The jars land in the cache folder under a
 key made of the source and the Spark version: an edited source or another Spark builds anew.
 
-    make spark-connector     # or: python -c "from plateau_spark.connector_build import main; main()"
+    make spark-connector        # runs main() below
 """
 
 from __future__ import annotations
