@@ -185,4 +185,7 @@ def _conf(spark: SparkSession) -> Iterator[None]:
         yield
     finally:
         for key, previous in before.items():
-            spark.conf.set(key, previous)
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
