@@ -98,7 +98,8 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
   }
 
   private void open(Segment segment) {
-    file = SegmentFile.open(plan.options.segmentPath(segment.path()), segment, plan.options.topic);
+    SegmentFile opened = SegmentFile.open(plan.options.segmentPath(segment.path()), segment, plan.options.topic);
+    file = opened;
     filtered = !plan.bounds.covers(segment);
     List<Integer> chosen = new ArrayList<>();
     for (int i = 0; i < file.batchCount(); i++) {
@@ -114,6 +115,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     for (int i : chosen) {
       String problem = file.batchProblem(i);
       if (problem != null) {
+        file = null;
         throw new SegmentFile.SegmentException(
             "segment " + segment.path() + " (" + plan.options.topic + "[" + segment.partition()
                 + "]) is corrupt: " + problem,
@@ -143,7 +145,9 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
 
   private void finish() {
     Segment segment = file.segment;
-    root.close();
+    if (root != null) {
+      root.close();
+    }
     root = null;
     file = null;
     if (plan.options.traceFile != null) {
