@@ -60,6 +60,9 @@ def run_spark(
                 rows.withColumn("date", fn.to_date(fn.col("timestamp")))
                 .write.partitionBy("date", "partition")
                 .option("compression", compression)
+                # pyarrow's level (Arrow's default), which the in-process writer uses: Parquet's
+                # default of 3 took 40% longer here for files 2% smaller.
+                .option("parquet.compression.codec.zstd.level", "1")
                 .mode("overwrite")
                 .parquet(str(staging))
             )
