@@ -5,8 +5,9 @@ Builds (or reuses, with --data-dir) the read benchmark's store for each of --siz
 hundredth of the rows), then, all sizes in one run and one SparkSession:
 
 - replication: the store copied to Parquet in this process (pyarrow write tasks, no Spark:
-  the baseline) and by the Spark job `plateau replicate` runs (read through the connector,
-  written by Spark's Parquet writer); MB/s of segment bytes read;
+  the baseline), by the same tasks run as Python functions in a Spark job (how `plateau
+  replicate` worked before the connector), and by the Spark job `plateau replicate` runs
+  now (read through the connector, written by Spark's Parquet writer); MB/s of segment bytes;
 - full scan, through the plateau source and through spark.read.parquet of the replica:
   `count()` and a groupBy(partition) summing length(value) (every value read);
 - Spark's floor: `spark.range(10).count()`, what any SQL query costs on the machine;
@@ -68,12 +69,20 @@ def timed(name: str, repeat: int, run: Callable[[], Any]) -> dict[str, Any]:
 
 
 def replicate(store: Store, spark: Any, work: Path) -> dict[str, Any]:
-    baseline_target = Target.parse(str(work / "baseline"))
-    tasks = Replicator(store, baseline_target).plan()
+    """The same segments three ways: pyarrow write tasks in this process (the baseline), the
+    same tasks as Python functions in a Spark job (how `plateau replicate` ran before the
+    connector), and `plateau replicate` now (the connector and Spark's Parquet writer)."""
+    tasks = Replicator(store, Target.parse(str(work / "baseline"))).plan()
     started = time.perf_counter()
     for task in tasks:
         write_task(task)
     baseline_s = time.perf_counter() - started
+    shutil.rmtree(work / "baseline", ignore_errors=True)
+    python_tasks = Replicator(store, Target.parse(str(work / "python-tasks"))).plan()
+    started = time.perf_counter()
+    spark.sparkContext.parallelize(python_tasks, len(python_tasks)).map(write_task).collect()
+    python_tasks_s = time.perf_counter() - started
+    shutil.rmtree(work / "python-tasks", ignore_errors=True)
     segment_bytes = sum(t.size_bytes for t in tasks)
     report = Replicator(store, Target.parse(str(work / "replica"))).run_once(spark)
     if report.bytes_read != segment_bytes:
@@ -85,6 +94,8 @@ def replicate(store: Store, spark: Any, work: Path) -> dict[str, Any]:
         "parquet_bytes": report.bytes_written,
         "spark_seconds": report.seconds,
         "spark_mb_per_s": segment_bytes / MB / report.seconds,
+        "python_tasks_in_spark_seconds": python_tasks_s,
+        "python_tasks_in_spark_mb_per_s": segment_bytes / MB / python_tasks_s,
         "in_process_seconds": baseline_s,
         "in_process_mb_per_s": segment_bytes / MB / baseline_s,
         "spark_vs_in_process": baseline_s / report.seconds,
@@ -251,8 +262,10 @@ def _print(rows: int, run: dict[str, Any]) -> None:
     rep = run["replication"]
     print(
         f"\n{rows} rows. replication: {rep['segment_bytes'] / MB:.0f} MB of segments -> "
-        f"{rep['files']} files, {rep['parquet_bytes'] / MB:.0f} MB Parquet; Spark job "
-        f"{rep['spark_mb_per_s']:.1f} MB/s, in-process {rep['in_process_mb_per_s']:.1f} MB/s"
+        f"{rep['files']} files, {rep['parquet_bytes'] / MB:.0f} MB Parquet; connector + Spark "
+        f"writer {rep['spark_mb_per_s']:.1f} MB/s, Python tasks in Spark "
+        f"{rep['python_tasks_in_spark_mb_per_s']:.1f} MB/s, in-process "
+        f"{rep['in_process_mb_per_s']:.1f} MB/s"
     )
     for name, result in run["queries"].items():
         print(f"{name:>26}: {result['seconds_median']:7.3f} s")
