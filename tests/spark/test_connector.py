@@ -158,3 +158,16 @@ def test_filtered_then_unfiltered_reads_of_one_dataframe(
     assert len({(r.partition, r.offset) for r in everything}) == 3000
     assert len(df.filter("partition = 1 AND offset < 10").collect()) == 10
     assert json.loads(df.schema.json())["fields"][0]["name"] == "partition"
+
+
+def test_statistics_come_from_the_planned_segments(
+    spark: SparkSession, minutes_store: Store
+) -> None:
+    df = load(spark, minutes_store, "t").filter("partition = 1")
+    stats = df._jdf.queryExecution().optimizedPlan().stats()
+    assert stats.rowCount().get().toString() == "1000"
+    assert (
+        0
+        < int(stats.sizeInBytes().toString())
+        < sum(s.size_bytes for s in minutes_store.manifest.segments("t"))
+    )

@@ -2,10 +2,13 @@ package org.plateau.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalLong;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.Statistics;
+import org.apache.spark.sql.connector.read.SupportsReportStatistics;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.types.StructType;
 
@@ -14,16 +17,19 @@ import org.apache.spark.sql.types.StructType;
  * query: the scan reads one consistent set of sealed segments, and retention keeps their files
  * for its grace period after marking them, so a query that started reads all it planned.
  */
-final class PlateauScan implements Scan, Batch {
+final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   private final SourceOptions options;
   private final StructType schema;
   private final Bounds bounds;
   private final List<String> filters;
   private final long limit;
+  private final int fullRowSize;
   private InputPartition[] planned;
 
-  PlateauScan(SourceOptions options, StructType schema, Bounds bounds, List<String> filters, long limit) {
+  PlateauScan(
+      SourceOptions options, StructType schema, StructType full, Bounds bounds, List<String> filters, long limit) {
     this.options = options;
+    this.fullRowSize = full.defaultSize();
     this.schema = schema;
     this.bounds = bounds;
     this.filters = filters;
@@ -82,6 +88,37 @@ final class PlateauScan implements Scan, Batch {
       }
     }
     return SegmentGroup.plan(admitted, options.maxPartitionBytes, bounds);
+  }
+
+  /**
+   * The planned segments' bytes and rows, so Spark can tell a small topic (a broadcast join)
+   * from a large one. Bytes are scaled by the share of the columns read, as Spark does for
+   * files; the row count is exact when the bounds cover the segments whole.
+   */
+  @Override
+  public Statistics estimateStatistics() {
+    long bytes = 0;
+    long rows = 0;
+    for (InputPartition partition : planInputPartitions()) {
+      for (Segment s : ((SegmentGroup) partition).segments) {
+        bytes += s.sizeBytes();
+        rows += s.recordCount();
+      }
+    }
+    double share = schema.defaultSize() / (double) Math.max(1, fullRowSize);
+    long scaled = Math.max(1, (long) (bytes * Math.min(1.0, share)));
+    long count = rows;
+    return new Statistics() {
+      @Override
+      public OptionalLong sizeInBytes() {
+        return OptionalLong.of(scaled);
+      }
+
+      @Override
+      public OptionalLong numRows() {
+        return OptionalLong.of(count);
+      }
+    };
   }
 
   @Override

@@ -23,6 +23,7 @@ final class PlateauScanBuilder
         SupportsPushDownLimit,
         SupportsPushDownAggregates {
   private final SourceOptions options;
+  private final StructType full;
   private StructType required;
   private Bounds bounds = Bounds.NONE;
   private final List<Predicate> pushed = new ArrayList<>();
@@ -31,6 +32,7 @@ final class PlateauScanBuilder
 
   PlateauScanBuilder(SourceOptions options, StructType schema) {
     this.options = options;
+    this.full = schema;
     this.required = schema;
   }
 
@@ -88,6 +90,6 @@ final class PlateauScanBuilder
     if (aggregate != null) {
       return aggregate;
     }
-    return new PlateauScan(options, required, bounds, Bounds.describe(pushed), limit);
+    return new PlateauScan(options, required, full, bounds, Bounds.describe(pushed), limit);
   }
 }
