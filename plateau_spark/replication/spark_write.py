@@ -40,6 +40,9 @@ _WRITE_CONF = {
     "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
 _ONE_TASK = str(2**63 - 1)  # maxPartitionBytes: a replication task's segments in one Spark task
+# replication.compression names pyarrow's codecs: its lz4 is Parquet's LZ4_RAW, which Spark
+# calls lz4_raw (Spark's lz4 is the older Hadoop framing few readers take).
+_SPARK_CODECS = {"lz4": "lz4_raw"}
 
 
 def run_spark(
@@ -59,7 +62,7 @@ def run_spark(
             (
                 rows.withColumn("date", fn.to_date(fn.col("timestamp")))
                 .write.partitionBy("date", "partition")
-                .option("compression", compression)
+                .option("compression", _SPARK_CODECS.get(compression, compression))
                 # pyarrow's level (Arrow's default), which the in-process writer uses: Parquet's
                 # default of 3 took 40% longer here for files 2% smaller.
                 .option("parquet.compression.codec.zstd.level", "1")
