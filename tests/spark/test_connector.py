@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -15,6 +16,7 @@ from pyspark.sql import functions as fn
 
 from plateau_core import RetentionPolicy, RollPolicy, Store, StoreLimits, WriterPolicy
 from plateau_core.retention import Retention
+from tests.spark.conftest import write_segments
 from tests.spark.test_source import at_minute, load, opened, segment
 from tests.support import append_patiently, batch
 
@@ -88,6 +90,11 @@ def test_key_equality_is_applied_by_the_connector(
         "key = CAST('k3' AS BINARY) AND key = CAST('k4' AS BINARY)"
     )
     assert conflicting.count() == 0
+    # A segment whose keys are all null stores a null-typed column: it matches no key.
+    write_segments(minutes_store, "nk", 0, [batch(range(5), extra={"key": pa.nulls(5)})], 5)
+    write_segments(minutes_store, "nk", 0, [batch(range(5, 10))], 5)
+    keyed = load(spark, minutes_store, "nk").filter("key = CAST('k0' AS BINARY)")
+    assert [r.offset for r in keyed.select("offset").collect()] == [7]  # not 0: its key is null
 
 
 @pytest.mark.parametrize("compression", ["lz4", "zstd", "none"])

@@ -128,10 +128,16 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     for (StructField f : output) {
       keep.add(f.name());
     }
-    if (filtered) {
-      keep.add(Bounds.OFFSET);
-      keep.add(Bounds.TIMESTAMP);
-      keep.add(Bounds.KEY);
+    if (filtered) { // the columns the row filter looks at, whether or not the query returns them
+      if (!plan.bounds.offsets.isAll()) {
+        keep.add(Bounds.OFFSET);
+      }
+      if (!plan.bounds.times.isAll()) {
+        keep.add(Bounds.TIMESTAMP);
+      }
+      if (plan.bounds.key != null) {
+        keep.add(Bounds.KEY);
+      }
     }
     List<Field> fields = new ArrayList<>();
     for (Field f : file.schema.getFields()) {
@@ -161,11 +167,15 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
   private int[] selection() {
     int rows = root.getRowCount();
     Bounds b = plan.bounds;
-    ArrowBuf offsets = ((FieldVector) root.getVector(Bounds.OFFSET)).getDataBuffer();
-    FieldVector time = root.getVector(Bounds.TIMESTAMP);
-    ArrowBuf times = time.getDataBuffer();
-    long perMs = unitsPerMilli(time);
-    VarBinaryVector keys = b.key == null ? null : (VarBinaryVector) root.getVector(Bounds.KEY);
+    boolean byOffset = !b.offsets.isAll();
+    boolean byTime = !b.times.isAll();
+    ArrowBuf offsets = byOffset ? root.getVector(Bounds.OFFSET).getDataBuffer() : null;
+    FieldVector time = byTime ? root.getVector(Bounds.TIMESTAMP) : null;
+    ArrowBuf times = byTime ? time.getDataBuffer() : null;
+    long perMs = byTime ? unitsPerMilli(time) : 1;
+    // A segment whose keys are all null stores them as a null column: no key matches there.
+    FieldVector keyColumn = b.key == null ? null : root.getVector(Bounds.KEY);
+    VarBinaryVector keys = keyColumn instanceof VarBinaryVector ? (VarBinaryVector) keyColumn : null;
     long oLo = b.offsets.lo == null ? Long.MIN_VALUE : b.offsets.lo;
     long oHi = b.offsets.hi == null ? Long.MAX_VALUE : b.offsets.hi;
     long tLo = b.times.lo == null ? Long.MIN_VALUE : b.times.lo;
@@ -173,13 +183,17 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     int[] kept = new int[rows];
     int n = 0;
     for (int i = 0; i < rows; i++) {
-      long offset = offsets.getLong((long) i * 8);
-      if (offset < oLo || offset >= oHi || (b.offsets.values != null && !b.offsets.values.contains(offset))) {
-        continue;
+      if (byOffset) {
+        long offset = offsets.getLong((long) i * 8);
+        if (offset < oLo || offset >= oHi || (b.offsets.values != null && !b.offsets.values.contains(offset))) {
+          continue;
+        }
       }
-      long ms = Math.floorDiv(times.getLong((long) i * 8), perMs);
-      if (ms < tLo || ms >= tHi || (b.times.values != null && !b.times.values.contains(ms))) {
-        continue;
+      if (byTime) {
+        long ms = Math.floorDiv(times.getLong((long) i * 8), perMs);
+        if (ms < tLo || ms >= tHi || (b.times.values != null && !b.times.values.contains(ms))) {
+          continue;
+        }
       }
       if (b.key != null && (keys == null || keys.isNull(i) || !Arrays.equals(keys.get(i), b.key))) {
         continue;
