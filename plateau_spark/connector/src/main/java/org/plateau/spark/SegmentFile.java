@@ -116,11 +116,13 @@ final class SegmentFile {
   /** Batch i holding only the top-level fields in `keep` (in file order); the caller closes it. */
   ArrowRecordBatch batch(int i, Set<String> keep) throws IOException {
     ArrowBlock block = blocks.get(i);
+    // The message's metadata: a length (after a 0xFFFFFFFF continuation marker in files
+    // written since Arrow 0.15), then the flatbuffer; the body follows the padded metadata.
     ByteBuffer prefix = slice((int) block.getOffset(), block.getMetadataLength());
     int first = prefix.getInt(0);
     int length = first == -1 ? prefix.getInt(4) : first;
-    ByteBuffer body = slice((int) block.getOffset() + (first == -1 ? 8 : 4), length);
-    Message message = Message.getRootAsMessage(body);
+    ByteBuffer metadata = slice((int) block.getOffset() + (first == -1 ? 8 : 4), length);
+    Message message = Message.getRootAsMessage(metadata);
     if (message.headerType() != MessageHeader.RecordBatch) {
       throw new IOException("message " + i + " is not a record batch");
     }
