@@ -130,6 +130,15 @@ def _build(folder: Path) -> None:
             if not (folder / CONNECTOR_JAR).is_file():
                 raise
     log.info("spark_connector_built", into=str(folder))
+    _remove_stale(folder)
+
+
+def _remove_stale(current: Path) -> None:
+    """Builds of earlier sources or Spark versions. A JVM that already loaded one keeps
+    reading it: it holds the jar open, and an open file outlives its name."""
+    for stale in current.parent.glob("connector-*"):
+        if stale != current:
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def main() -> None:
