@@ -4,12 +4,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Kafka jars and local broker state stay inside the checkout (git-ignored).
+# Kafka jars, the Spark connector and local broker state stay inside the checkout (git-ignored).
 export PLATEAU_CACHE_DIR ?= $(CURDIR)/.cache
 # Spark workers must run the same interpreter as the driver.
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: run test bench reliability setup kafka-jars kcat lint typecheck unit integration kafka-start kafka-stop compose-check clean
+.PHONY: run test bench reliability setup kafka-jars spark-connector kcat lint typecheck unit integration kafka-start kafka-stop compose-check clean
 
 run: setup
 	$(BIN)/plateau demo
@@ -17,7 +17,7 @@ run: setup
 test: setup lint typecheck kcat
 	$(BIN)/pytest
 
-setup: $(VENV)/.installed kafka-jars
+setup: $(VENV)/.installed kafka-jars spark-connector
 
 # plateau side by side with Spark Structured Streaming, quixstreams, a plain consumer and
 # kcat; about 15 minutes on 2 cores. BENCH_ARGS passes options (see bench/compare_bench.py).
@@ -44,7 +44,7 @@ $(VENV)/.bench: $(VENV)/.installed pyproject.toml
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "plateau needs Python 3.11 or newer, found " + sys.version.split()[0])'
 	@command -v java >/dev/null || { echo "plateau's local Kafka broker needs Java 17+ (java not on PATH)"; exit 1; }
-	@command -v mvn >/dev/null || { echo "plateau fetches the Kafka jars with Maven (mvn not on PATH)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "plateau fetches the Kafka jars and builds its Spark connector with Maven (mvn not on PATH)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -52,6 +52,11 @@ $(VENV)/.installed: pyproject.toml
 
 kafka-jars: $(VENV)/.installed
 	$(BIN)/plateau --log-level WARNING kafka fetch
+
+# The `plateau` Spark data source, a Java connector: compiled with Maven against the Spark
+# in the virtualenv, into $(PLATEAU_CACHE_DIR)/spark (kept until its source or Spark changes).
+spark-connector: $(VENV)/.installed
+	$(BIN)/python -c 'from plateau_spark.connector_build import main; main()' >/dev/null
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from plateau_spark.errors import ReplicationFailedError
 from plateau_spark.jobs import spark_message
-from plateau_spark.replication import ReplicationReport, Replicator
+from plateau_spark.replication import ReplicationReport, Replicator, TargetError
 
 log = structlog.get_logger("plateau.replicate")
 
@@ -39,7 +39,7 @@ def replicate(
 def _run(replicator: Replicator, spark: SparkSession) -> ReplicationReport:
     try:
         report = replicator.run_once(spark)
-    except (PySparkException, Py4JError) as exc:
+    except (PySparkException, Py4JError, TargetError) as exc:
         log.error("replication_failed", target=replicator.target.uri, error=spark_message(exc))
         raise ReplicationFailedError(
             f"replication to {replicator.target.uri} failed: {spark_message(exc)}"

@@ -1,4 +1,4 @@
-"""`session()`: a SparkSession with the plateau source registered and pushdown on."""
+"""`session()`: a SparkSession with plateau's connector on its classpath."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from plateau_spark.jvm_guard import EXTENSION_CLASS, ExtensionBuildError, extension_jar
-from plateau_spark.source.source import PlateauDataSource
+from plateau_spark.connector_build import ConnectorBuildError, connector_jars
 
 MASTER_ENV = "PLATEAU_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
 _DEFAULTS = {
-    # Without it Spark never calls pushFilters, and every query reads every segment.
-    "spark.sql.python.filterPushdown.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
 }
@@ -40,37 +37,22 @@ def session(master: str | None = None, **conf: Any) -> SparkSession:
     if chosen.startswith("local"):
         settings.update(_LOCAL_DEFAULTS)
     settings.update({key: str(value) for key, value in conf.items()})
-    _install_extension(settings)
+    settings["spark.jars"] = _joined(settings.get("spark.jars"), jars())
     builder = SparkSession.builder.master(chosen).appName(settings.pop("spark.app.name", "plateau"))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    register(spark)
-    return spark
+    return builder.getOrCreate()
 
 
-def register(spark: SparkSession) -> None:
-    """Make `spark.read.format("plateau")` and `readStream.format("plateau")` available."""
-    spark.dataSource.register(PlateauDataSource)
-
-
-def _install_extension(settings: dict[str, str]) -> None:
-    """Add the extension that keeps pushdown correct (see jvm_guard). Without it a query
-    could read another query's filtered segment list, so failing to build it is an error."""
+def jars() -> list[str]:
+    """The connector's jars, for `spark.jars` or `spark-submit --jars` of sessions made
+    without `session()`; built on first use."""
     try:
-        jar = extension_jar()
-    except ExtensionBuildError as exc:
-        raise ExtensionBuildError(
-            f"plateau's Spark extension could not be built: {exc}. Spark sessions made "
-            "without plateau_spark.session() read plateau with "
-            'option("pushdown", "false") instead.'
-        ) from None
-    settings["spark.jars"] = _joined(settings.get("spark.jars"), str(jar))
-    settings["spark.sql.extensions"] = _joined(
-        settings.get("spark.sql.extensions"), EXTENSION_CLASS
-    )
+        return [str(jar) for jar in connector_jars()]
+    except ConnectorBuildError as exc:
+        raise ConnectorBuildError(f"plateau's Spark connector could not be built: {exc}") from None
 
 
-def _joined(existing: str | None, item: str) -> str:
+def _joined(existing: str | None, added: list[str]) -> str:
     items = [i for i in (existing or "").split(",") if i]
-    return ",".join([*items, item] if item not in items else items)
+    return ",".join([*items, *(a for a in added if a not in items)])

@@ -79,7 +79,10 @@ class StorageConfig(Strict):
     )
     manifest_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of the manifest; default SQLite at data_dir/manifest.db.",
+        description=(
+            "SQLAlchemy URL of the manifest; default SQLite at data_dir/manifest.db. Spark's "
+            "plateau connector (query, replicate) reads SQLite manifests only."
+        ),
     )
     max_bytes: Size | None = Field(
         default=None, description="Footprint of the whole store (segments plus manifest)."
@@ -186,7 +189,10 @@ class SparkConfig(Strict):
     )
     conf: dict[str, str] = Field(
         default_factory=dict,
-        description="Spark settings for query and replicate (spark.executor.memory: 4g, ...).",
+        description=(
+            "Spark settings for query and replicate (spark.executor.memory: 4g, ...). A "
+            "spark.jars given here is kept; the connector's jars are added to it."
+        ),
     )
 
 

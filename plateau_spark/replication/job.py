@@ -25,6 +25,7 @@ from pyarrow import fs
 
 from plateau_core.errors import PlateauError
 from plateau_core.manifest import SegmentRecord, SegmentState
+from plateau_core.names import MANIFEST_FILE
 from plateau_core.policies import MiB
 from plateau_core.schema import merge_schemas
 from plateau_core.store import Store
@@ -36,6 +37,7 @@ from plateau_spark.replication.files import (
     utc_day,
     write_task,
 )
+from plateau_spark.replication.spark_write import run_spark
 from plateau_spark.replication.target import Target
 
 if TYPE_CHECKING:
@@ -110,8 +112,9 @@ class Replicator:
         return tasks
 
     def run_once(self, spark: SparkSession | None = None) -> ReplicationReport:
-        """Replicate everything sealed now. With `spark`, tasks run as one Spark job;
-        without, in this process."""
+        """Replicate everything sealed now. With `spark`, the segments are read through the
+        `plateau` connector and written by Spark's Parquet writer in one job; without, each
+        task is written in this process by pyarrow (the same files)."""
         started = time.monotonic()
         report = ReplicationReport()
         with self._lock():
@@ -120,7 +123,11 @@ class Replicator:
                 return report
             filesystem = self.target.filesystem()
             report.orphans_removed = self._remove_unfinished(filesystem, tasks)
-            results = _run_spark(spark, tasks) if spark is not None else _run_here(tasks)
+            results = (
+                run_spark(spark, tasks, self._manifest_url(), self.compression)
+                if spark is not None
+                else _run_here(tasks)
+            )
             ids = [s.id for task in tasks for s in task.segments]
             moved = set(self.store.manifest.mark_replicated(ids))
         report.seconds = time.monotonic() - started
@@ -143,6 +150,12 @@ class Replicator:
                 target=self.target.uri,
             )
         return report
+
+    def _manifest_url(self) -> str | None:
+        """The manifest's URL when it is not the default file in the data folder."""
+        url = self.store.manifest.url
+        default = self.store.data_dir / MANIFEST_FILE
+        return None if url in (f"sqlite:///{default}", str(default)) else url
 
     def _remove_unfinished(self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]) -> int:
         """Delete files of an unfinished earlier run that hold rows of the pending segments."""
@@ -228,12 +241,3 @@ def _groups(segments: list[SegmentRecord], file_bytes: int) -> Iterator[list[Seg
 
 def _run_here(tasks: list[ReplicaTask]) -> list[list[ReplicaFile]]:
     return [write_task(task) for task in tasks]
-
-
-def _run_spark(spark: SparkSession, tasks: list[ReplicaTask]) -> list[list[ReplicaFile]]:
-    context = spark.sparkContext
-    context.setJobDescription(f"plateau replicate: {len(tasks)} files' worth of segments")
-    try:
-        return context.parallelize(tasks, len(tasks)).map(write_task).collect()
-    finally:
-        context.setJobDescription(None)  # type: ignore[arg-type]

@@ -104,7 +104,8 @@ def test_replicate_killed_mid_run_then_rerun_has_no_duplicates(
     )
     try:
         deadline = time.monotonic() + 180
-        while not any(replica.rglob("*.parquet")):
+        # Files under their final names (Spark stages its output in _plateau_staging first).
+        while not any((replica / "web-clicks").rglob("*.parquet")):
             assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
             assert time.monotonic() < deadline, "replicate wrote nothing within 180 s"
             time.sleep(0.02)
@@ -112,7 +113,7 @@ def test_replicate_killed_mid_run_then_rerun_has_no_duplicates(
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(30)
     states = Counter(s.state for s in store.manifest.segments("web-clicks"))
-    written = len(list(replica.rglob("*.parquet")))
+    written = len(list((replica / "web-clicks").rglob("*.parquet")))
     # Killed between files and the manifest commit: files exist, nothing is recorded.
     assert states == {SegmentState.SEALED: 120}
     assert 0 < written < 120

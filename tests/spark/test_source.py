@@ -108,11 +108,15 @@ def test_filters_prune_segments_at_the_manifest(
     in_minute_3 = df.filter(
         (fn.col("timestamp") >= at_minute(3)) & (fn.col("timestamp") < at_minute(4))
     )
-    assert in_minute_3.count() == 300
+    assert len(in_minute_3.select("value").collect()) == 300
     assert opened(trace) == [segment(p, 300) for p in range(3)]
 
     trace.unlink()
-    assert df.filter("partition IN (0, 2) AND offset <= 99").count() == 200
+    # The filters cover whole segments, so count() is answered from the manifest alone.
+    assert in_minute_3.count() == 300
+    assert not trace.exists()
+
+    assert len(df.filter("partition IN (0, 2) AND offset <= 99").collect()) == 200
     assert opened(trace) == [segment(0, 0), segment(2, 0)]
 
     trace.unlink()

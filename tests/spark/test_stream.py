@@ -74,3 +74,17 @@ def test_latest_starts_after_what_is_stored(spark: SparkSession, tmp_path: Path)
     run_available_now(spark, store, out, checkpoint, startingOffsets="latest")
     assert landed(spark, out) == [(0, o) for o in range(200, 230)]
     store.close()
+
+
+def test_segment_and_byte_limits_take_whole_segments(spark: SparkSession, tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    for partition in (0, 1):
+        write_segments(store, "s", partition, minute_batches(partition, 3), roll_rows=100)
+    size = max(s.size_bytes for s in store.manifest.segments("s"))
+    for name, limit in (("maxSegmentsPerTrigger", "2"), ("maxBytesPerTrigger", str(size))):
+        out, checkpoint = tmp_path / name, tmp_path / f"{name}-checkpoint"
+        query = run_available_now(spark, store, out, checkpoint, **{name: limit})
+        assert landed(spark, out) == [(p, o) for p in (0, 1) for o in range(300)]
+        rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
+        assert rows == ([200] * 3 if name == "maxSegmentsPerTrigger" else [100] * 6), name
+    store.close()

@@ -291,19 +291,19 @@ def test_dockerfile_installs_plateau_and_runs_it(services: dict[str, dict[str, A
     assert instructions(runtime, "USER") == ["plateau"]
 
 
-def test_dockerfile_java_and_spark_extension() -> None:
+def test_dockerfile_java_and_spark_connector() -> None:
     stages = dockerfile_stages()
     runtime_runs = " ".join(instructions(stages[-1], "RUN"))
     java = re.search(r"openjdk-(\d+)-jre-headless", runtime_runs)
     assert java is not None and int(java[1]) >= 17, "Spark 4 needs Java 17 or newer"
-    # The extension jar is compiled in the build stage: the runtime, which has no javac,
+    # The connector is built in the build stage: the runtime, which has no javac nor Maven,
     # must look for it where it was put.
     cache_dirs = [
         re.findall(r"PLATEAU_CACHE_DIR=(\S+)", " ".join(instructions(stage, "ENV")))
         for stage in stages
     ]
     assert len(cache_dirs) == 2 and cache_dirs[0] == cache_dirs[1] != []
-    assert any("extension_jar()" in run for run in instructions(stages[0], "RUN"))
+    assert any("connector_jars()" in run for run in instructions(stages[0], "RUN"))
 
 
 def test_dockerfile_serves_metrics_where_the_config_listens(

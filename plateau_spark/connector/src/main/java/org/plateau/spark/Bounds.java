@@ -1,0 +1,237 @@
+package org.plateau.spark;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
+import org.apache.spark.sql.connector.expressions.Expression;
+import org.apache.spark.sql.connector.expressions.Literal;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.filter.Predicate;
+import org.apache.spark.sql.types.DataTypes;
+
+/**
+ * The conjunction of the predicates plateau took over from Spark: ranges of partition, offset
+ * and time (epoch ms, the manifest's unit), and an exact key. Every predicate taken is applied
+ * exactly, down to the row, so Spark does not evaluate it again; that is what lets aggregates
+ * over filtered scans be pushed too.
+ */
+final class Bounds implements Serializable {
+  static final String PARTITION = "partition";
+  static final String OFFSET = "offset";
+  static final String TIMESTAMP = "timestamp";
+  static final String KEY = "key";
+  static final Bounds NONE = new Bounds(Range.ALL, Range.ALL, Range.ALL, null, false);
+
+  final Range partitions;
+  final Range offsets;
+  final Range times;
+  final byte[] key; // rows whose key equals it; null: any key
+  final boolean noKey; // two different keys were asked for: no row matches
+
+  private Bounds(Range partitions, Range offsets, Range times, byte[] key, boolean noKey) {
+    this.partitions = partitions;
+    this.offsets = offsets;
+    this.times = times;
+    this.key = key;
+    this.noKey = noKey;
+  }
+
+  boolean isEmpty() {
+    return noKey || partitions.isEmpty() || offsets.isEmpty() || times.isEmpty();
+  }
+
+  /** Whether the segment may hold a matching row. */
+  boolean admits(Segment s) {
+    return !isEmpty()
+        && partitions.contains(s.partition())
+        && offsets.overlaps(s.startOffset(), s.endOffset() - 1)
+        && times.overlaps(s.timeMin(), s.timeMax());
+  }
+
+  /** Whether every row of the segment matches: it is read without a row filter. */
+  boolean covers(Segment s) {
+    return key == null
+        && offsets.covers(s.startOffset(), s.endOffset() - 1)
+        && times.covers(s.timeMin(), s.timeMax());
+  }
+
+  /** Whether a record batch with these offsets and times may hold a matching row. */
+  boolean overlapsBatch(long first, long last, long timeMin, long timeMax) {
+    return offsets.overlaps(first, last) && times.overlaps(timeMin, timeMax);
+  }
+
+  boolean coversBatch(long first, long last, long timeMin, long timeMax) {
+    return key == null && offsets.covers(first, last) && times.covers(timeMin, timeMax);
+  }
+
+  /** The predicates plateau applies and those left to Spark, in the order given. */
+  static Bounds push(Predicate[] predicates, List<Predicate> taken, List<Predicate> left) {
+    Bounds bounds = NONE;
+    for (Predicate p : predicates) {
+      Bounds next = bounds.with(p);
+      if (next == null) {
+        left.add(p);
+      } else {
+        taken.add(p);
+        bounds = next;
+      }
+    }
+    return bounds;
+  }
+
+  private Bounds with(Predicate p) {
+    Expression[] children = p.children();
+    String op = p.name();
+    if (children.length == 0 || !(children[0] instanceof NamedReference)) {
+      if (children.length == 2 && children[1] instanceof NamedReference && children[0] instanceof Literal) {
+        String flipped = flip(op);
+        return flipped == null ? null : compare(flipped, (NamedReference) children[1], (Literal<?>) children[0]);
+      }
+      return null;
+    }
+    NamedReference column = (NamedReference) children[0];
+    String name = columnName(column);
+    if (name == null) {
+      return null;
+    }
+    if (op.equals("IS_NOT_NULL") && children.length == 1) {
+      return name.equals(KEY) ? null : this; // the other three columns are never null
+    }
+    if (op.equals("IN") && children.length > 1 && !name.equals(KEY)) {
+      Set<Long> values = new TreeSet<>();
+      for (Expression e : Arrays.copyOfRange(children, 1, children.length)) {
+        if (!(e instanceof Literal)) {
+          return null;
+        }
+        long[] span = span(name, (Literal<?>) e);
+        if (span == null) {
+          return null;
+        }
+        if (span[1] == span[0] + 1) { // an element matches only when exact at plateau's resolution
+          values.add(span[0]);
+        }
+      }
+      return withRange(name, range(name).only(values));
+    }
+    if (children.length == 2 && children[1] instanceof Literal) {
+      return compare(op, column, (Literal<?>) children[1]);
+    }
+    return null;
+  }
+
+  private Bounds compare(String op, NamedReference column, Literal<?> literal) {
+    String name = columnName(column);
+    if (name == null) {
+      return null;
+    }
+    if (name.equals(KEY)) {
+      if (!(op.equals("=") || op.equals("<=>")) || !(literal.value() instanceof byte[])) {
+        return null;
+      }
+      byte[] wanted = (byte[]) literal.value();
+      boolean conflict = noKey || (key != null && !Arrays.equals(key, wanted));
+      return new Bounds(partitions, offsets, times, wanted, conflict);
+    }
+    long[] span = span(name, literal);
+    if (span == null) {
+      return null;
+    }
+    long lo = span[0];
+    long hi = span[1]; // the values v with lo <= v < hi compare equal to the literal
+    Range current = range(name);
+    switch (op) {
+      case "=":
+      case "<=>":
+        return withRange(name, current.narrow(lo, hi));
+      case ">":
+        return withRange(name, current.narrow(hi, null));
+      case ">=":
+        return withRange(name, current.narrow(lo, null));
+      case "<":
+        return withRange(name, current.narrow(null, lo));
+      case "<=":
+        return withRange(name, current.narrow(null, hi));
+      default:
+        return null;
+    }
+  }
+
+  private static String flip(String op) {
+    switch (op) {
+      case "=":
+      case "<=>":
+        return op;
+      case ">":
+        return "<";
+      case ">=":
+        return "<=";
+      case "<":
+        return ">";
+      case "<=":
+        return ">=";
+      default:
+        return null;
+    }
+  }
+
+  private static String columnName(NamedReference column) {
+    String[] names = column.fieldNames();
+    if (names.length != 1) {
+      return null;
+    }
+    String name = names[0];
+    return name.equals(PARTITION) || name.equals(OFFSET) || name.equals(TIMESTAMP) || name.equals(KEY)
+        ? name
+        : null;
+  }
+
+  /**
+   * [lo, hi) in the manifest's unit of the values equal to the literal. Spark's timestamps are
+   * microseconds and plateau's milliseconds: a literal between two milliseconds equals none
+   * (lo == hi), which keeps every comparison exact.
+   */
+  private static long[] span(String column, Literal<?> literal) {
+    Object value = literal.value();
+    if (value == null) {
+      return null;
+    }
+    if (column.equals(TIMESTAMP)) {
+      if (!literal.dataType().equals(DataTypes.TimestampType) || !(value instanceof Long)) {
+        return null;
+      }
+      long micros = (Long) value;
+      return new long[] {Math.floorDiv(micros + 999, 1000), Math.floorDiv(micros, 1000) + 1};
+    }
+    if (value instanceof Integer || value instanceof Long || value instanceof Short || value instanceof Byte) {
+      long v = ((Number) value).longValue();
+      return new long[] {v, v + 1};
+    }
+    return null;
+  }
+
+  private Range range(String column) {
+    return column.equals(PARTITION) ? partitions : column.equals(OFFSET) ? offsets : times;
+  }
+
+  private Bounds withRange(String column, Range r) {
+    switch (column) {
+      case PARTITION:
+        return new Bounds(r, offsets, times, key, noKey);
+      case OFFSET:
+        return new Bounds(partitions, r, times, key, noKey);
+      default:
+        return new Bounds(partitions, offsets, r, key, noKey);
+    }
+  }
+
+  static List<String> describe(List<Predicate> predicates) {
+    List<String> out = new ArrayList<>();
+    for (Predicate p : predicates) {
+      out.add(p.toString());
+    }
+    return out;
+  }
+}

@@ -1,0 +1,156 @@
+package org.plateau.spark;
+
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import org.sqlite.SQLiteConfig;
+
+/**
+ * The manifest, read through SQLite's JDBC driver: read-only connections, autocommit queries.
+ *
+ * <p>The manifest is in WAL mode (the writer sets it), so a reader never blocks the writer and
+ * sees the last committed state. Each query is its own short read transaction: a long one would
+ * keep SQLite from checkpointing the WAL past it.
+ */
+final class ManifestReader implements AutoCloseable {
+  private static final String READABLE = "state IN ('sealed', 'replicated')";
+  private static final int BUSY_TIMEOUT_MS = 30_000;
+  private final Connection connection;
+
+  ManifestReader(SourceOptions options) {
+    SQLiteConfig config = new SQLiteConfig();
+    config.setReadOnly(true);
+    config.setBusyTimeout(BUSY_TIMEOUT_MS);
+    try {
+      this.connection = config.createConnection("jdbc:sqlite:" + options.manifestFile);
+    } catch (SQLException e) {
+      throw new IllegalStateException(
+          "cannot open the plateau manifest " + options.manifestFile + ": " + e.getMessage(), e);
+    }
+  }
+
+  List<String> topics() {
+    List<String> topics = new ArrayList<>();
+    query("SELECT DISTINCT topic FROM partitions ORDER BY topic", List.of(), rs -> topics.add(rs.getString(1)));
+    return topics;
+  }
+
+  /** Each distinct segment schema of the topic (Arrow IPC schema messages), oldest first. */
+  List<byte[]> schemas(String topic) {
+    List<byte[]> schemas = new ArrayList<>();
+    query(
+        "SELECT arrow_schema FROM schemas WHERE topic = ? ORDER BY first_seen",
+        List.of(topic),
+        rs -> schemas.add(rs.getBytes(1)));
+    return schemas;
+  }
+
+  /** Readable segments of the topic overlapping the bounds' ranges, by partition and offset. */
+  List<Segment> segments(String topic, Bounds bounds) {
+    StringBuilder sql =
+        new StringBuilder(
+            "SELECT id, partition, start_offset, end_offset, record_count, time_min, time_max,"
+                + " size_bytes, path, checksums FROM segments WHERE topic = ? AND "
+                + READABLE);
+    List<Object> args = new ArrayList<>();
+    args.add(topic);
+    if (bounds.partitions.lo != null) {
+      sql.append(" AND partition >= ?");
+      args.add(bounds.partitions.lo);
+    }
+    if (bounds.partitions.hi != null) {
+      sql.append(" AND partition < ?");
+      args.add(bounds.partitions.hi);
+    }
+    if (bounds.offsets.lo != null) {
+      sql.append(" AND end_offset > ?");
+      args.add(bounds.offsets.lo);
+    }
+    if (bounds.offsets.hi != null) {
+      sql.append(" AND start_offset < ?");
+      args.add(bounds.offsets.hi);
+    }
+    if (bounds.times.lo != null) {
+      sql.append(" AND time_max >= ?");
+      args.add(bounds.times.lo);
+    }
+    if (bounds.times.hi != null) {
+      sql.append(" AND time_min < ?");
+      args.add(bounds.times.hi);
+    }
+    sql.append(" ORDER BY partition, start_offset");
+    List<Segment> segments = new ArrayList<>();
+    query(
+        sql.toString(),
+        args,
+        rs ->
+            segments.add(
+                new Segment(
+                    rs.getLong(1),
+                    rs.getInt(2),
+                    rs.getLong(3),
+                    rs.getLong(4),
+                    rs.getLong(5),
+                    rs.getLong(6),
+                    rs.getLong(7),
+                    rs.getLong(8),
+                    rs.getString(9),
+                    rs.getString(10))));
+    return segments;
+  }
+
+  /** Each partition's watermark: the end of its last sealed segment. */
+  Map<Integer, Long> watermarks(String topic) {
+    Map<Integer, Long> marks = new TreeMap<>();
+    query(
+        "SELECT partition, next_offset FROM partitions WHERE topic = ?",
+        List.of(topic),
+        rs -> marks.put(rs.getInt(1), rs.getLong(2)));
+    return marks;
+  }
+
+  /** Where each partition's readable data starts (its watermark when it holds none). */
+  Map<Integer, Long> starts(String topic) {
+    Map<Integer, Long> starts = watermarks(topic);
+    query(
+        "SELECT partition, MIN(start_offset) FROM segments WHERE topic = ? AND "
+            + READABLE
+            + " GROUP BY partition",
+        List.of(topic),
+        rs -> starts.put(rs.getInt(1), rs.getLong(2)));
+    return starts;
+  }
+
+  private interface Row {
+    void accept(ResultSet rs) throws SQLException;
+  }
+
+  private void query(String sql, List<?> args, Row row) {
+    try (PreparedStatement statement = connection.prepareStatement(sql)) {
+      for (int i = 0; i < args.size(); i++) {
+        statement.setObject(i + 1, args.get(i));
+      }
+      try (ResultSet rs = statement.executeQuery()) {
+        while (rs.next()) {
+          row.accept(rs);
+        }
+      }
+    } catch (SQLException e) {
+      throw new IllegalStateException("reading the plateau manifest failed: " + e.getMessage(), e);
+    }
+  }
+
+  @Override
+  public void close() {
+    try {
+      connection.close();
+    } catch (SQLException e) {
+      // a read-only connection holds nothing to lose
+    }
+  }
+}

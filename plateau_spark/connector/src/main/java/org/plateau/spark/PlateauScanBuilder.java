@@ -1,0 +1,95 @@
+package org.plateau.spark;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
+import org.apache.spark.sql.connector.expressions.filter.Predicate;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
+import org.apache.spark.sql.connector.read.SupportsPushDownLimit;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * One query's scan: Spark hands it the columns it needs, the predicates, a LIMIT and an
+ * aggregate. A builder is made per query, so nothing pushed for one query leaks into another.
+ */
+final class PlateauScanBuilder
+    implements ScanBuilder,
+        SupportsPushDownRequiredColumns,
+        SupportsPushDownV2Filters,
+        SupportsPushDownLimit,
+        SupportsPushDownAggregates {
+  private final SourceOptions options;
+  private final StructType full;
+  private StructType required;
+  private Bounds bounds = Bounds.NONE;
+  private final List<Predicate> pushed = new ArrayList<>();
+  private long limit = -1;
+  private AggregateScan aggregate;
+
+  PlateauScanBuilder(SourceOptions options, StructType schema) {
+    this.options = options;
+    this.full = schema;
+    this.required = schema;
+  }
+
+  @Override
+  public void pruneColumns(StructType requiredSchema) {
+    this.required = requiredSchema;
+  }
+
+  @Override
+  public Predicate[] pushPredicates(Predicate[] predicates) {
+    if (!options.pushdown) {
+      return predicates;
+    }
+    List<Predicate> left = new ArrayList<>();
+    pushed.clear();
+    bounds = Bounds.push(predicates, pushed, left);
+    return left.toArray(new Predicate[0]);
+  }
+
+  @Override
+  public Predicate[] pushedPredicates() {
+    return pushed.toArray(new Predicate[0]);
+  }
+
+  @Override
+  public boolean pushLimit(int n) {
+    if (!options.pushdown) {
+      return false;
+    }
+    limit = n;
+    return true;
+  }
+
+  @Override
+  public boolean isPartiallyPushed() {
+    return true; // each task stops at the limit; Spark still takes the first n of all tasks
+  }
+
+  @Override
+  public boolean supportCompletePushDown(Aggregation aggregation) {
+    return options.pushdown && bounds.key == null && AggregateScan.functions(aggregation) != null;
+  }
+
+  @Override
+  public boolean pushAggregation(Aggregation aggregation) {
+    if (!options.pushdown) {
+      return false;
+    }
+    aggregate = AggregateScan.answer(options, bounds, Bounds.describe(pushed), aggregation);
+    return aggregate != null;
+  }
+
+  @Override
+  public Scan build() {
+    if (aggregate != null) {
+      return aggregate;
+    }
+    return new PlateauScan(options, required, full, bounds, Bounds.describe(pushed), limit);
+  }
+}

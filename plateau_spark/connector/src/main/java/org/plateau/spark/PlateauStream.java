@@ -1,0 +1,189 @@
+package org.plateau.spark;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.Deque;
+import java.util.List;
+import java.util.Map;
+import java.util.PriorityQueue;
+import java.util.TreeMap;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.read.streaming.Offset;
+import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
+import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxFiles;
+import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * Structured Streaming over a topic: offsets are the partitions' watermarks. A micro-batch
+ * reads whole segments sealed between two offsets, so a stream sees every segment exactly once,
+ * in offset order per partition, and never a partial one.
+ */
+final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+  private final SourceOptions options;
+  private final StructType schema;
+  private PlateauOffset target; // set for trigger(availableNow=True)
+
+  PlateauStream(SourceOptions options, StructType schema) {
+    this.options = options;
+    this.schema = schema;
+  }
+
+  private ManifestReader manifest() {
+    return new ManifestReader(options);
+  }
+
+  private PlateauOffset watermarks() {
+    try (ManifestReader m = manifest()) {
+      return new PlateauOffset(m.watermarks(options.topic));
+    }
+  }
+
+  @Override
+  public Offset initialOffset() {
+    if (options.startLatest) {
+      return watermarks();
+    }
+    try (ManifestReader m = manifest()) {
+      return new PlateauOffset(m.starts(options.topic));
+    }
+  }
+
+  @Override
+  public Offset deserializeOffset(String json) {
+    return PlateauOffset.parse(json);
+  }
+
+  @Override
+  public ReadLimit getDefaultReadLimit() {
+    return options.readLimit();
+  }
+
+  @Override
+  public Offset reportLatestOffset() {
+    return watermarks();
+  }
+
+  @Override
+  public void prepareForTriggerAvailableNow() {
+    target = watermarks();
+  }
+
+  @Override
+  public Offset latestOffset() {
+    throw new UnsupportedOperationException("latestOffset(Offset, ReadLimit) is used instead");
+  }
+
+  @Override
+  public Offset latestOffset(Offset startOffset, ReadLimit limit) {
+    PlateauOffset start = (PlateauOffset) startOffset;
+    List<Segment> candidates = new ArrayList<>();
+    for (Segment s : segmentsAfter(start)) {
+      if (target == null || s.endOffset() <= target.of(s.partition())) {
+        candidates.add(s);
+      }
+    }
+    Map<Integer, Long> end = new TreeMap<>(start.next);
+    for (Segment s : admit(candidates, limit)) {
+      end.merge(s.partition(), s.endOffset(), Math::max);
+    }
+    if (limit instanceof ReadAllAvailable) {
+      // Watermarks advanced past skipped offsets (no segment) move the stream on too.
+      PlateauOffset ceiling = target != null ? target : watermarks();
+      ceiling.next.forEach((p, v) -> end.merge(p, v, Math::max));
+    }
+    return new PlateauOffset(end);
+  }
+
+  private List<Segment> segmentsAfter(PlateauOffset start) {
+    List<Segment> out = new ArrayList<>();
+    try (ManifestReader m = manifest()) {
+      for (Segment s : m.segments(options.topic, Bounds.NONE)) {
+        if (s.startOffset() >= start.of(s.partition())) {
+          out.add(s);
+        }
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Segments while the limit allows, oldest partition head first, so each partition is read as
+   * a contiguous prefix. At least one is admitted: a stream never stalls on a segment larger
+   * than its limit.
+   */
+  static List<Segment> admit(List<Segment> segments, ReadLimit limit) {
+    long budget;
+    if (limit instanceof ReadMaxRows) {
+      budget = ((ReadMaxRows) limit).maxRows();
+    } else if (limit instanceof ReadMaxFiles) {
+      budget = ((ReadMaxFiles) limit).maxFiles();
+    } else if (limit instanceof ReadMaxBytes) {
+      budget = ((ReadMaxBytes) limit).maxBytes();
+    } else {
+      return segments;
+    }
+    Map<Integer, Deque<Segment>> queues = new TreeMap<>();
+    List<Segment> ordered = new ArrayList<>(segments);
+    ordered.sort(Comparator.comparingInt(Segment::partition).thenComparingLong(Segment::startOffset));
+    for (Segment s : ordered) {
+      queues.computeIfAbsent(s.partition(), p -> new ArrayDeque<>()).addLast(s);
+    }
+    PriorityQueue<Segment> heads =
+        new PriorityQueue<>(Comparator.comparingLong(Segment::timeMin).thenComparingInt(Segment::partition));
+    queues.values().forEach(q -> heads.add(q.peekFirst()));
+    List<Segment> admitted = new ArrayList<>();
+    long used = 0;
+    while (!heads.isEmpty()) {
+      Segment s = heads.poll();
+      queues.get(s.partition()).pollFirst();
+      long size =
+          limit instanceof ReadMaxRows ? s.recordCount() : limit instanceof ReadMaxBytes ? s.sizeBytes() : 1;
+      if (!admitted.isEmpty() && used + size > budget) {
+        break;
+      }
+      admitted.add(s);
+      used += size;
+      Segment nextHead = queues.get(s.partition()).peekFirst();
+      if (nextHead != null) {
+        heads.add(nextHead);
+      }
+    }
+    return admitted;
+  }
+
+  @Override
+  public InputPartition[] planInputPartitions(Offset startOffset, Offset endOffset) {
+    PlateauOffset start = (PlateauOffset) startOffset;
+    PlateauOffset end = (PlateauOffset) endOffset;
+    List<Segment> chosen = new ArrayList<>();
+    try (ManifestReader m = manifest()) {
+      for (Segment s : m.segments(options.topic, Bounds.NONE)) {
+        if (s.startOffset() >= start.of(s.partition()) && s.endOffset() <= end.of(s.partition())) {
+          chosen.add(s);
+        }
+      }
+    }
+    return SegmentGroup.plan(chosen, options.maxPartitionBytes, Bounds.NONE).toArray(new InputPartition[0]);
+  }
+
+  @Override
+  public PartitionReaderFactory createReaderFactory() {
+    return new ReadPlan(options, schema, Bounds.NONE, -1);
+  }
+
+  @Override
+  public void commit(Offset end) {
+    // Nothing to release: segments stay until retention removes them.
+  }
+
+  @Override
+  public void stop() {}
+}

@@ -1,0 +1,275 @@
+package org.plateau.spark;
+
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.nio.channels.Channels;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.Schema;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.MapType;
+import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+
+/**
+ * A topic's DataFrame schema: `partition`, then its segment schemas merged the way the store
+ * merges them (fields united in first-seen order, types widened, all nullable but `offset`).
+ * Arrow types Spark lacks are widened: unsigned integers grow (uint64 to decimal(20, 0), exact)
+ * and timestamps of every unit become Spark's microseconds.
+ */
+final class TopicSchema {
+  private TopicSchema() {}
+
+  static StructType of(List<byte[]> segmentSchemas) {
+    Map<String, StructField> merged = new LinkedHashMap<>();
+    merged.put(Bounds.OFFSET, new StructField(Bounds.OFFSET, DataTypes.LongType, false, Metadata.empty()));
+    merged.put(Bounds.TIMESTAMP, new StructField(Bounds.TIMESTAMP, DataTypes.TimestampType, true, Metadata.empty()));
+    for (byte[] bytes : segmentSchemas) {
+      for (Field field : parse(bytes).getFields()) {
+        DataType type = sparkType(field);
+        StructField known = merged.get(field.getName());
+        if (known == null) {
+          merged.put(field.getName(), new StructField(field.getName(), type, true, Metadata.empty()));
+        } else if (!known.name().equals(Bounds.OFFSET) && !known.name().equals(Bounds.TIMESTAMP)) {
+          merged.put(
+              field.getName(),
+              new StructField(field.getName(), merge(field.getName(), known.dataType(), type), true, Metadata.empty()));
+        }
+      }
+    }
+    if (merged.containsKey(Bounds.PARTITION)) {
+      throw new IllegalArgumentException(
+          "the topic has a column named 'partition', which the Spark source uses for the Kafka "
+              + "partition; rename it in the producer or the mapping");
+    }
+    List<StructField> fields = new ArrayList<>();
+    fields.add(new StructField(Bounds.PARTITION, DataTypes.IntegerType, false, Metadata.empty()));
+    fields.addAll(merged.values());
+    return new StructType(fields.toArray(new StructField[0]));
+  }
+
+  static Schema parse(byte[] message) {
+    try {
+      return MessageSerializer.deserializeSchema(
+          new ReadChannel(Channels.newChannel(new ByteArrayInputStream(message))));
+    } catch (IOException e) {
+      throw new IllegalStateException("unreadable segment schema in the manifest: " + e.getMessage(), e);
+    }
+  }
+
+  /** The Spark type a segment column reads as (before merging with other segments). */
+  static DataType sparkType(Field field) {
+    ArrowType type = field.getType();
+    switch (type.getTypeID()) {
+      case Null:
+        return DataTypes.NullType;
+      case Bool:
+        return DataTypes.BooleanType;
+      case Int: {
+        ArrowType.Int t = (ArrowType.Int) type;
+        int bits = t.getBitWidth();
+        if (t.getIsSigned()) {
+          return bits == 8 ? DataTypes.ByteType : bits == 16 ? DataTypes.ShortType
+              : bits == 32 ? DataTypes.IntegerType : DataTypes.LongType;
+        }
+        return bits == 8 ? DataTypes.ShortType : bits == 16 ? DataTypes.IntegerType
+            : bits == 32 ? DataTypes.LongType : DataTypes.createDecimalType(20, 0);
+      }
+      case FloatingPoint:
+        return ((ArrowType.FloatingPoint) type).getPrecision()
+                == org.apache.arrow.vector.types.FloatingPointPrecision.DOUBLE
+            ? DataTypes.DoubleType
+            : DataTypes.FloatType;
+      case Decimal: {
+        ArrowType.Decimal t = (ArrowType.Decimal) type;
+        return DataTypes.createDecimalType(t.getPrecision(), t.getScale());
+      }
+      case Utf8:
+      case LargeUtf8:
+        return DataTypes.StringType;
+      case Binary:
+      case LargeBinary:
+        return DataTypes.BinaryType;
+      case Date:
+        return DataTypes.DateType;
+      case Timestamp:
+        return ((ArrowType.Timestamp) type).getTimezone() == null
+            ? DataTypes.TimestampNTZType
+            : DataTypes.TimestampType;
+      case List:
+      case LargeList: {
+        Field element = field.getChildren().get(0);
+        return DataTypes.createArrayType(sparkType(element), element.isNullable());
+      }
+      case Struct: {
+        List<StructField> fields = new ArrayList<>();
+        for (Field child : field.getChildren()) {
+          fields.add(new StructField(child.getName(), sparkType(child), child.isNullable(), Metadata.empty()));
+        }
+        return new StructType(fields.toArray(new StructField[0]));
+      }
+      case Map: {
+        Field entries = field.getChildren().get(0);
+        Field key = entries.getChildren().get(0);
+        Field value = entries.getChildren().get(1);
+        return DataTypes.createMapType(sparkType(key), sparkType(value), value.isNullable());
+      }
+      default:
+        throw new IllegalArgumentException(
+            "column '" + field.getName() + "' has Arrow type " + type + ", which Spark cannot read");
+    }
+  }
+
+  /** Whether Spark's ArrowColumnVector reads the Arrow column as `target` without conversion. */
+  static boolean direct(Field field, DataType target) {
+    ArrowType type = field.getType();
+    switch (type.getTypeID()) {
+      case Int:
+        return ((ArrowType.Int) type).getIsSigned() && sparkType(field).equals(target);
+      case FloatingPoint:
+      case Decimal:
+      case Utf8:
+      case LargeUtf8:
+      case Binary:
+      case LargeBinary:
+      case Bool:
+      case Null:
+        return sparkType(field).equals(target);
+      case Date:
+        return ((ArrowType.Date) type).getUnit() == org.apache.arrow.vector.types.DateUnit.DAY
+            && target.equals(DataTypes.DateType);
+      case Timestamp:
+        return ((ArrowType.Timestamp) type).getUnit() == org.apache.arrow.vector.types.TimeUnit.MICROSECOND
+            && sparkType(field).equals(target);
+      case List:
+        return target instanceof ArrayType
+            && direct(field.getChildren().get(0), ((ArrayType) target).elementType());
+      case Struct: {
+        if (!(target instanceof StructType)) {
+          return false;
+        }
+        StructField[] wanted = ((StructType) target).fields();
+        List<Field> children = field.getChildren();
+        if (wanted.length != children.size()) {
+          return false;
+        }
+        for (int i = 0; i < wanted.length; i++) {
+          if (!wanted[i].name().equals(children.get(i).getName())
+              || !direct(children.get(i), wanted[i].dataType())) {
+            return false;
+          }
+        }
+        return true;
+      }
+      case Map: {
+        if (!(target instanceof MapType)) {
+          return false;
+        }
+        Field entries = field.getChildren().get(0);
+        MapType map = (MapType) target;
+        return direct(entries.getChildren().get(0), map.keyType())
+            && direct(entries.getChildren().get(1), map.valueType());
+      }
+      default:
+        return false;
+    }
+  }
+
+  private static int integerRank(DataType t) {
+    if (t.equals(DataTypes.ByteType)) {
+      return 1;
+    }
+    if (t.equals(DataTypes.ShortType)) {
+      return 2;
+    }
+    if (t.equals(DataTypes.IntegerType)) {
+      return 3;
+    }
+    if (t.equals(DataTypes.LongType)) {
+      return 4;
+    }
+    return 0;
+  }
+
+  private static final int[] INTEGER_DIGITS = {0, 3, 5, 10, 19};
+
+  /** One type for a column that had types a and b in different segments. */
+  static DataType merge(String column, DataType a, DataType b) {
+    if (a.equals(b)) {
+      return a;
+    }
+    if (a.equals(DataTypes.NullType)) {
+      return b;
+    }
+    if (b.equals(DataTypes.NullType)) {
+      return a;
+    }
+    int ra = integerRank(a);
+    int rb = integerRank(b);
+    if (ra > 0 && rb > 0) {
+      return ra >= rb ? a : b;
+    }
+    boolean fa = a.equals(DataTypes.FloatType) || a.equals(DataTypes.DoubleType);
+    boolean fb = b.equals(DataTypes.FloatType) || b.equals(DataTypes.DoubleType);
+    if ((fa || ra > 0) && (fb || rb > 0)) {
+      return DataTypes.DoubleType;
+    }
+    if (a instanceof DecimalType || b instanceof DecimalType) {
+      DecimalType da = asDecimal(a);
+      DecimalType db = asDecimal(b);
+      if (da != null && db != null) {
+        int scale = Math.max(da.scale(), db.scale());
+        int whole = Math.max(da.precision() - da.scale(), db.precision() - db.scale());
+        return DataTypes.createDecimalType(Math.min(38, whole + scale), scale);
+      }
+    }
+    if ((a.equals(DataTypes.TimestampType) || a.equals(DataTypes.TimestampNTZType))
+        && (b.equals(DataTypes.TimestampType) || b.equals(DataTypes.TimestampNTZType))) {
+      return DataTypes.TimestampType;
+    }
+    if (a instanceof ArrayType && b instanceof ArrayType) {
+      ArrayType x = (ArrayType) a;
+      ArrayType y = (ArrayType) b;
+      return DataTypes.createArrayType(merge(column, x.elementType(), y.elementType()), true);
+    }
+    if (a instanceof MapType && b instanceof MapType) {
+      MapType x = (MapType) a;
+      MapType y = (MapType) b;
+      return DataTypes.createMapType(
+          merge(column, x.keyType(), y.keyType()), merge(column, x.valueType(), y.valueType()), true);
+    }
+    if (a instanceof StructType && b instanceof StructType) {
+      Map<String, StructField> fields = new LinkedHashMap<>();
+      for (StructField f : ((StructType) a).fields()) {
+        fields.put(f.name(), f.copy(f.name(), f.dataType(), true, f.metadata()));
+      }
+      for (StructField f : ((StructType) b).fields()) {
+        StructField known = fields.get(f.name());
+        DataType type = known == null ? f.dataType() : merge(column, known.dataType(), f.dataType());
+        fields.put(f.name(), new StructField(f.name(), type, true, Metadata.empty()));
+      }
+      return new StructType(fields.values().toArray(new StructField[0]));
+    }
+    throw new IllegalArgumentException(
+        "column '" + column + "' has types " + a.simpleString() + " and " + b.simpleString()
+            + " in different segments, which cannot be merged");
+  }
+
+  private static DecimalType asDecimal(DataType t) {
+    if (t instanceof DecimalType) {
+      return (DecimalType) t;
+    }
+    int rank = integerRank(t);
+    return rank == 0 ? null : DataTypes.createDecimalType(INTEGER_DIGITS[rank], 0);
+  }
+}
