@@ -48,14 +48,10 @@ class WriterPolicy:
     # `Writer.seal_due()` rather than by each append: a group commit for many small seals,
     # as the produce path's acks=all makes them.
     seal_together: bool = False
-    # Threads writing one group's files at once (each its own fsyncs); a group of one
-    # partition is written by its seal thread alone.
-    file_threads: int = 8
 
     def __post_init__(self) -> None:
         _positive("memory_budget_bytes", self.memory_budget_bytes)
         _positive("writer_threads", self.writer_threads)
-        _positive("file_threads", self.file_threads)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("tick_s", self.tick_s)
         if self.compression not in COMPRESSIONS:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,24 +47,20 @@ def seal_group(
     policy: WriterPolicy,
     write: WriteSegment,
     committer: GroupCommitter,
-    *,
-    files: Executor | None = None,
 ) -> list[Sealed]:
     """Write every job's files, then record the whole group in one transaction.
 
-    With `files`, the jobs' files are written concurrently on it: a seal is mostly waiting
-    for fsyncs, and the file system completes concurrent ones together (one journal commit
-    for many), so a group of many partitions takes little longer than one.
+    The files are written one after another on this thread: written on several threads at
+    once they took longer under load (the writes contend for the interpreter lock with the
+    listener; measured in docs/benchmarks.md, the Kafka API).
 
     Raises whatever failed; the manifest then holds none of the group, and the files it
     wrote are gone unless the failure was a conflict (another writer's files may be there).
     """
-    outcomes = _write_all(group, data_dir, policy, write, files)
-    done = [o for o in outcomes if not isinstance(o, BaseException)]
+    done: list[Written] = []
     try:
-        failed = [o for o in outcomes if isinstance(o, BaseException)]
-        if failed:
-            raise failed[0]
+        for job in group:
+            done.append(_write_job(job, data_dir, policy, write))
         sealed = [
             Sealed(
                 job,
@@ -88,29 +83,6 @@ def seal_group(
 
 
 Written = tuple[tuple[Path, ...], tuple[SegmentFile, ...]]
-
-
-def _write_all(
-    group: list[SealJob],
-    data_dir: Path,
-    policy: WriterPolicy,
-    write: WriteSegment,
-    files: Executor | None,
-) -> list[Written | BaseException]:
-    """Each job's files or what stopped them; every write has finished when this returns
-    (so a failure's cleanup sees all the files the group wrote)."""
-    if files is None or len(group) == 1:
-        outcomes: list[Written | BaseException] = []
-        for job in group:
-            try:
-                outcomes.append(_write_job(job, data_dir, policy, write))
-            except Exception as exc:  # handed back: seal_group raises it after cleaning up
-                outcomes.append(exc)
-                break
-        return outcomes
-    futures = [files.submit(_write_job, job, data_dir, policy, write) for job in group]
-    wait(futures)
-    return [f.exception() or f.result() for f in futures]
 
 
 def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteSegment) -> Written:

@@ -70,7 +70,6 @@ class Writer:
         self._fingerprints: dict[pa.Schema, str] = {}
         self._disk = DiskFloor(store.data_dir, self.policy.min_free_disk_bytes)
         self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
-        self._files = ThreadPoolExecutor(self.policy.file_threads, thread_name_prefix="seal-file")
         self._committer = GroupCommitter(store.manifest)
         self._closed = False
         self._ticker = threading.Thread(target=self._tick_loop, name="slog-ticker", daemon=True)
@@ -301,7 +300,6 @@ class Writer:
                 self._cond.notify_all()
             self._ticker.join(timeout=5)
             self._pool.shutdown(wait=True)
-            self._files.shutdown(wait=True)
             self._committer.close()
 
     def unsealed_since(self) -> dict[TopicPartition, float]:
@@ -378,7 +376,6 @@ class Writer:
                 self.policy,
                 self._write_segment,
                 self._committer,
-                files=self._files,
             )
         except Exception as exc:  # any failure keeps the data buffered for a retry
             self._failed(group, exc)

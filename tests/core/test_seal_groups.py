@@ -174,5 +174,5 @@ def test_sealing_together_records_every_due_partition_in_one_transaction(
     finally:
         writer.close()
     assert transactions == [["t[0]@0", "t[1]@0", "t[2]@0"]]
-    assert {t.split("_")[0] for t in threads} == {"seal-file"}  # the files, written at once
+    assert len({t.split("_")[0] for t in threads}) == 1  # one seal thread wrote all three
     assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
