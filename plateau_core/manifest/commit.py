@@ -78,40 +78,48 @@ def advance_for_segment(
     """Move the watermark to the segment's end: compare-and-swap on the value read, so a
     concurrent writer of the same partition makes this transaction fail instead of both
     landing."""
-    key = {"topic": topic, "partition": partition}
-    current = conn.execute(_WATERMARK, key).scalar_one_or_none()
-    if current is None:
-        conn.execute(_NEW_PARTITION, {**key, "next_offset": stats.end_offset, "stamp": stamp})
-        return
-    if stats.start_offset < current:
+    current = _watermark(conn, topic, partition)
+    if current is not None and stats.start_offset < current:
         raise ManifestConflictError(
             f"{topic}[{partition}] segment [{stats.start_offset}, {stats.end_offset}) "
             f"overlaps the watermark {current}"
         )
-    moved = conn.execute(
-        _MOVE_WATERMARK,
-        {**key, "next_offset": stats.end_offset, "stamp": stamp, "current": current},
-    )
-    if rowcount(moved) != 1:
-        raise ManifestConflictError(f"{topic}[{partition}] watermark moved concurrently")
+    _move_watermark(conn, topic, partition, current, stats.end_offset, stamp)
 
 
 def advance_over(
     conn: Connection, topic: str, partition: int, next_offset: int, stamp: int
-) -> None:
+) -> bool:
     """Move the watermark forward to `next_offset` over offsets that landed nowhere; never
-    back (a segment recorded in the same transaction may have passed it already)."""
+    back (a segment recorded in the same transaction may have passed it already). Returns
+    whether it moved."""
+    current = _watermark(conn, topic, partition)
+    if current is not None and current >= next_offset:
+        return False
+    _move_watermark(conn, topic, partition, current, next_offset, stamp)
+    return True
+
+
+def _watermark(conn: Connection, topic: str, partition: int) -> int | None:
+    found: int | None = conn.execute(
+        _WATERMARK, {"topic": topic, "partition": partition}
+    ).scalar_one_or_none()
+    return found
+
+
+def _move_watermark(  # noqa: PLR0917 - the row's key, the value read and the new value
+    conn: Connection, topic: str, partition: int, current: int | None, to: int, stamp: int
+) -> None:
+    """Set the watermark read as `current` (None: no row yet) to `to`, compare-and-swap."""
     key = {"topic": topic, "partition": partition}
-    current = conn.execute(_WATERMARK, key).scalar_one_or_none()
     if current is None:
-        conn.execute(_NEW_PARTITION, {**key, "next_offset": next_offset, "stamp": stamp})
-    elif current < next_offset:
-        moved = conn.execute(
-            _MOVE_WATERMARK,
-            {**key, "next_offset": next_offset, "stamp": stamp, "current": current},
-        )
-        if rowcount(moved) != 1:
-            raise ManifestConflictError(f"{topic}[{partition}] watermark moved concurrently")
+        conn.execute(_NEW_PARTITION, {**key, "next_offset": to, "stamp": stamp})
+        return
+    moved = conn.execute(
+        _MOVE_WATERMARK, {**key, "next_offset": to, "stamp": stamp, "current": current}
+    )
+    if rowcount(moved) != 1:
+        raise ManifestConflictError(f"{topic}[{partition}] watermark moved concurrently")
 
 
 def insert_segment(

@@ -131,35 +131,11 @@ class Manifest(ManifestDatabase):
     def advance_watermark(self, topic: str, partition: int, next_offset: int) -> bool:
         """Move the watermark forward over offsets that land nowhere (skipped records).
 
-        Only forward; returns whether it moved.
+        Only forward; returns whether it moved. (The writer moves it inside its seal
+        transaction instead; this is for tools and tests.)
         """
-        stamp = now_ms()
         with self._write() as session:
-            current = session.get(PartitionRow, (topic, partition))
-            if current is None:
-                session.add(
-                    PartitionRow(
-                        topic=topic,
-                        partition=partition,
-                        next_offset=next_offset,
-                        replicated_offset=0,
-                        updated_at=stamp,
-                    )
-                )
-                return True
-            moved = session.execute(
-                update(PartitionRow)
-                .where(
-                    PartitionRow.topic == topic,
-                    PartitionRow.partition == partition,
-                    PartitionRow.next_offset < next_offset,
-                )
-                .values(next_offset=next_offset, updated_at=stamp)
-                .execution_options(synchronize_session=False)
-            )
-            return rowcount(moved) == 1
-
-    # --- the produce path ------------------------------------------------------------------
+            return advance_over(session.connection(), topic, partition, next_offset, now_ms())
 
     def produced_topics(self) -> dict[str, int]:
         """Topics producers write to plateau's Kafka API, with their partition counts."""
