@@ -209,7 +209,6 @@ class SegmentLog:
             buffered_since=self.first_buffered_at or time.monotonic(),
         )
         self._clear()
-        self.links = set()
         self.in_flight = job
         return job
 
@@ -242,7 +241,6 @@ class SegmentLog:
         """Forget the buffer (the partition was lost); returns the bytes released."""
         released = self.nbytes
         self._clear()
-        self.links = set()
         return released
 
     def _clear(self) -> None:
@@ -251,6 +249,7 @@ class SegmentLog:
         self.pending_advance = None
         self.urgent = False
         self.first_buffered_at = None
+        self.links = set()
 
 
 def check_order(

@@ -282,10 +282,13 @@ class ProduceSink(WriterListener):
         return landed
 
     def retry_stalled(self) -> None:
+        drained = False
         for state in self.partitions.values():
             if state.stalled:
                 self._drain(state)
-        self.writer.seal_due()
+                drained = True
+        if drained:
+            self.seal_due()  # what was appended now seals as one group
 
     def seal_due(self) -> None:
         """A request's batches are all appended: seal the due partitions as one group."""
