@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import structlog
 from pyarrow import fs
 from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from plateau_core.schema import merge_schemas
@@ -44,6 +45,7 @@ from plateau_spark.replication.iceberg_files import (
     parse_data_name,
     write_data_files,
 )
+from plateau_spark.replication.iceberg_maintenance import MaintenanceReport, compact, expire
 from plateau_spark.replication.iceberg_schema import table_schema
 from plateau_spark.replication.job import DEFAULT_FILE_BYTES, ReplicationReport, Replicator
 from plateau_spark.replication.target import Target
@@ -100,6 +102,38 @@ class IcebergReplicator(Replicator):
                     self._replicate_topic(catalog, topic, mine, report)
         report.seconds = time.monotonic() - started
         return report
+
+    def maintain(self, *, now: float | None = None) -> dict[str, MaintenanceReport]:
+        """Compact the small data files of each replicated topic's table and expire its old
+        snapshots (`plateau replicate --compact`); per topic, what was done."""
+        reports: dict[str, MaintenanceReport] = {}
+        with self._lock():
+            catalog = self.catalog()
+            for topic in self.topics if self.topics is not None else self.store.topics():
+                try:
+                    table = catalog.load_table(self.settings.identifier(topic))
+                except NoSuchTableError:
+                    continue
+                done = compact(
+                    table,
+                    topic=topic,
+                    small_bytes=self.settings.small_file_bytes,
+                    file_bytes=self.file_bytes,
+                    compression=self.compression,
+                )
+                table.refresh()
+                expired = expire(
+                    table,
+                    Target.parse(table.location(), self.target.s3),
+                    topic=topic,
+                    retention_s=self.settings.snapshot_retention_s,
+                    keep=self.settings.min_snapshots,
+                    now=now,
+                )
+                done.snapshots_expired = expired.snapshots_expired
+                done.files_deleted = expired.files_deleted
+                reports[topic] = done
+        return reports
 
     def _replicate_topic(
         self, catalog: Catalog, topic: str, tasks: list[ReplicaTask], report: ReplicationReport
