@@ -73,8 +73,8 @@ def ensure_table(
             with table.update_schema() as update:
                 update.union_by_name(schema)
         except (ValueError, TypeError) as exc:
-            raise SchemaConflictError(f"topic {topic!r}: cannot add {added}: {exc}") from None
-        log.info("iceberg_columns_added", topic=topic, table=".".join(identifier), columns=added)
+            raise SchemaConflictError(f"topic {topic!r}: cannot evolve {added}: {exc}") from None
+        log.info("iceberg_columns_evolved", topic=topic, table=".".join(identifier), columns=added)
     return table
 
 

@@ -48,7 +48,7 @@ from plateau_spark.replication.iceberg_files import (
 from plateau_spark.replication.iceberg_maintenance import MaintenanceReport, compact, expire
 from plateau_spark.replication.iceberg_schema import table_schema
 from plateau_spark.replication.job import DEFAULT_FILE_BYTES, ReplicationReport, Replicator
-from plateau_spark.replication.target import Target
+from plateau_spark.replication.target import Target, TargetError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,7 +99,13 @@ class IcebergReplicator(Replicator):
                 catalog = self.catalog()
                 for topic in sorted({t.topic for t in tasks}):
                     mine = [t for t in tasks if t.topic == topic]
-                    self._replicate_topic(catalog, topic, mine, report)
+                    try:
+                        self._replicate_topic(catalog, topic, mine, report)
+                    except OSError as exc:  # pyarrow's and pyiceberg's I/O errors
+                        raise TargetError(
+                            f"topic {topic!r}: cannot write the Iceberg table under "
+                            f"{self.target.uri}: {exc}"
+                        ) from exc
         report.seconds = time.monotonic() - started
         return report
 

@@ -73,7 +73,7 @@ def _mapped(dtype: pa.DataType, topic: str, name: str) -> pa.DataType | None:
 
 
 def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> list[str]:
-    """Names of the columns `wanted` adds to the table's `current` schema.
+    """Names of the columns `wanted` adds to the table's `current` schema or widens in it.
 
     Raises SchemaConflictError, naming the field, when a column the table has would change
     to a type Iceberg cannot promote to (int to long, float to double, a wider decimal are
@@ -86,12 +86,15 @@ def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> list[s
             added.append(field.name)
             continue
         have = current.field(index).type
+        if have.equals(field.type):
+            continue
         if not _same_or_promoted(have, field.type):
             raise SchemaConflictError(
                 f"topic {topic!r}: field {field.name!r} is {field.type} in the store but "
                 f"{have} in its Iceberg table, and Iceberg cannot change {have} to "
                 f"{field.type}; replicate the new data to another namespace or table"
             )
+        added.append(field.name)
     return added
 
 
