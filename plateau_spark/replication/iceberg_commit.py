@@ -41,6 +41,10 @@ from plateau_spark.replication.target import TargetError
 OFFSETS = "plateau.offsets"
 RANGES = "plateau.offset-ranges"
 _RETRY_PAUSE_S = 0.05
+# pyiceberg retries a refused commit by re-applying it to the new snapshot with the summary
+# it had: offsets another writer committed meanwhile would be missing from it. plateau
+# retries itself, recomputing the summary (commit_files), so pyiceberg must not.
+_OWN_RETRIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}
 
 log = structlog.get_logger("plateau.replication.iceberg")
 
@@ -66,6 +70,9 @@ def ensure_table(
         table = _create(catalog, identifier, schema)
         log.info("iceberg_table_created", topic=topic, table=".".join(identifier))
         return table
+    if any(table.properties.get(k) != v for k, v in _OWN_RETRIES.items()):
+        with table.transaction() as transaction:
+            transaction.set_properties(_OWN_RETRIES)
     current = iceberg_arrow_schema(table.schema())
     added = check_evolution(current, schema, topic)
     if added:
@@ -83,20 +90,18 @@ def _create(catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema) ->
         transaction = catalog.create_table_transaction(
             identifier,
             schema=schema,
-            properties={
-                # Files plateau writes carry no field ids: readers map columns by name.
-                TableProperties.PARQUET_COMPRESSION: "zstd",
-                "format-version": "2",
-            },
+            properties={TableProperties.PARQUET_COMPRESSION: "zstd", **_OWN_RETRIES},
         )
         with transaction.update_spec() as spec:
             spec.add_field(TIMESTAMP, DayTransform(), "timestamp_day")
             spec.add_field(PARTITION, IdentityTransform(), PARTITION)
+        # Files plateau writes carry no field ids: readers map their columns by name.
         mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
         transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
-        return transaction.commit_transaction()
+        transaction.commit_transaction()
     except TableAlreadyExistsError:  # another node created it first
-        return catalog.load_table(identifier)
+        pass
+    return catalog.load_table(identifier)
 
 
 def committed_offsets(table: Table) -> dict[int, int]:

@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("plateau.replication.iceberg")
 
-# Steps a test can fail at (the `step` hook): after planning, after the data files are
-# written, after the Iceberg commit (before the manifest update).
+# Steps a test can fail at (the `step` hook): after planning, after each task's data files,
+# after all of them, after the Iceberg commit (before the manifest update).
 Step = Callable[[str], None]
 _MAX_DAY_LISTINGS = 62
 
@@ -166,6 +166,7 @@ class IcebergReplicator(Replicator):
                 )
                 continue
             written = write_data_files(task, location, schema, floor)
+            self._step("file_written")
             files.append((task, written))
             ranges.append(
                 OffsetRange(task.partition, max(floor, task.start_offset), task.end_offset)
