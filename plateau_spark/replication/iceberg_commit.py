@@ -149,7 +149,7 @@ def commit_files(
         transaction = table.transaction()
         transaction.add_files(paths, snapshot_properties=offset_properties(committed, ranges, {}))
         try:
-            return transaction.commit_transaction()
+            committed_table = transaction.commit_transaction()
         except CommitFailedException as exc:
             log.warning("iceberg_commit_conflict", topic=topic, attempt=attempt + 1, error=str(exc))
         except CommitStateUnknownException as exc:
@@ -157,13 +157,32 @@ def commit_files(
             table.refresh()
             after = committed_offsets(table)
             if all(after.get(r.partition, 0) >= r.end for r in ranges):
+                _log_commit(table, ranges, topic, len(paths))
                 return table
+        else:
+            _log_commit(committed_table, ranges, topic, len(paths))
+            return committed_table
         table.refresh()
         time.sleep(_RETRY_PAUSE_S * (attempt + 1))
     raise TargetError(
         f"topic {topic!r}: the Iceberg commit lost to other writers {retries + 1} times; "
         "the next run tries again"
     )
+
+
+def _log_commit(table: Table, ranges: list[OffsetRange], topic: str, files: int) -> None:
+    snapshot = table.current_snapshot()
+    for r in ranges:
+        log.info(
+            "iceberg_committed",
+            topic=topic,
+            partition=r.partition,
+            start_offset=r.start,
+            end_offset=r.end,
+            files=files,
+            snapshot_id=None if snapshot is None else snapshot.snapshot_id,
+            table=table.name(),
+        )
 
 
 def _check_not_committed(
