@@ -8,9 +8,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NotInstalledError
+from sqlalchemy.exc import SQLAlchemyError
 
 from plateau_core.errors import InvalidInputError
-from plateau_spark.replication.target import Target
+from plateau_spark.replication.target import Target, TargetError
 
 CATALOG_FILE = "iceberg_catalog.db"
 DAY = 86_400.0
@@ -72,8 +74,25 @@ def _s3_properties(target: Target) -> dict[str, str]:
 
 
 def open_catalog(settings: IcebergSettings, target: Target, data_dir: Path) -> Catalog:
-    """The catalog, its namespace created when missing."""
-    catalog = load_catalog(settings.catalog_name, **catalog_properties(settings, target, data_dir))
-    namespace = tuple(settings.namespace.split("."))
-    catalog.create_namespace_if_not_exists(namespace)
+    """The catalog, its namespace created when missing. Raises TargetError naming the
+    catalog (its password hidden) when it cannot be reached or its driver is missing."""
+    properties = catalog_properties(settings, target, data_dir)
+    try:
+        catalog = load_catalog(settings.catalog_name, **properties)
+        catalog.create_namespace_if_not_exists(tuple(settings.namespace.split(".")))
+    except (NotInstalledError, ImportError, SQLAlchemyError, OSError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise TargetError(
+            f"cannot open the Iceberg catalog {shown_uri(properties['uri'])}: "
+            f"{type(exc).__name__}: {detail}"
+        ) from exc
     return catalog
+
+
+def shown_uri(uri: str) -> str:
+    """`uri` without the password it may carry."""
+    parsed = urlparse(uri)
+    if parsed.password is None:
+        return uri
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
+    return parsed._replace(netloc=netloc).geturl()

@@ -11,8 +11,14 @@ import pytest
 from bridge.config import load_config
 from bridge.errors import ConfigError
 from plateau_core.errors import InvalidInputError
-from plateau_spark.replication import IcebergSettings, S3Settings, SchemaConflictError, Target
-from plateau_spark.replication.iceberg_catalog import catalog_properties
+from plateau_spark.replication import (
+    IcebergSettings,
+    S3Settings,
+    SchemaConflictError,
+    Target,
+    TargetError,
+)
+from plateau_spark.replication.iceberg_catalog import catalog_properties, open_catalog, shown_uri
 from plateau_spark.replication.iceberg_schema import check_evolution, table_schema
 
 
@@ -101,3 +107,14 @@ def test_evolution_adds_widens_and_refuses_naming_the_field() -> None:
     assert check_evolution(current, current, "t") == []
     with pytest.raises(SchemaConflictError, match="field 'b' is int64 in the store but string"):
         check_evolution(current, pa.schema([pa.field("b", pa.int64())]), "t")
+
+
+def test_an_unreachable_catalog_is_named_without_its_password(tmp_path: Path) -> None:
+    local = Target.parse(str(tmp_path / "wh"))
+    missing = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'no' / 'such' / 'cat.db'}")
+    with pytest.raises(TargetError, match=r"cannot open the Iceberg catalog sqlite:///.*cat\.db"):
+        open_catalog(missing, local, tmp_path)
+    assert (
+        shown_uri("postgresql+psycopg2://plateau:hunter2@127.0.0.1/iceberg")
+        == "postgresql+psycopg2://plateau:***@127.0.0.1/iceberg"
+    )
