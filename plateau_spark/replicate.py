@@ -11,20 +11,26 @@ from pyspark.sql import SparkSession
 
 from plateau_spark.errors import ReplicationFailedError
 from plateau_spark.jobs import spark_message
-from plateau_spark.replication import ReplicationReport, Replicator, TargetError
+from plateau_spark.replication import (
+    ReplicationReport,
+    Replicator,
+    SchemaConflictError,
+    TargetError,
+)
 
 log = structlog.get_logger("plateau.replicate")
 
 
 def replicate(
     replicator: Replicator,
-    spark: SparkSession,
+    spark: SparkSession | None,
     *,
     interval_s: float,
     once: bool = False,
     stop: threading.Event | None = None,
 ) -> list[ReplicationReport]:
     """Run until `stop` is set (or once), `interval_s` apart; returns the runs' reports.
+    `spark` writes Parquet replicas (None: written in this process; Iceberg tables always are).
 
     Raises ReplicationFailedError when a run fails: nothing of it was recorded.
     """
@@ -36,10 +42,10 @@ def replicate(
             return reports
 
 
-def _run(replicator: Replicator, spark: SparkSession) -> ReplicationReport:
+def _run(replicator: Replicator, spark: SparkSession | None) -> ReplicationReport:
     try:
         report = replicator.run_once(spark)
-    except (PySparkException, Py4JError, TargetError) as exc:
+    except (PySparkException, Py4JError, TargetError, SchemaConflictError) as exc:
         log.error("replication_failed", target=replicator.target.uri, error=spark_message(exc))
         raise ReplicationFailedError(
             f"replication to {replicator.target.uri} failed: {spark_message(exc)}"

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from bridge.config.models import Config
+    from plateau_core.store import Store
     from plateau_spark.jobs import StoreLocation
+    from plateau_spark.replication import Replicator, Target
 
 # Kept here rather than imported: listing the choices must not load Spark.
 FORMATS = ("table", "json", "csv", "parquet")
@@ -34,7 +36,8 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     query.set_defaults(handler=_query)
 
     rep = subparsers.add_parser(
-        "replicate", help="copy sealed segments to Parquet (s3:// or a folder)"
+        "replicate",
+        help="copy sealed segments to Parquet or Iceberg tables (s3:// or a folder)",
     )
     config_argument(rep)
     rep.add_argument("--target", help="s3://bucket/prefix or file:///path (default: config)")
@@ -42,6 +45,11 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     when.add_argument("--once", action="store_true", help="one run, then exit")
     when.add_argument(
         "--interval", type=_duration, help="pause between runs (default: config, 60s)"
+    )
+    when.add_argument(
+        "--compact",
+        action="store_true",
+        help="format iceberg: rewrite small data files and expire old snapshots, then exit",
     )
     rep.add_argument("--master", help="Spark master (default: config spark.master, local[*])")
     rep.set_defaults(handler=_replicate)
@@ -84,7 +92,7 @@ def _replicate(args: argparse.Namespace) -> int:
     from bridge.errors import BridgeError
     from bridge.serve import install_stop_handlers
     from plateau_spark.replicate import replicate
-    from plateau_spark.replication import Replicator, Target
+    from plateau_spark.replication import Target
 
     config = load_config(args.config)
     uri = args.target or config.replication.target
@@ -93,24 +101,66 @@ def _replicate(args: argparse.Namespace) -> int:
             "no replication target: set replication.target in the config or pass --target"
         )
     target = Target.parse(uri, config.replication.s3.settings())
+    iceberg = config.replication.format == "iceberg"
+    if args.compact and not iceberg:
+        raise BridgeError("--compact needs replication.format: iceberg (Parquet has no tables)")
     stop = threading.Event()
-    if not args.once:
+    if not (args.once or args.compact):
         install_stop_handlers(stop)
     with _location(config).open() as store:
-        replicator = Replicator(
-            store,
-            target,
-            file_bytes=config.replication.file_size,
-            compression=config.replication.compression,
-            topics=config.replication.topics,
-        )
+        replicator = _replicator(config, store, target)
+        if args.compact:
+            return _compact(replicator)
         replicate(
             replicator,
-            _spark(config, args.master),
+            None if iceberg else _spark(config, args.master),
             interval_s=config.replication.interval if args.interval is None else args.interval,
             once=args.once,
             stop=stop,
         )
+    return 0
+
+
+def _replicator(config: Config, store: Store, target: Target) -> Replicator:
+    from plateau_spark.replication import IcebergReplicator, IcebergSettings, Replicator
+
+    replication = config.replication
+    if replication.format == "parquet":
+        return Replicator(
+            store,
+            target,
+            file_bytes=replication.file_size,
+            compression=replication.compression,
+            topics=replication.topics,
+        )
+    iceberg = replication.iceberg
+    settings = IcebergSettings(
+        catalog_uri=iceberg.catalog_uri,
+        catalog_name=iceberg.catalog_name,
+        namespace=iceberg.namespace,
+        commit_retries=iceberg.commit_retries,
+        small_file_bytes=iceberg.small_file_size,
+        snapshot_retention_s=iceberg.snapshot_retention,
+        min_snapshots=iceberg.min_snapshots,
+    )
+    return IcebergReplicator(
+        store,
+        target,
+        settings,
+        file_bytes=replication.file_size,
+        compression=replication.compression,
+        topics=replication.topics,
+    )
+
+
+def _compact(replicator: Replicator) -> int:
+    import json
+
+    from plateau_spark.replication import IcebergReplicator
+
+    assert isinstance(replicator, IcebergReplicator)
+    for topic, report in replicator.maintain().items():
+        print(json.dumps({"topic": topic, **vars(report)}))
     return 0
 
 

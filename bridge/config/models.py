@@ -152,11 +152,58 @@ def _secret(value: SecretStr | None) -> str | None:
     return None if value is None else value.get_secret_value()
 
 
+class IcebergConfig(Strict):
+    catalog_uri: str | None = Field(
+        default=None,
+        description="The Iceberg catalog: a SQLAlchemy URL (sqlite:///path, "
+        "postgresql+psycopg2://user@host/db) for a SQL catalog, or http(s)://host/path for a "
+        "REST catalog. Default: a SQLite catalog beside the store "
+        "(data_dir/iceberg_catalog.db).",
+    )
+    catalog_name: str = Field(
+        default="plateau",
+        min_length=1,
+        description="The catalog's name (a SQL catalog keeps several apart by it).",
+    )
+    namespace: str = Field(
+        default="plateau",
+        pattern=r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$",
+        description="Namespace of the tables (dots separate levels); one table per topic, "
+        "named as the topic.",
+    )
+    commit_retries: int = Field(
+        default=4,
+        ge=0,
+        le=100,
+        description="Retries of a commit that another writer's commit got ahead of.",
+    )
+    small_file_size: Size = Field(
+        default=32 * MiB,
+        description="`plateau replicate --compact` rewrites data files below this size, per "
+        "day and Kafka partition, into files of about replication.file_size.",
+    )
+    snapshot_retention: Duration = Field(
+        default=7 * 86_400.0,
+        description="`plateau replicate --compact` expires snapshots older than this (the "
+        "newest min_snapshots are kept whatever their age) and deletes the files only they "
+        "referenced.",
+    )
+    min_snapshots: int = Field(
+        default=10, ge=1, description="Snapshots kept by --compact whatever their age."
+    )
+
+
 class ReplicationConfig(Strict):
     target: str | None = Field(
         default=None,
         description="s3://bucket/prefix, file:///path or a folder (relative to the config "
-        "file). `plateau replicate --target` overrides it.",
+        "file). `plateau replicate --target` overrides it. With format iceberg: the "
+        "warehouse, under which each table has its folder.",
+    )
+    format: Literal["parquet", "iceberg"] = Field(
+        default="parquet",
+        description="parquet: files in plateau's own layout (date=/partition= folders); "
+        "iceberg: one Apache Iceberg table per topic, committed exactly once per run.",
     )
     interval: Duration = Field(
         default=60.0, description="Pause between runs of `plateau replicate` without --once."
@@ -172,6 +219,9 @@ class ReplicationConfig(Strict):
         default=None, description="plateau topics to replicate (default: all)."
     )
     s3: S3Config = Field(default=S3Config(), description="Connection to s3:// targets.")
+    iceberg: IcebergConfig = Field(
+        default=IcebergConfig(), description="Iceberg tables (format: iceberg)."
+    )
 
     @field_validator("topics")
     @classmethod
@@ -352,7 +402,8 @@ class Config(Strict):
     defaults: Defaults = Field(default=Defaults(), description="Roll and retention for all topics.")
     topics: list[TopicMapping] = Field(min_length=1, description="What to land, and how.")
     replication: ReplicationConfig = Field(
-        default=ReplicationConfig(), description="Copies of sealed segments as Parquet."
+        default=ReplicationConfig(),
+        description="Copies of sealed segments as Parquet files or Iceberg tables.",
     )
     spark: SparkConfig = Field(default=SparkConfig(), description="Spark for query and replicate.")
     metrics: MetricsConfig = Field(

@@ -97,7 +97,10 @@ def write_task(task: ReplicaTask) -> list[ReplicaFile]:
     return written
 
 
-def _batches(task: ReplicaTask, columns: tuple[str, ...] | None = None) -> Iterator[pa.RecordBatch]:
+def task_batches(
+    task: ReplicaTask, columns: tuple[str, ...] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The rows of the task's segments, in offset order (only `columns` when given)."""
     request = ReadRequest.whole(task.topic, columns)
     counters = ScanCounters()
     for segment in task.segments:
@@ -107,7 +110,7 @@ def _batches(task: ReplicaTask, columns: tuple[str, ...] | None = None) -> Itera
 def _days(task: ReplicaTask) -> dict[date, tuple[int, int, int]]:
     """Per UTC date: (first offset, last offset, rows); reads two columns only."""
     days: dict[date, tuple[int, int, int]] = {}
-    for batch in _batches(task, (OFFSET, TIMESTAMP)):
+    for batch in task_batches(task, (OFFSET, TIMESTAMP)):
         dates = batch.column(TIMESTAMP).cast(pa.date32())
         offsets = batch.column(OFFSET)
         for value in pc.unique(dates).to_pylist():
@@ -131,7 +134,7 @@ def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> No
     pending: list[pa.RecordBatch] = []
     rows = 0
     with pq.ParquetWriter(stream, task.schema, compression=task.compression) as writer:
-        for batch in _batches(task):
+        for batch in task_batches(task):
             mine = batch
             if day is not None:
                 dates = batch.column(TIMESTAMP).cast(pa.date32())

@@ -1,0 +1,196 @@
+"""A topic's Iceberg table: created or evolved to the store's schema, its committed Kafka
+offsets read back, and replicated files committed with those offsets, exactly once.
+
+Every snapshot plateau commits carries, in its summary:
+- `plateau.offsets`: for every Kafka partition replicated so far, the offset after the last
+  row the table holds (JSON `{"0": 300, "1": 200}`), cumulative, so the newest such snapshot
+  answers alone and expiring older snapshots loses nothing;
+- `plateau.offset-ranges`: the offsets this commit added, per partition (`{"0": [150, 300]}`).
+This is how the Iceberg Kafka Connect sink keeps exactly once: the table, not the writer,
+remembers what it holds, so a writer that crashed after committing skips what is there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import structlog
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    CommitStateUnknownException,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.table import Table, TableProperties
+from pyiceberg.transforms import DayTransform, IdentityTransform
+
+from plateau_core.schema import TIMESTAMP
+from plateau_spark.replication.iceberg_schema import (
+    PARTITION,
+    SchemaConflictError,
+    check_evolution,
+    iceberg_arrow_schema,
+)
+from plateau_spark.replication.target import TargetError
+
+OFFSETS = "plateau.offsets"
+RANGES = "plateau.offset-ranges"
+_RETRY_PAUSE_S = 0.05
+# pyiceberg retries a refused commit by re-applying it to the new snapshot with the summary
+# it had: offsets another writer committed meanwhile would be missing from it. plateau
+# retries itself, recomputing the summary (commit_files), so pyiceberg must not.
+_OWN_RETRIES = {TableProperties.COMMIT_NUM_RETRIES: "0"}
+
+log = structlog.get_logger("plateau.replication.iceberg")
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Rows [start, end) of one Kafka partition, committed together."""
+
+    partition: int
+    start: int
+    end: int
+
+
+def ensure_table(
+    catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema, topic: str
+) -> Table:
+    """The topic's table, created partitioned by day(timestamp) and the Kafka partition, or
+    given the columns `schema` adds. Raises SchemaConflictError naming a field whose type
+    changed incompatibly."""
+    try:
+        table = catalog.load_table(identifier)
+    except NoSuchTableError:
+        table = _create(catalog, identifier, schema)
+        log.info("iceberg_table_created", topic=topic, table=".".join(identifier))
+        return table
+    if any(table.properties.get(k) != v for k, v in _OWN_RETRIES.items()):
+        with table.transaction() as transaction:
+            transaction.set_properties(_OWN_RETRIES)
+    current = iceberg_arrow_schema(table.schema())
+    added = check_evolution(current, schema, topic)
+    if added:
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(schema)
+        except (ValueError, TypeError) as exc:
+            raise SchemaConflictError(f"topic {topic!r}: cannot evolve {added}: {exc}") from None
+        log.info("iceberg_columns_evolved", topic=topic, table=".".join(identifier), columns=added)
+    return table
+
+
+def _create(catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema) -> Table:
+    try:
+        transaction = catalog.create_table_transaction(
+            identifier,
+            schema=schema,
+            properties={TableProperties.PARQUET_COMPRESSION: "zstd", **_OWN_RETRIES},
+        )
+        with transaction.update_spec() as spec:
+            spec.add_field(TIMESTAMP, DayTransform(), "timestamp_day")
+            spec.add_field(PARTITION, IdentityTransform(), PARTITION)
+        # Files plateau writes carry no field ids: readers map their columns by name.
+        mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()
+        transaction.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
+        transaction.commit_transaction()
+    except TableAlreadyExistsError:  # another node created it first
+        pass
+    return catalog.load_table(identifier)
+
+
+def committed_offsets(table: Table) -> dict[int, int]:
+    """Per Kafka partition, the offset after the last row the table holds (empty if none).
+
+    The newest snapshot of the current branch's history carrying plateau's offsets answers;
+    snapshots without them (another engine's maintenance) are looked past.
+    """
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary
+        text = summary.additional_properties.get(OFFSETS) if summary is not None else None
+        if text is not None:
+            return {int(p): int(o) for p, o in json.loads(text).items()}
+        parent = snapshot.parent_snapshot_id
+        snapshot = None if parent is None else table.snapshot_by_id(parent)
+    return {}
+
+
+def offset_properties(
+    committed: Mapping[int, int], ranges: list[OffsetRange], extra: Mapping[str, str]
+) -> dict[str, str]:
+    """The summary properties of a commit adding `ranges` to a table holding `committed`."""
+    offsets = dict(committed)
+    for r in ranges:
+        offsets[r.partition] = max(offsets.get(r.partition, 0), r.end)
+    return {
+        OFFSETS: json.dumps({str(p): o for p, o in sorted(offsets.items())}),
+        RANGES: json.dumps({str(r.partition): [r.start, r.end] for r in ranges}),
+        **extra,
+    }
+
+
+def commit_files(
+    table: Table, paths: list[str], ranges: list[OffsetRange], *, topic: str, retries: int
+) -> Table:
+    """Add the data files in one snapshot that records `ranges`; returns the table as
+    committed. A commit another writer got ahead of is tried again on the refreshed table,
+    unless that writer committed rows of these ranges (then nothing is committed and
+    TargetError says so); an outcome the catalog could not tell is settled by reading the
+    offsets back."""
+    for attempt in range(retries + 1):
+        committed = committed_offsets(table)
+        _check_not_committed(committed, ranges, topic)
+        transaction = table.transaction()
+        transaction.add_files(paths, snapshot_properties=offset_properties(committed, ranges, {}))
+        try:
+            committed_table = transaction.commit_transaction()
+        except CommitFailedException as exc:
+            log.warning("iceberg_commit_conflict", topic=topic, attempt=attempt + 1, error=str(exc))
+        except CommitStateUnknownException as exc:
+            log.warning("iceberg_commit_unknown", topic=topic, error=str(exc))
+            table.refresh()
+            after = committed_offsets(table)
+            if all(after.get(r.partition, 0) >= r.end for r in ranges):
+                _log_commit(table, ranges, topic, len(paths))
+                return table
+        else:
+            _log_commit(committed_table, ranges, topic, len(paths))
+            return committed_table
+        table.refresh()
+        time.sleep(_RETRY_PAUSE_S * (attempt + 1))
+    raise TargetError(
+        f"topic {topic!r}: the Iceberg commit lost to other writers {retries + 1} times; "
+        "the next run tries again"
+    )
+
+
+def _log_commit(table: Table, ranges: list[OffsetRange], topic: str, files: int) -> None:
+    snapshot = table.current_snapshot()
+    for r in ranges:
+        log.info(
+            "iceberg_committed",
+            topic=topic,
+            partition=r.partition,
+            start_offset=r.start,
+            end_offset=r.end,
+            files=files,
+            snapshot_id=None if snapshot is None else snapshot.snapshot_id,
+            table=table.name(),
+        )
+
+
+def _check_not_committed(
+    committed: Mapping[int, int], ranges: list[OffsetRange], topic: str
+) -> None:
+    for r in ranges:
+        if committed.get(r.partition, 0) > r.start:
+            raise TargetError(
+                f"topic {topic!r} partition {r.partition}: offsets from "
+                f"{r.start} were committed to the Iceberg table by another writer meanwhile"
+            )

@@ -1,0 +1,258 @@
+"""Replication into Apache Iceberg tables, one per topic, exactly once.
+
+Order of a run, per topic, and why it neither loses nor duplicates a row:
+1. The table is created, or given the columns the store's schema added (refused, naming the
+   field, when a column's type changed in a way Iceberg cannot follow).
+2. The table's committed offsets are read from its snapshots (iceberg_commit.py). Pending
+   segments wholly below them are already in the table (a run that died between its commit
+   and the manifest update): they are only marked replicated. Rows below them in a segment
+   that straddles the offset are skipped.
+3. Data files of an uncommitted run (named by offsets at or past the committed offset, in
+   the day folders the pending segments map to) are deleted: no snapshot reads them.
+4. The data files are written, each complete under its final name.
+5. One Iceberg commit adds them all, with the offset ranges in the snapshot summary.
+6. One manifest transaction marks the segments replicated.
+A crash before 5 leaves files that step 3 of the next run deletes; a crash between 5 and 6
+leaves segments that step 2 of the next run finds committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import structlog
+from pyarrow import fs
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+
+from plateau_core.schema import merge_schemas
+from plateau_core.store import Store
+from plateau_spark.replication.files import ReplicaFile, ReplicaTask, utc_day
+from plateau_spark.replication.iceberg_catalog import IcebergSettings, open_catalog
+from plateau_spark.replication.iceberg_commit import (
+    OffsetRange,
+    commit_files,
+    committed_offsets,
+    ensure_table,
+)
+from plateau_spark.replication.iceberg_files import (
+    DATA_DIR,
+    data_dir,
+    parse_data_name,
+    write_data_files,
+)
+from plateau_spark.replication.iceberg_maintenance import MaintenanceReport, compact, expire
+from plateau_spark.replication.iceberg_schema import table_schema
+from plateau_spark.replication.job import DEFAULT_FILE_BYTES, ReplicationReport, Replicator
+from plateau_spark.replication.target import Target, TargetError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger("plateau.replication.iceberg")
+
+# Steps a test can fail at (the `step` hook): after planning, after each task's data files,
+# after all of them, after the Iceberg commit (before the manifest update).
+Step = Callable[[str], None]
+_MAX_DAY_LISTINGS = 62
+
+
+class IcebergReplicator(Replicator):
+    """`plateau replicate` with `format: iceberg`; `target` is the warehouse."""
+
+    def __init__(
+        self,
+        store: Store,
+        target: Target,
+        settings: IcebergSettings | None = None,
+        *,
+        file_bytes: int = DEFAULT_FILE_BYTES,
+        compression: str = "zstd",
+        topics: Sequence[str] | None = None,
+        step: Step | None = None,
+    ) -> None:
+        super().__init__(
+            store, target, file_bytes=file_bytes, compression=compression, topics=topics
+        )
+        self.settings = settings or IcebergSettings()
+        self._step = step or (lambda _name: None)
+
+    def catalog(self) -> Catalog:
+        return open_catalog(self.settings, self.target, self.store.data_dir)
+
+    def table(self, topic: str) -> Table:
+        return self.catalog().load_table(self.settings.identifier(topic))
+
+    def run_once(self, spark: SparkSession | None = None) -> ReplicationReport:
+        """Replicate everything sealed now, one Iceberg commit per topic. The files are
+        written in this process by pyarrow; `spark` is not used."""
+        del spark
+        started = time.monotonic()
+        report = ReplicationReport()
+        with self._lock():
+            tasks = self.plan()
+            if tasks:
+                catalog = self.catalog()
+                for topic in sorted({t.topic for t in tasks}):
+                    mine = [t for t in tasks if t.topic == topic]
+                    try:
+                        self._replicate_topic(catalog, topic, mine, report)
+                    except OSError as exc:  # pyarrow's and pyiceberg's I/O errors
+                        raise TargetError(
+                            f"topic {topic!r}: cannot write the Iceberg table under "
+                            f"{self.target.uri}: {exc}"
+                        ) from exc
+        report.seconds = time.monotonic() - started
+        return report
+
+    def maintain(self, *, now: float | None = None) -> dict[str, MaintenanceReport]:
+        """Compact the small data files of each replicated topic's table and expire its old
+        snapshots (`plateau replicate --compact`); per topic, what was done."""
+        reports: dict[str, MaintenanceReport] = {}
+        with self._lock():
+            catalog = self.catalog()
+            for topic in self.topics if self.topics is not None else self.store.topics():
+                try:
+                    table = catalog.load_table(self.settings.identifier(topic))
+                except NoSuchTableError:
+                    continue
+                done = compact(
+                    table,
+                    topic=topic,
+                    small_bytes=self.settings.small_file_bytes,
+                    file_bytes=self.file_bytes,
+                    compression=self.compression,
+                )
+                table.refresh()
+                expired = expire(
+                    table,
+                    Target.parse(table.location(), self.target.s3),
+                    topic=topic,
+                    retention_s=self.settings.snapshot_retention_s,
+                    keep=self.settings.min_snapshots,
+                    now=now,
+                )
+                done.snapshots_expired = expired.snapshots_expired
+                done.files_deleted = expired.files_deleted
+                reports[topic] = done
+        return reports
+
+    def _replicate_topic(
+        self, catalog: Catalog, topic: str, tasks: list[ReplicaTask], report: ReplicationReport
+    ) -> None:
+        identifier = self.settings.identifier(topic)
+        schema = table_schema(merge_schemas(self.store.manifest.schemas(topic).values()), topic)
+        table = ensure_table(catalog, identifier, schema, topic)
+        committed = committed_offsets(table)
+        location = Target.parse(table.location(), self.target.s3)
+        report.orphans_removed += self._remove_uncommitted(location, tasks, committed)
+        self._step("planned")
+        files: list[tuple[ReplicaTask, list[ReplicaFile]]] = []
+        ranges: list[OffsetRange] = []
+        for task in tasks:
+            floor = committed.get(task.partition, 0)
+            if task.end_offset <= floor:
+                log.info(
+                    "segments_already_in_table",
+                    topic=topic,
+                    partition=task.partition,
+                    start_offset=task.start_offset,
+                    end_offset=task.end_offset,
+                    committed_offset=floor,
+                )
+                continue
+            written = write_data_files(task, location, schema, floor)
+            self._step("file_written")
+            files.append((task, written))
+            ranges.append(
+                OffsetRange(task.partition, max(floor, task.start_offset), task.end_offset)
+            )
+            report.bytes_read += task.size_bytes
+        self._step("files_written")
+        paths = [f"{table.location()}/{f.path}" for _, written in files for f in written]
+        if paths:
+            commit_files(
+                table, paths, _merged(ranges), topic=topic, retries=self.settings.commit_retries
+            )
+        self._step("committed")
+        moved = set(self.store.manifest.mark_replicated([s.id for t in tasks for s in t.segments]))
+        report.segments += len(moved)
+        for task, written in files:
+            report.files += len(written)
+            report.rows += sum(f.rows for f in written)
+            report.bytes_written += sum(f.bytes for f in written)
+            log.info(
+                "segments_replicated",
+                topic=topic,
+                partition=task.partition,
+                start_offset=task.start_offset,
+                end_offset=task.end_offset,
+                segments=len(task.segments),
+                files=[f.path for f in written],
+                rows=sum(f.rows for f in written),
+                table=".".join(identifier),
+            )
+        for task in tasks:
+            report.partitions[f"{topic}[{task.partition}]"] = task.end_offset
+
+    def _remove_uncommitted(
+        self, location: Target, tasks: list[ReplicaTask], committed: dict[int, int]
+    ) -> int:
+        """Delete data files of runs that wrote but never committed (no snapshot reads a
+        file whose first offset is at or past the committed offset)."""
+        filesystem = location.filesystem()
+        removed = 0
+        for partition in sorted({t.partition for t in tasks}):
+            floor = committed.get(partition, 0)
+            mine = [t for t in tasks if t.partition == partition]
+            for relative in self._candidates(location, filesystem, partition, mine):
+                parsed = parse_data_name(relative.rsplit("/", 1)[-1])
+                if parsed is None or parsed[2] or parsed[0] < floor:
+                    continue
+                location.delete(filesystem, relative)
+                removed += 1
+                log.warning(
+                    "iceberg_uncommitted_file_removed",
+                    topic=mine[0].topic,
+                    partition=partition,
+                    first_offset=parsed[0],
+                    last_offset=parsed[1],
+                    committed_offset=floor,
+                    path=relative,
+                )
+        return removed
+
+    def _candidates(
+        self, location: Target, filesystem: fs.FileSystem, partition: int, tasks: list[ReplicaTask]
+    ) -> Iterator[str]:
+        segments = [s for t in tasks for s in t.segments]
+        first_day = utc_day(min(s.time_min for s in segments))
+        days = (utc_day(max(s.time_max for s in segments)) - first_day).days + 1
+        if days <= _MAX_DAY_LISTINGS:
+            for i in range(days):
+                folder = data_dir(first_day + timedelta(days=i), partition)
+                for name in location.list_files(filesystem, folder):
+                    yield f"{folder}/{name}"
+            return
+        selector = fs.FileSelector(location.path(DATA_DIR), recursive=True, allow_not_found=True)
+        for info in filesystem.get_file_info(selector):
+            if info.type == fs.FileType.File and f"/partition={partition}/" in info.path:
+                yield info.path.removeprefix(location.root + "/")
+
+
+def _merged(ranges: list[OffsetRange]) -> list[OffsetRange]:
+    """One range per partition (a run's tasks of a partition are contiguous or gapped only
+    where Kafka has no offsets)."""
+    by_partition: dict[int, OffsetRange] = {}
+    for r in ranges:
+        have = by_partition.get(r.partition)
+        by_partition[r.partition] = (
+            r
+            if have is None
+            else OffsetRange(r.partition, min(have.start, r.start), max(have.end, r.end))
+        )
+    return [by_partition[p] for p in sorted(by_partition)]

@@ -1,0 +1,164 @@
+"""The columns of a topic's Iceberg table, from the store's merged schema, and their evolution.
+
+The table holds the store's result schema with the Kafka partition first. Arrow types that
+Iceberg lacks are mapped to the nearest one it has, the same way every run, so a file
+written today and one written next year agree:
+- timestamps are stored in microseconds (Iceberg has no millisecond timestamps);
+- 8- and 16-bit integers widen to int, unsigned ones to the next signed width;
+- a column whose type is still null (only nulls seen so far) is left out until it has one.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
+
+from plateau_core.errors import PlateauError
+from plateau_core.schema import OFFSET, TIMESTAMP
+
+PARTITION = "partition"
+
+
+class SchemaConflictError(PlateauError):
+    """A topic's schema changed in a way its Iceberg table cannot follow."""
+
+
+def table_schema(merged: pa.Schema, topic: str) -> pa.Schema:
+    """The Arrow schema of the topic's table (and of every data file plateau writes to it)."""
+    fields = [pa.field(PARTITION, pa.int32(), nullable=False)]
+    for field in merged:
+        mapped = _mapped(field.type, topic, field.name)
+        if mapped is not None:
+            fields.append(pa.field(field.name, mapped, nullable=field.name != OFFSET))
+    return pa.schema(fields)
+
+
+def _mapped(dtype: pa.DataType, topic: str, name: str) -> pa.DataType | None:
+    t = pa.types
+    if t.is_null(dtype):
+        return None
+    if t.is_timestamp(dtype):
+        return pa.timestamp("us", tz=dtype.tz)
+    if t.is_int8(dtype) or t.is_int16(dtype) or t.is_uint8(dtype) or t.is_uint16(dtype):
+        return pa.int32()
+    if t.is_uint32(dtype):
+        return pa.int64()
+    if t.is_uint64(dtype):
+        raise SchemaConflictError(
+            f"topic {topic!r}: field {name!r} is uint64, which no Iceberg type holds "
+            "(decode it as int64 or decimal)"
+        )
+    if t.is_large_string(dtype):
+        return pa.string()
+    if t.is_large_binary(dtype):
+        return pa.binary()
+    if t.is_list(dtype) or t.is_large_list(dtype):
+        inner = _mapped(dtype.value_type, topic, f"{name}.element")
+        return None if inner is None else pa.list_(inner)
+    if t.is_struct(dtype):
+        children = []
+        for i in range(dtype.num_fields):
+            child = dtype.field(i)
+            mapped = _mapped(child.type, topic, f"{name}.{child.name}")
+            if mapped is not None:
+                children.append(pa.field(child.name, mapped))
+        return pa.struct(children) if children else None
+    if t.is_map(dtype):
+        key = _mapped(dtype.key_type, topic, f"{name}.key")
+        item = _mapped(dtype.item_type, topic, f"{name}.value")
+        return None if key is None or item is None else pa.map_(key, item)
+    return dtype
+
+
+def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> list[str]:
+    """Names of the columns `wanted` adds to the table's `current` schema or widens in it.
+
+    Raises SchemaConflictError, naming the field, when a column the table has would change
+    to a type Iceberg cannot promote to (int to long, float to double, a wider decimal are
+    the promotions it allows).
+    """
+    added = []
+    for field in wanted:
+        index = current.get_field_index(field.name)
+        if index < 0:
+            added.append(field.name)
+            continue
+        have = current.field(index).type
+        if have.equals(field.type):
+            continue
+        if not _same_or_promoted(have, field.type):
+            raise SchemaConflictError(
+                f"topic {topic!r}: field {field.name!r} is {field.type} in the store but "
+                f"{have} in its Iceberg table, and Iceberg cannot change {have} to "
+                f"{field.type}; replicate the new data to another namespace or table"
+            )
+        added.append(field.name)
+    return added
+
+
+def _same_or_promoted(have: pa.DataType, want: pa.DataType) -> bool:
+    if have.equals(want):
+        return True
+    t = pa.types
+    if t.is_int32(have) and t.is_int64(want):
+        return True
+    if t.is_float32(have) and t.is_float64(want):
+        return True
+    if t.is_decimal(have) and t.is_decimal(want):
+        return bool(have.scale == want.scale and want.precision >= have.precision)
+    if t.is_struct(have) and t.is_struct(want):
+        have_fields = {have.field(i).name: have.field(i).type for i in range(have.num_fields)}
+        for i in range(want.num_fields):
+            child = want.field(i)
+            old = have_fields.get(child.name)
+            if old is not None and not _same_or_promoted(old, child.type):
+                return False
+        return True
+    if (t.is_list(have) and t.is_list(want)) or (t.is_map(have) and t.is_map(want)):
+        return _same_or_promoted(have.value_type, want.value_type) and (
+            not t.is_map(have) or have.key_type.equals(want.key_type)
+        )
+    return False
+
+
+def iceberg_arrow_schema(iceberg_schema: Schema) -> pa.Schema:
+    """An Iceberg schema as plain Arrow (field ids dropped), comparable with table_schema()."""
+    arrow = schema_to_pyarrow(iceberg_schema, include_field_ids=False)
+    return pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in arrow])
+
+
+def _plain(dtype: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(dtype):
+        return pa.string()
+    if pa.types.is_large_binary(dtype):
+        return pa.binary()
+    if pa.types.is_large_list(dtype) or pa.types.is_list(dtype):
+        return pa.list_(_plain(dtype.value_type))
+    if pa.types.is_struct(dtype):
+        return pa.struct(
+            [
+                pa.field(dtype.field(i).name, _plain(dtype.field(i).type))
+                for i in range(dtype.num_fields)
+            ]
+        )
+    if pa.types.is_map(dtype):
+        return pa.map_(_plain(dtype.key_type), _plain(dtype.item_type))
+    return dtype
+
+
+def to_table_batch(batch: pa.RecordBatch, partition: int, schema: pa.Schema) -> pa.RecordBatch:
+    """A segment batch with the table's columns: the partition added, types mapped, columns
+    the batch lacks as nulls."""
+    arrays: list[pa.Array] = [pa.array([partition] * batch.num_rows, pa.int32())]
+    for field in list(schema)[1:]:
+        index = batch.schema.get_field_index(field.name)
+        if index < 0:
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+            continue
+        column = batch.column(index)
+        if field.name == TIMESTAMP or column.type != field.type:
+            column = pc.cast(column, field.type)
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)

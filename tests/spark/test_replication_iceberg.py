@@ -1,0 +1,197 @@
+"""Replication into Iceberg tables: layout, offsets in snapshots, read back with pyiceberg
+and with Spark, schema evolution across runs, compaction, and a real S3-compatible server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyarrow import fs
+from pyiceberg.expressions import EqualTo
+from pyspark.sql import SparkSession
+
+from plateau_core import SegmentState, Store
+from plateau_spark.iceberg_read import iceberg_frame
+from plateau_spark.replication import IcebergSettings, SchemaConflictError, Target
+from plateau_spark.replication.iceberg_commit import OFFSETS, RANGES, committed_offsets
+from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
+from tests.spark.iceberg_support import data_files, replicator, table_keys
+from tests.spark.test_replication import across_midnight, stored_keys
+from tests.support import batch
+
+
+def test_table_layout_offsets_and_reads_from_pyiceberg_and_spark(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "data")
+    across_midnight(store)
+    job = replicator(store, tmp_path / "warehouse")
+
+    report = job.run_once()
+    assert (report.segments, report.files, report.rows) == (8, 3, 500)
+    table = job.table("t")
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [
+        ("timestamp_day", "day"),
+        ("partition", "identity"),
+    ]
+    assert table.schema().column_names[:3] == ["partition", "offset", "timestamp"]
+    assert data_files(table) == [
+        "day=2023-11-14/partition=0/00000000000000000000-00000000000000000149.parquet",
+        "day=2023-11-14/partition=1/00000000000000000000-00000000000000000199.parquet",
+        "day=2023-11-15/partition=0/00000000000000000150-00000000000000000299.parquet",
+    ]
+    summary = table.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
+    assert json.loads(summary[OFFSETS]) == {"0": 300, "1": 200}
+    assert json.loads(summary[RANGES]) == {"0": [0, 300], "1": [0, 200]}
+    assert table_keys(table) == stored_keys(store)
+    # Hidden partitioning: a filter on the Kafka partition reads that partition's file only.
+    scan = table.scan(row_filter=EqualTo("partition", 1))
+    assert len(list(scan.plan_files())) == 1 and scan.to_arrow().num_rows == 200
+
+    frame = iceberg_frame(spark, table)
+    rows = frame.select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in rows) == sorted(stored_keys(store).elements())
+    on_15th = frame.filter("timestamp >= TIMESTAMP'2023-11-15 00:00:00 UTC'").count()
+    assert on_15th == 150
+    stored = store.read("t", partitions=[0]).to_table().sort_by("offset")
+    copied = table.scan(row_filter=EqualTo("partition", 0)).to_arrow().sort_by("offset")
+    assert copied.column("value").equals(stored.column("value"))
+    assert copied.column("timestamp").cast(pa.int64()).to_pylist() == [
+        t * 1000 for t in stored.column("timestamp").cast(pa.int64()).to_pylist()
+    ]
+
+    states = {s.state for s in store.manifest.segments("t", states=tuple(SegmentState))}
+    assert states == {SegmentState.REPLICATED}
+    # Nothing new: no run, no snapshot.
+    snapshots = len(table.snapshots())
+    assert job.run_once().segments == 0
+    table.refresh()
+    assert len(table.snapshots()) == snapshots
+    store.close()
+
+
+def test_runs_append_one_snapshot_each_with_their_ranges(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    write_segments(store, "t", 0, minute_batches(0, 3), roll_rows=100)
+    job.run_once()
+    write_segments(store, "t", 0, [batch(range(300, 400))], roll_rows=100)
+    write_segments(store, "t", 1, minute_batches(1, 1), roll_rows=100)
+    job.run_once()
+    table = job.table("t")
+    assert committed_offsets(table) == {0: 400, 1: 100}
+    summary = table.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
+    assert json.loads(summary[RANGES]) == {"0": [300, 400], "1": [0, 100]}
+    assert len(table.snapshots()) == 2
+    assert table_keys(table) == stored_keys(store)
+    store.close()
+
+
+def test_new_fields_become_columns_and_a_changed_type_is_refused(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    write_segments(store, "t", 0, [batch(range(100))], roll_rows=100)
+    job.run_once()
+
+    users = pa.array([f"u{i}" for i in range(100, 200)])
+    counts = pa.array(list(range(100)), pa.int32())
+    extra = {"user": users, "count": counts}
+    write_segments(store, "t", 0, [batch(range(100, 200), extra=extra)], roll_rows=100)
+    job.run_once()
+    table = job.table("t")
+    assert {"user", "count"} <= set(table.schema().column_names)
+    rows = table.scan().to_arrow().sort_by("offset")
+    assert rows.column("user").to_pylist() == [None] * 100 + users.to_pylist()
+    assert table_keys(table) == stored_keys(store)
+
+    # int to long is a promotion Iceberg allows.
+    wider = {"count": pa.array(list(range(100)), pa.int64())}
+    write_segments(store, "t", 0, [batch(range(200, 300), extra=wider)], roll_rows=100)
+    job.run_once()
+    table.refresh()
+    assert str(table.schema().find_field("count").field_type) == "long"
+
+    # long to double is not: refused, naming the field; nothing of it recorded.
+    floats = {"count": pa.array([0.5] * 100, pa.float64())}
+    write_segments(store, "t", 0, [batch(range(300, 400), extra=floats)], roll_rows=100)
+    with pytest.raises(SchemaConflictError, match=r"field 'count' is double .* int64"):
+        job.run_once()
+    assert committed_offsets(job.table("t")) == {0: 300}
+    assert len(store.manifest.segments("t", states=(SegmentState.SEALED,))) == 1
+    store.close()
+
+
+def test_compaction_rewrites_small_files_and_expiry_deletes_what_only_old_snapshots_read(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    for run in range(4):
+        for partition in (0, 1):
+            rows = [batch(range(run * 100, (run + 1) * 100))]
+            write_segments(store, "t", partition, rows, roll_rows=100)
+        job.run_once()
+    table = job.table("t")
+    before = data_files(table)
+    assert len(before) == 8
+    keys = stored_keys(store)
+
+    done = job.maintain()["t"]
+    assert (done.files_rewritten, done.files_written) == (8, 2)
+    table.refresh()
+    after = data_files(table)
+    assert len(after) == 2 and all(".c" in name for name in after)
+    assert table_keys(table) == keys
+    # Offsets are carried forward by the compaction's snapshot, so replication goes on.
+    assert committed_offsets(table) == {0: 400, 1: 400}
+    # Expiry kept the newest min_snapshots (10 by default): all five here.
+    assert done.snapshots_expired == 0 and len(table.snapshots()) == 5
+
+    write_segments(store, "t", 0, [batch(range(400, 500))], roll_rows=100)
+    assert job.run_once().rows == 100
+    keep_one = IcebergSettings(min_snapshots=1, snapshot_retention_s=0)
+    short = replicator(store, tmp_path / "warehouse", settings=keep_one)
+    again = short.maintain()["t"]
+    # Partition 0's compacted file and the new small one become one file; then every
+    # snapshot but that compaction's goes, and with them the ten files only they read.
+    assert (again.files_rewritten, again.files_written) == (2, 1)
+    assert again.snapshots_expired == 6 and again.files_deleted == 10
+    on_disk = sorted(
+        str(p.relative_to(tmp_path / "warehouse" / "plateau" / "t" / "data"))
+        for p in (tmp_path / "warehouse").rglob("*.parquet")
+    )
+    table.refresh()
+    assert on_disk == data_files(table)
+    assert table_keys(table) == stored_keys(store)
+    store.close()
+
+
+@pytest.fixture
+def s3_warehouse(s3_endpoint: str) -> Target:
+    return s3_bucket_target(s3_endpoint)
+
+
+def test_s3_warehouse_with_an_unfinished_run_first(tmp_path: Path, s3_warehouse: Target) -> None:
+    store = Store.open(tmp_path / "data")
+    across_midnight(store)
+
+    def die_after_files(step: str) -> None:
+        if step == "files_written":
+            raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        replicator(store, s3_warehouse, step=die_after_files).run_once()
+    job = replicator(store, s3_warehouse)
+    assert job.table("t").current_snapshot() is None
+    report = job.run_once()
+    assert report.orphans_removed == 3 and report.rows == 500
+    table = job.table("t")
+    assert table.location().startswith(f"s3://{s3_warehouse.root}/")
+    assert table_keys(table) == stored_keys(store)
+    selector = fs.FileSelector(s3_warehouse.path("plateau/t/data"), recursive=True)
+    listing = s3_warehouse.filesystem().get_file_info(selector)
+    parquet = [i.path for i in listing if i.path.endswith(".parquet")]
+    assert len(parquet) == 3
+    store.close()

@@ -1,0 +1,223 @@
+"""Iceberg replication that dies at each step (an exception, or kill -9 of the process), a
+commit that another writer gets ahead of, and `plateau replicate` killed mid-run: the next
+run leaves every sealed row in the table exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from bridge.cli import main
+from plateau_core import SegmentState, Store
+from plateau_spark.replication import IcebergSettings, Target, TargetError
+from plateau_spark.replication.iceberg_commit import committed_offsets
+from tests.bridge_support import REPO
+from tests.spark.conftest import minute_batches, write_segments
+from tests.spark.iceberg_support import data_files, replicator, table_keys
+from tests.spark.test_commands import config_file
+from tests.spark.test_replication import stored_keys
+from tests.support import batch
+
+STEPS = ("planned", "file_written", "files_written", "committed")
+
+# A replication run in a process of its own that kills itself with SIGKILL at one step.
+_CHILD = """
+import os, signal, sys
+from pathlib import Path
+from plateau_core import Store
+from plateau_spark.replication import IcebergReplicator, Target
+
+data, warehouse, at = sys.argv[1:4]
+
+def step(name: str) -> None:
+    if name == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+job = IcebergReplicator(Store.open(Path(data)), Target.parse(warehouse), step=step, file_bytes=1)
+job.run_once()
+"""
+
+
+def two_runs_of_data(store: Store, first: bool) -> None:
+    """Run one: partitions 0 and 1, three segments each; run two: two more each."""
+    for partition in (0, 1):
+        if first:
+            write_segments(store, "t", partition, minute_batches(partition, 3), roll_rows=100)
+        else:
+            more = [batch(range(300, 400)), batch(range(400, 500))]
+            write_segments(store, "t", partition, more, roll_rows=100)
+
+
+def sealed(store: Store) -> int:
+    return len(store.manifest.segments("t", states=(SegmentState.SEALED,)))
+
+
+def check_after_failure(store: Store, warehouse: Path, step: str) -> None:
+    """What the failed run left, then the re-run: every row once, offsets moved on."""
+    job = replicator(store, warehouse)
+    table = job.table("t")
+    assert sealed(store) == 4, "a segment was marked replicated by the failed run"
+    written = {p for p in (warehouse / "plateau" / "t" / "data").rglob("*.parquet")}
+    committed = committed_offsets(table)
+    orphans = len(written) - len(data_files(table))
+    if step == "committed":
+        # Committed, not recorded: the table already holds the rows.
+        assert committed == {0: 500, 1: 500}
+        assert table_keys(table) == stored_keys(store)
+    else:
+        assert committed == {0: 300, 1: 300}
+        assert orphans == {"planned": 0, "file_written": 1, "files_written": 4}[step]
+    report = job.run_once()
+    table.refresh()
+    assert table_keys(table) == stored_keys(store)
+    assert committed_offsets(table) == {0: 500, 1: 500}
+    assert sealed(store) == 0
+    assert report.orphans_removed == orphans
+    if step == "committed":
+        assert report.files == 0 and report.segments == 4
+    on_disk = sorted(
+        str(p.relative_to(warehouse / "plateau" / "t" / "data"))
+        for p in (warehouse / "plateau" / "t" / "data").rglob("*.parquet")
+    )
+    assert on_disk == data_files(table), "a data file no snapshot reads was left behind"
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_failure_at_each_step_then_rerun(tmp_path: Path, step: str) -> None:
+    store = Store.open(tmp_path / "data")
+    warehouse = tmp_path / "warehouse"
+    two_runs_of_data(store, first=True)
+    replicator(store, warehouse, file_bytes=1).run_once()
+    two_runs_of_data(store, first=False)
+
+    def fail(name: str) -> None:
+        if name == step:
+            raise OSError(f"injected failure at {name}")
+
+    with pytest.raises(TargetError, match="injected failure"):
+        replicator(store, warehouse, step=fail, file_bytes=1).run_once()
+    check_after_failure(store, warehouse, step)
+    store.close()
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_kill_9_at_each_step_then_rerun(tmp_path: Path, step: str) -> None:
+    store = Store.open(tmp_path / "data")
+    warehouse = tmp_path / "warehouse"
+    two_runs_of_data(store, first=True)
+    replicator(store, warehouse, file_bytes=1).run_once()
+    two_runs_of_data(store, first=False)
+    store.close()
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "data"), str(warehouse), step],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    store = Store.open(tmp_path / "data")
+    check_after_failure(store, warehouse, step)
+    store.close()
+
+
+def test_a_node_committing_first_makes_the_other_retry_on_the_new_snapshot(
+    tmp_path: Path,
+) -> None:
+    """Two plateau nodes, their own stores and partitions, one catalog and warehouse: node B
+    commits between node A's load of the table and A's commit. A's commit is refused by the
+    catalog, retried on B's snapshot, and the offsets of both survive."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    node_a = Store.open(tmp_path / "a")
+    two_runs_of_data(node_a, first=True)
+    node_b = Store.open(tmp_path / "b")
+    write_segments(node_b, "t", 2, minute_batches(2, 1), roll_rows=100)
+    done: list[int] = []
+
+    def node_b_commits(name: str) -> None:
+        if name == "files_written" and not done:
+            done.append(replicator(node_b, warehouse, settings=shared).run_once().rows)
+
+    with capture_logs() as logs:
+        report = replicator(node_a, warehouse, step=node_b_commits, settings=shared).run_once()
+    assert report.rows == 600 and done == [100]
+    assert [e["topic"] for e in logs if e["event"] == "iceberg_commit_conflict"] == ["t"]
+    table = replicator(node_a, warehouse, settings=shared).table("t")
+    assert committed_offsets(table) == {0: 300, 1: 300, 2: 100}
+    assert table_keys(table) == stored_keys(node_a) + stored_keys(node_b)
+    node_a.close()
+    node_b.close()
+
+
+def test_replicate_command_killed_mid_run_then_rerun(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    for partition in (0, 1):
+        batches = [batch(range(i * 200, (i + 1) * 200)) for i in range(60)]
+        write_segments(store, "web-clicks", partition, batches, roll_rows=200)
+    store.close()
+    warehouse = tmp_path / "warehouse"
+    config = config_file(tmp_path, target=str(warehouse), format="iceberg", file_size="1")
+    command = [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", "replicate"]
+    process = subprocess.Popen(
+        [*command, "-c", str(config), "--interval", "1h"],
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(warehouse.rglob("*.parquet")):
+            assert process.poll() is None, process.stderr.read().decode() if process.stderr else ""
+            assert time.monotonic() < deadline, "replicate wrote nothing within 120 s"
+            time.sleep(0.01)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+    store = Store.open(tmp_path / "data")
+    states = Counter(s.state for s in store.manifest.segments("web-clicks"))
+    assert sum(states.values()) == 120
+
+    assert main(["--log-level", "WARNING", "replicate", "-c", str(config), "--once"]) == 0
+    table = replicator(store, Target.parse(str(warehouse))).table("web-clicks")
+    assert table_keys(table) == stored_keys(store, "web-clicks")
+    assert committed_offsets(table) == {0: 12_000, 1: 12_000}
+    assert sealed_count(store) == 0
+    store.close()
+
+
+def sealed_count(store: Store) -> int:
+    return len(store.manifest.segments("web-clicks", states=(SegmentState.SEALED,)))
+
+
+def test_compact_command_and_its_refusal_for_parquet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = Store.open(tmp_path / "data")
+    warehouse = tmp_path / "warehouse"
+    config = config_file(tmp_path, target=str(warehouse), format="iceberg")
+    for run in range(3):
+        write_segments(store, "web-clicks", 0, [batch(range(run * 100, run * 100 + 100))], 100)
+        assert main(["replicate", "-c", str(config), "--once"]) == 0
+    capsys.readouterr()
+    assert main(["replicate", "-c", str(config), "--compact"]) == 0
+    out = capsys.readouterr().out
+    assert '"topic": "web-clicks"' in out and '"files_rewritten": 3' in out
+    table = replicator(store, Target.parse(str(warehouse))).table("web-clicks")
+    assert len(data_files(table)) == 1
+    assert table_keys(table) == stored_keys(store, "web-clicks")
+
+    parquet = config_file(tmp_path, target=str(tmp_path / "replica"))
+    assert main(["replicate", "-c", str(parquet), "--compact"]) == 2
+    assert "--compact needs replication.format: iceberg" in capsys.readouterr().err
+    store.close()
