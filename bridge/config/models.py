@@ -213,7 +213,9 @@ class ReplicationConfig(Strict):
         description="Neighbouring segments are merged into Parquet files of about this size.",
     )
     compression: Literal["zstd", "snappy", "lz4", "gzip", "none"] = Field(
-        default="zstd", description="Parquet compression of the replicas."
+        default="zstd",
+        description="Parquet compression of the replicas (the Parquet files and the Iceberg "
+        "tables' data files).",
     )
     topics: list[str] | None = Field(
         default=None, description="plateau topics to replicate (default: all)."
