@@ -138,6 +138,7 @@ class IcebergReplicator(Replicator):
                 )
                 done.snapshots_expired = expired.snapshots_expired
                 done.files_deleted = expired.files_deleted
+                done.metadata_files_deleted = expired.metadata_files_deleted
                 reports[topic] = done
         return reports
 

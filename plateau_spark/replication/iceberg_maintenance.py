@@ -10,7 +10,9 @@ and deletes the data files only the dropped snapshots read.
 A compaction that fails definitely (the commit refused) deletes the files it wrote; one
 killed before committing leaves `.c<tag>` files no snapshot reads, which the next
 compaction deletes once they are older than an hour (younger ones may belong to a
-compaction running elsewhere).
+compaction running elsewhere). The same hour applies to the table's `metadata/` folder:
+manifests and manifest lists of expired snapshots, and the metadata files and manifests a
+commit killed half-way wrote, are deleted once nothing the table still names refers to them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class MaintenanceReport:
     files_written: int = 0
     snapshots_expired: int = 0
     files_deleted: int = 0
+    metadata_files_deleted: int = 0
 
 
 def compact(
@@ -201,11 +204,13 @@ def expire(
         table.io.delete(path)
     report.snapshots_expired, report.files_deleted = len(doomed), len(before - after)
     report.files_deleted += _remove_stale_compactions(table, location, after)
+    report.metadata_files_deleted = _remove_stale_metadata(table, location)
     log.info(
         "iceberg_snapshots_expired",
         topic=topic,
         snapshots_expired=len(doomed),
         files_deleted=report.files_deleted,
+        metadata_files_deleted=report.metadata_files_deleted,
         snapshots_left=len(table.snapshots()),
     )
     return report
@@ -239,4 +244,34 @@ def _remove_stale_compactions(table: Table, location: Target, referenced: set[st
         filesystem.delete_file(info.path)
         removed += 1
         log.warning("iceberg_stale_compaction_file_removed", path=full)
+    return removed
+
+
+def _named_metadata(table: Table) -> set[str]:
+    """Names of the `metadata/` files the table still refers to: its metadata file and the
+    earlier ones its log keeps, and each live snapshot's manifest list and manifests."""
+    names = {table.metadata_location.rsplit("/", 1)[-1]}
+    names.update(entry.metadata_file.rsplit("/", 1)[-1] for entry in table.metadata.metadata_log)
+    for snapshot in table.snapshots():
+        names.add(snapshot.manifest_list.rsplit("/", 1)[-1])
+        names.update(m.manifest_path.rsplit("/", 1)[-1] for m in snapshot.manifests(table.io))
+    return names
+
+
+def _remove_stale_metadata(table: Table, location: Target) -> int:
+    """Files of `metadata/` the table no longer names, once older than an hour: younger
+    ones may belong to a commit in progress elsewhere."""
+    named = _named_metadata(table)
+    filesystem = location.filesystem()
+    selector = fs.FileSelector(location.path("metadata"), allow_not_found=True)
+    stale_before = datetime.now(UTC) - timedelta(seconds=STALE_COMPACTION_S)
+    removed = 0
+    for info in filesystem.get_file_info(selector):
+        if info.type != fs.FileType.File or info.base_name in named:
+            continue
+        if info.mtime is None or info.mtime > stale_before:
+            continue
+        filesystem.delete_file(info.path)
+        removed += 1
+        log.warning("iceberg_stale_metadata_removed", table=table.name(), file=info.base_name)
     return removed

@@ -4,6 +4,8 @@ and with Spark, schema evolution across runs, compaction, and a real S3-compatib
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -164,6 +166,41 @@ def test_compaction_rewrites_small_files_and_expiry_deletes_what_only_old_snapsh
     )
     table.refresh()
     assert on_disk == data_files(table)
+    assert table_keys(table) == stored_keys(store)
+    store.close()
+
+
+def test_expiry_removes_metadata_files_nothing_names_once_an_hour_old(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    for run in range(3):
+        write_segments(store, "t", 0, [batch(range(run * 100, (run + 1) * 100))], roll_rows=100)
+        job.run_once()
+    metadata = tmp_path / "warehouse" / "plateau" / "t" / "metadata"
+    # What a commit killed half-way leaves: a metadata file and a manifest nothing names.
+    (metadata / "00099-0badc0de.metadata.json").write_text("{}")
+    (metadata / "0badc0de-m0.avro").write_bytes(b"x")
+    fresh = metadata / "00100-5ca1ab1e.metadata.json"  # a commit running elsewhere, maybe
+    hour_ago = time.time() - 2 * 3600
+    for path in metadata.iterdir():
+        os.utime(path, (hour_ago, hour_ago))
+    fresh.write_text("{}")
+
+    keep_one = IcebergSettings(min_snapshots=1, snapshot_retention_s=0)
+    done = replicator(store, tmp_path / "warehouse", settings=keep_one).maintain()["t"]
+    table = job.table("t")
+    assert done.snapshots_expired >= 2
+    left = {p.name for p in metadata.iterdir()}
+    named = {table.metadata_location.rsplit("/", 1)[-1]}
+    named |= {e.metadata_file.rsplit("/", 1)[-1] for e in table.metadata.metadata_log}
+    for snapshot in table.snapshots():
+        named.add(snapshot.manifest_list.rsplit("/", 1)[-1])
+        named |= {m.manifest_path.rsplit("/", 1)[-1] for m in snapshot.manifests(table.io)}
+    # Old files nothing names are gone (the planted ones and the expired snapshots' manifest
+    # lists); what the table names stays, and so does the file younger than an hour.
+    assert left == named | {fresh.name}
+    assert "00099-0badc0de.metadata.json" not in left and "0badc0de-m0.avro" not in left
+    assert done.metadata_files_deleted >= 4
     assert table_keys(table) == stored_keys(store)
     store.close()
 
