@@ -39,7 +39,7 @@ from bridge.consume.sealed import Committable, SealListener
 from bridge.consume.snapshot import worker_snapshot
 from bridge.consume.state import PartitionState, WorkerStats
 from bridge.errors import BridgeError
-from bridge.ingest.decode import Poison
+from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ops.telemetry import WorkerTelemetry
 from bridge.ops.worker_status import StatusFile, new_run_id
 from plateau_core import (
@@ -56,6 +56,7 @@ log = structlog.get_logger(__name__)
 # 100,000 records at the rates where a worker's CPU matters, so batches stay full there.
 POLL_WAIT_S = 0.1
 PAUSED_POLL_WAIT_S = 0.05
+REGISTRY = "schema_registry"  # the pause reason while the schema registry cannot be reached
 
 
 class PoisonStopError(BridgeError):
@@ -196,7 +197,13 @@ class Worker:
     def _land(self, key: Key, state: PartitionState, messages: list[Message]) -> None:
         route = self._routes.known(key[0])
         records = records_of(messages)
-        decoded = route.decoder.decode(records)
+        try:
+            decoded = route.decoder.decode(records)
+        except RegistryUnavailableError as exc:
+            # The records wait in Kafka: skipping them would lose data the registry could
+            # decode a moment later. Retried every schema_registry.retry_interval.
+            self._pause(key, state, records.column("offset")[0].as_py(), REGISTRY, str(exc))
+            return
         poison = decoded.poison
         batches = decoded.batches
         stop_at: int | None = None
@@ -211,7 +218,7 @@ class Worker:
                 self.writer.append(state.plateau_topic, key[1], batch)
             except BackpressureError as exc:
                 refused_at = batch.column("offset")[0].as_py()
-                self._pause(key, state, refused_at, exc)
+                self._pause(key, state, refused_at, exc.reason, exc.detail)
                 break
             state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
             self.stats.records += batch.num_rows
@@ -258,22 +265,24 @@ class Worker:
 
     # --- pause and resume ---------------------------------------------------------------------
 
-    def _pause(self, key: Key, state: PartitionState, offset: int, exc: BackpressureError) -> None:
+    def _pause(
+        self, key: Key, state: PartitionState, offset: int, reason: str, detail: str
+    ) -> None:
         tp = TopicPartition(key[0], key[1], offset)
         self.consumer.pause([tp])
         self.consumer.seek(tp)
-        state.paused_reason = exc.reason
+        state.paused_reason = reason
         state.paused_since = time.monotonic()
         state.next_offset = offset
-        self.stats.pauses[exc.reason] += 1
-        self.telemetry.add("pauses", (exc.reason,))
+        self.stats.pauses[reason] += 1
+        self.telemetry.add("pauses", (reason,))
         log.info(
             "partition_paused",
             topic=key[0],
             partition=key[1],
             offset=offset,
-            reason=exc.reason,
-            detail=exc.detail,
+            reason=reason,
+            detail=detail,
         )
 
     def _resume_ready(self) -> None:
@@ -283,7 +292,7 @@ class Worker:
         for key, state in self.partitions.items():
             if state.paused_reason is None:
                 continue
-            if not self.writer.accepting(state.plateau_topic, key[1]):
+            if not self._may_resume(key, state):
                 continue
             self.consumer.resume([TopicPartition(key[0], key[1])])
             self._end_pause(state)
@@ -297,6 +306,13 @@ class Worker:
             )
             state.paused_reason = None
             self.stats.resumes += 1
+
+    def _may_resume(self, key: Key, state: PartitionState) -> bool:
+        if state.paused_reason == REGISTRY:
+            registry = self.config.schema_registry
+            interval = registry.retry_interval if registry is not None else 1.0
+            return time.monotonic() - state.paused_since >= interval
+        return self.writer.accepting(state.plateau_topic, key[1])
 
     def _end_pause(self, state: PartitionState) -> None:
         if state.paused_reason is not None:
