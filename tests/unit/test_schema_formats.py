@@ -1,0 +1,222 @@
+"""The schema-registry formats decode what confluent-kafka's serializers write, through a
+registry over HTTP: typed columns equal to the produced objects, evolution, poison with
+reasons, and an unreachable registry that changes nothing."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bridge.config.registry import SchemaRegistryConfig
+from bridge.config.topics import TopicMapping
+from bridge.ingest.decode import Decoded, RegistryUnavailableError, decoder_for
+from bridge.ingest.decode.schema_format import SchemaDecoder
+from bridge.ingest.records import envelope
+from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+from tests.registry_server import RegistryServer
+from tests.schema_support import (
+    EVENT_SCHEMA,
+    ORDER_V1,
+    ORDER_V2,
+    ORDER_V3_INCOMPATIBLE,
+    avro_key_serializer,
+    avro_serializer,
+    event,
+    json_serializer,
+    order,
+    protobuf_serializer,
+    reading,
+    reading_class,
+    stored_event,
+    stored_order,
+    stored_reading,
+)
+
+ENVELOPE_COLUMNS = {"offset", "timestamp", "key", "headers"}
+
+
+@pytest.fixture
+def registry() -> Iterator[RegistryServer]:
+    with RegistryServer() as server:
+        yield server
+
+
+def _decoder(
+    server: RegistryServer, fmt: str, key_format: str = "raw", retry: float = 2.0
+) -> SchemaDecoder:
+    mapping = TopicMapping(source="t", format=fmt, key_format=key_format)  # type: ignore[arg-type]
+    config = SchemaRegistryConfig(url=server.url, retry_interval=retry)
+    decoder = decoder_for(mapping, config)
+    assert isinstance(decoder, SchemaDecoder)
+    return decoder
+
+
+def _records(values: Sequence[bytes | None], keys: Sequence[bytes | None] = ()) -> pa.RecordBatch:
+    n = len(values)
+    return envelope(
+        pa.array(range(100, 100 + n), pa.int64()),
+        pa.array([1_700_000_000_000] * n, TIMESTAMP_TYPE),
+        pa.array(list(keys) or [None] * n, pa.binary()),
+        pa.array([None] * n, HEADERS_TYPE),
+        pa.array(values, pa.binary()),
+    )
+
+
+def _rows(decoded: Decoded) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in row.items() if k not in ENVELOPE_COLUMNS}
+        for batch in decoded.batches
+        for row in batch.to_pylist()
+    ]
+
+
+def test_avro_values_land_as_the_produced_objects(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = avro_serializer(client, ORDER_V1, "orders")
+    produced = [order(i) for i in range(200)]
+    decoded = _decoder(registry, "avro").decode(_records([serialize(o) for o in produced]))
+    assert decoded.poison == []
+    assert len(decoded.batches) == 1
+    schema = decoded.batches[0].schema
+    assert schema.field("price").type == pa.decimal128(10, 2)
+    assert schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("attrs").type == pa.map_(pa.string(), pa.int64())
+    assert schema.field("either").type == pa.struct(
+        [pa.field("member0", pa.int64()), pa.field("member1", pa.string())]
+    )
+    assert schema.field("day").type == pa.date32()
+    assert _rows(decoded) == [stored_order(o) for o in produced]
+
+
+def test_protobuf_values_land_as_the_produced_messages(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    cls = reading_class()
+    serialize = protobuf_serializer(client, cls, "readings")
+    produced = [reading(cls, i) for i in range(120)]
+    decoded = _decoder(registry, "protobuf").decode(_records([serialize(m) for m in produced]))
+    assert decoded.poison == []
+    schema = decoded.batches[0].schema
+    assert schema.field("status").type == pa.string()
+    assert schema.field("big").type == pa.decimal128(20, 0)
+    assert schema.field("labels").type == pa.map_(pa.string(), pa.string())
+    rows = _rows(decoded)
+    for row in rows:
+        row["labels"] = sorted(row["labels"])
+    assert rows == [stored_reading(m) for m in produced]
+
+
+def test_json_schema_values_land_and_a_mismatch_is_poison(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = json_serializer(client, EVENT_SCHEMA, "events")
+    produced = [event(i) for i in range(100)]
+    values = [serialize(e) for e in produced]
+    # The serializer validates too: forge a record that claims the schema but breaks it.
+    forged = values[0][:5] + b'{"name": "x", "count": "not a number"}'
+    decoded = _decoder(registry, "json_schema").decode(_records([*values, forged]))
+    assert [p.offset for p in decoded.poison] == [200]
+    assert "count" in decoded.poison[0].error
+    assert "does not match its JSON Schema" in decoded.poison[0].error
+    assert decoded.batches[0].schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert _rows(decoded) == [stored_event(e) for e in produced]
+
+
+def test_evolution_widens_columns_and_an_incompatible_version_is_poison(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    v1 = avro_serializer(client, ORDER_V1, "evolving")
+    v2 = avro_serializer(client, ORDER_V2, "evolving")
+    v3 = avro_serializer(client, ORDER_V3_INCOMPATIBLE, "evolving")
+    values = [v1(order(i)) for i in range(3)]
+    values += [v2(order(i, version=2)) for i in range(3, 6)]
+    values += [v3(order(i, version=3)) for i in range(6, 8)]
+    values += [v1(order(8))]
+    decoder = _decoder(registry, "avro")
+    decoded = decoder.decode(_records(values))
+    assert [b.num_rows for b in decoded.batches] == [3, 3, 1]
+    assert "channel" not in decoded.batches[0].schema.names
+    assert decoded.batches[1].schema.field("channel").type == pa.string()
+    # Old records after the new version land in the evolved columns, channel null.
+    assert decoded.batches[2].schema == decoded.batches[1].schema
+    assert decoded.batches[2].column("channel").to_pylist() == [None]
+    assert [p.offset for p in decoded.poison] == [106, 107]
+    error = decoded.poison[0].error
+    assert "subject evolving-value version 3" in error
+    assert "incompatible" in error
+
+
+def test_an_unknown_schema_id_and_bad_framing_are_poison_with_reasons(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    good = avro_serializer(client, ORDER_V1, "orders")(order(1))
+    values = [good, b"\x00\x00\x00\x03\xe7rest", b'{"not": "framed"}', None, good[:12]]
+    decoded = _decoder(registry, "avro").decode(_records(values))
+    errors = {p.offset: p.error for p in decoded.poison}
+    assert set(errors) == {101, 102, 103, 104}
+    assert "schema id 999 is not in the schema registry" in errors[101]
+    assert "first byte is 0x7b" in errors[102]
+    assert "tombstone" in errors[103]
+    assert "does not decode with schema id 1 (subject orders-value version 1)" in errors[104]
+    assert _rows(decoded) == [stored_order(order(1))]
+
+
+def test_an_unreachable_registry_raises_before_anything_changes(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, ORDER_V1, "orders")(order(7))
+    decoder = _decoder(registry, "avro", retry=0.2)
+    registry.stop()
+    with pytest.raises(RegistryUnavailableError, match="unreachable"):
+        decoder.decode(_records([value]))
+    assert decoder.known is None
+    registry.start()
+    with pytest.raises(RegistryUnavailableError):  # within retry_interval: not asked again
+        decoder.decode(_records([value]))
+    deadline = datetime.datetime.now() + datetime.timedelta(seconds=5)
+    while True:
+        try:
+            decoded = decoder.decode(_records([value]))
+            break
+        except RegistryUnavailableError:
+            assert datetime.datetime.now() < deadline
+    assert _rows(decoded) == [stored_order(order(7))]
+
+
+def test_keys_decode_into_key_decoded_beside_the_key_bytes(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, ORDER_V1, "keyed")
+    key = avro_key_serializer(client, "keyed")
+    keys = [key({"id": i}) for i in range(3)] + [None]
+    records = _records([value(order(i)) for i in range(4)], keys)
+    decoded = _decoder(registry, "avro", key_format="avro").decode(records)
+    assert decoded.poison == []
+    rows = [r for b in decoded.batches for r in b.to_pylist()]
+    assert [r["key_decoded"] for r in rows] == [{"id": 0}, {"id": 1}, {"id": 2}, None]
+    assert [r["key"] for r in rows] == keys
+
+
+def test_a_schema_of_another_kind_is_poison(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = json_serializer(client, EVENT_SCHEMA, "mixed")(event(1))
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    assert len(decoded.poison) == 1
+    assert "is a JSON schema; the topic's format is avro" in decoded.poison[0].error
+
+
+def test_seeded_columns_keep_a_restart_from_narrowing(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    v1 = avro_serializer(client, ORDER_V1, "restarted")
+    first = _decoder(registry, "avro")
+    before = first.decode(_records([v1(order(1))])).batches[0].schema
+    widened = pa.schema([*before, pa.field("channel", pa.string())])
+    second = _decoder(registry, "avro")
+    second.seed(widened)
+    after = second.decode(_records([v1(order(2))])).batches[0].schema
+    assert after.field("channel").type == pa.string()
