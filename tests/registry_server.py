@@ -11,7 +11,9 @@ version on purpose.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,6 +36,8 @@ class RegistryServer:
         self.requests = 0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.connections: set[socket.socket] = set()
+        self.lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -59,6 +63,12 @@ class RegistryServer:
             return
         self._server.shutdown()
         self._server.server_close()
+        # Clients keep connections alive: a registry that is down answers on none of them.
+        with self.lock:
+            for connection in self.connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+            self.connections.clear()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = None
@@ -119,6 +129,17 @@ def _handler(server: RegistryServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             return
+
+        def setup(self) -> None:
+            super().setup()
+            with server.lock:
+                server.connections.add(self.connection)
+
+        def finish(self) -> None:
+            with server.lock:
+                server.connections.discard(self.connection)
+            with contextlib.suppress(OSError):
+                super().finish()
 
         def do_GET(self) -> None:
             self._serve("GET")

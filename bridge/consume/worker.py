@@ -203,6 +203,7 @@ class Worker:
             # The records wait in Kafka: skipping them would lose data the registry could
             # decode a moment later. Retried every schema_registry.retry_interval.
             self._pause(key, state, records.column("offset")[0].as_py(), REGISTRY, str(exc))
+            state.registry_answers = exc.answers
             return
         poison = decoded.poison
         batches = decoded.batches
@@ -309,9 +310,7 @@ class Worker:
 
     def _may_resume(self, key: Key, state: PartitionState) -> bool:
         if state.paused_reason == REGISTRY:
-            registry = self.config.schema_registry
-            interval = registry.retry_interval if registry is not None else 1.0
-            return time.monotonic() - state.paused_since >= interval
+            return state.registry_answers is None or state.registry_answers()
         return self.writer.accepting(state.plateau_topic, key[1])
 
     def _end_pause(self, state: PartitionState) -> None:

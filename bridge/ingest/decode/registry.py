@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -26,7 +27,15 @@ NOT_FOUND = 404
 
 
 class RegistryUnavailableError(BridgeError):
-    """The schema registry could not be asked (down, unreachable, refusing us, failing)."""
+    """The schema registry could not be asked (down, unreachable, refusing us, failing).
+
+    `answers()` asks again for what failed (at most once per retry_interval): True once the
+    registry answers, so a paused partition resumes only when decoding can go on.
+    """
+
+    def __init__(self, message: str, answers: Callable[[], bool] | None = None) -> None:
+        super().__init__(message)
+        self.answers = answers or (lambda: True)
 
 
 class UnknownSchemaError(BridgeError):
@@ -73,7 +82,7 @@ class SchemaSource:
         if found is not None:
             return found
         if time.monotonic() < self._down_until:
-            raise RegistryUnavailableError(self._down_reason)
+            raise RegistryUnavailableError(self._down_reason, self._prober(schema_id, fmt))
         try:
             schema = self.client.get_schema(schema_id, fmt=fmt)
             where = self._where(schema_id)
@@ -84,9 +93,9 @@ class SchemaSource:
                     f"schema id {schema_id} is not in the schema registry ({exc.error_message})"
                 ) from None
             detail = f"HTTP {exc.http_status_code}: {exc.error_message}"
-            raise self._down(schema_id, detail) from None
+            raise self._down(schema_id, fmt, detail) from None
         except Exception as exc:  # any transport failure means "not reachable"
-            raise self._down(schema_id, f"{type(exc).__name__}: {exc}") from None
+            raise self._down(schema_id, fmt, f"{type(exc).__name__}: {exc}") from None
         writer = WriterSchema(schema_id, schema, where)
         self._found[schema_id] = writer
         log.info("schema_fetched", schema_id=schema_id, kind=writer.kind, where=where)
@@ -120,7 +129,19 @@ class SchemaSource:
         first = versions[0]
         return f"schema id {schema_id} (subject {first.subject} version {first.version})"
 
-    def _down(self, schema_id: int, detail: str) -> RegistryUnavailableError:
+    def _prober(self, schema_id: int, fmt: str | None) -> Callable[[], bool]:
+        def answers() -> bool:
+            try:
+                self.get(schema_id, fmt)
+            except UnknownSchemaError:
+                return True  # an answer all the same: the records follow on_error
+            except RegistryUnavailableError:
+                return False
+            return True
+
+        return answers
+
+    def _down(self, schema_id: int, fmt: str | None, detail: str) -> RegistryUnavailableError:
         self._down_until = time.monotonic() + self.config.retry_interval
         self._down_reason = (
             f"schema registry {self.config.url} unreachable fetching schema id {schema_id}: "
@@ -129,7 +150,7 @@ class SchemaSource:
         log.warning(
             "schema_registry_unreachable", url=self.config.url, schema_id=schema_id, error=detail
         )
-        return RegistryUnavailableError(self._down_reason)
+        return RegistryUnavailableError(self._down_reason, self._prober(schema_id, fmt))
 
 
 _sources: dict[str, SchemaSource] = {}
