@@ -26,7 +26,7 @@ from bridge.ingest.decode.avro_arrow import UnsupportedSchemaError
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.json_format import RESERVED, event_times
 from bridge.ingest.decode.registry import SchemaSource, UnknownSchemaError
-from bridge.ingest.decode.wire import FramingError, Reader, make_reader, unframe
+from bridge.ingest.decode.wire import Framed, FramingError, Reader, make_reader, unframe
 from bridge.ingest.records import KEY, VALUE, Kept, kept_columns
 from plateau_core.schema import conform
 
@@ -84,13 +84,17 @@ class SchemaDecoder:
         result = Decoded()
         if records.num_rows == 0:
             return result
-        values = records.column(VALUE).to_pylist()
-        keys = records.column(KEY).to_pylist() if self.key is not None else None
+        values = self._framed(self.value, records.column(VALUE).to_pylist())
+        keys = (
+            self._framed(self.key, records.column(KEY).to_pylist())
+            if self.key is not None
+            else None
+        )
         readers = self._fetch(values, keys)  # may raise RegistryUnavailableError: no change yet
         rows: list[_Row] = []
-        for row, data in enumerate(values):
+        for row, framed in enumerate(values):
             try:
-                value, value_id = self._read(self.value, data, readers, "value")
+                value, value_id = self._read(self.value, framed, readers, "value")
                 key, key_id = (None, 0)
                 if self.key is not None and keys is not None:
                     key, key_id = self._read(self.key, keys[row], readers, "key")
@@ -105,26 +109,36 @@ class SchemaDecoder:
 
     # --- schemas --------------------------------------------------------------------------
 
+    @staticmethod
+    def _framed(side: _Side, column: list[bytes | None]) -> list[Framed | bytes | str | None]:
+        """Each record's header read: Framed, the bytes themselves for a raw side, why the
+        header is bad (str), or None for no bytes at all."""
+        if side.fmt == "raw":
+            return list(column)
+        protobuf = side.fmt == "protobuf"
+        found: list[Framed | bytes | str | None] = []
+        for data in column:
+            if data is None:
+                found.append(None)
+                continue
+            try:
+                found.append(unframe(data, protobuf))
+            except FramingError as exc:
+                found.append(str(exc))
+        return found
+
     def _fetch(
-        self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None
+        self,
+        values: Sequence[Framed | bytes | str | None],
+        keys: Sequence[Framed | bytes | str | None] | None,
     ) -> dict[tuple[str, int, tuple[int, ...]], Reader | str]:
         """A reader (or why there is none) for every writer schema the records name."""
         wanted: set[tuple[str, int, tuple[int, ...]]] = set()
         for side, column in ((self.value, values), (self.key, keys)):
             if side is None or column is None or side.fmt == "raw":
                 continue
-            for data in column:
-                if data is None:
-                    continue
-                try:
-                    framed = unframe(data, side.fmt == "protobuf")
-                except FramingError:
-                    continue  # reported per record
-                wanted.add((side.fmt, framed.schema_id, framed.indexes))
-        found: dict[tuple[str, int, tuple[int, ...]], Reader | str] = {}
-        for fmt, schema_id, indexes in sorted(wanted):
-            found[(fmt, schema_id, indexes)] = self._reader(fmt, schema_id, indexes)
-        return found
+            wanted.update((side.fmt, f.schema_id, f.indexes) for f in column if type(f) is Framed)
+        return {wanted_key: self._reader(*wanted_key) for wanted_key in sorted(wanted)}
 
     def _reader(self, fmt: str, schema_id: int, indexes: tuple[int, ...]) -> Reader | str:
         cached = self._readers.get((fmt, schema_id, indexes))
@@ -152,20 +166,18 @@ class SchemaDecoder:
     def _read(
         self,
         side: _Side,
-        data: bytes | None,
+        framed: Framed | bytes | str | None,
         readers: dict[tuple[str, int, tuple[int, ...]], Reader | str],
         part: str,
     ) -> tuple[Any, int]:
         if side.fmt == "raw":
-            return data, 0
-        if data is None:
+            return framed, 0
+        if framed is None:
             if part == "key":
                 return None, 0  # a record without a key
             raise _RecordError("null value (tombstone): nothing to decode")
-        try:
-            framed = unframe(data, side.fmt == "protobuf")
-        except FramingError as exc:
-            raise _RecordError(f"{part}: {exc}") from None
+        if not isinstance(framed, Framed):
+            raise _RecordError(f"{part}: {framed!s}")
         reader = readers[(side.fmt, framed.schema_id, framed.indexes)]
         if isinstance(reader, str):
             raise _RecordError(f"{part}: {reader}")

@@ -5,8 +5,7 @@ and the readers that decode what follows the header, one per writer schema."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import pyarrow as pa
 
@@ -24,8 +23,7 @@ class FramingError(ValueError):
     """The bytes do not start with Confluent's wire-format header."""
 
 
-@dataclass(frozen=True)
-class Framed:
+class Framed(NamedTuple):  # a tuple: one is made per record, on the hot path
     schema_id: int
     indexes: tuple[int, ...]  # the protobuf message path; () otherwise
     payload: bytes
