@@ -220,3 +220,21 @@ def test_seeded_columns_keep_a_restart_from_narrowing(registry: RegistryServer) 
     second.seed(widened)
     after = second.decode(_records([v1(order(2))])).batches[0].schema
     assert after.field("channel").type == pa.string()
+
+
+def test_basic_auth_from_the_config_and_refused_credentials_pause() -> None:
+    with RegistryServer(basic_auth=("plateau", "s3cret")) as server:
+        client = SchemaRegistryClient({"url": server.url, "basic.auth.user.info": "plateau:s3cret"})
+        value = avro_serializer(client, ORDER_V1, "secured")(order(3))
+        auth = {"username": "plateau", "password": "s3cret"}
+        config = SchemaRegistryConfig.model_validate({"url": server.url, "basic_auth": auth})
+        mapping = TopicMapping(source="t", format="avro")
+        decoded = decoder_for(mapping, config).decode(_records([value]))
+        assert _rows(decoded) == [stored_order(order(3))]
+        wrong = SchemaRegistryConfig.model_validate(
+            {"url": server.url, "basic_auth": {**auth, "password": "wrong"}}
+        )
+        # Refused credentials are the registry not answering, not a bad record: nothing is
+        # skipped while someone fixes them.
+        with pytest.raises(RegistryUnavailableError, match="HTTP 401"):
+            decoder_for(mapping, wrong).decode(_records([value]))
