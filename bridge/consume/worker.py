@@ -33,6 +33,7 @@ from bridge.consume.client import consumer_settings, dead_letter_settings, librd
 from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
 from bridge.consume.messages import records_of
+from bridge.consume.pauses import REGISTRY, Pauses
 from bridge.consume.positions import start_offset
 from bridge.consume.routes import Route, Routes
 from bridge.consume.sealed import Committable, SealListener
@@ -56,7 +57,6 @@ log = structlog.get_logger(__name__)
 # 100,000 records at the rates where a worker's CPU matters, so batches stay full there.
 POLL_WAIT_S = 0.1
 PAUSED_POLL_WAIT_S = 0.05
-REGISTRY = "schema_registry"  # the pause reason while the schema registry cannot be reached
 
 
 class PoisonStopError(BridgeError):
@@ -109,6 +109,7 @@ class Worker:
             {**consumer_settings(config, f"plateau-{name}"), **callbacks},
             logger=librdkafka_logger(),
         )
+        self._pauses = Pauses(self.consumer, self.writer, self._wake, self.stats, self.telemetry)
 
     def subscriptions(self) -> list[str]:
         return [
@@ -131,7 +132,7 @@ class Worker:
         batch_size = self.config.kafka.poll_batch
         try:
             while not self.stop.is_set():
-                self._resume_ready()
+                self._pauses.resume_ready(self.partitions)
                 paused = any(s.paused_reason for s in self.partitions.values())
                 wait = PAUSED_POLL_WAIT_S if paused else POLL_WAIT_S
                 messages = self.consumer.consume(batch_size, timeout=wait)
@@ -202,7 +203,7 @@ class Worker:
         except RegistryUnavailableError as exc:
             # The records wait in Kafka: skipping them would lose data the registry could
             # decode a moment later. Retried every schema_registry.retry_interval.
-            self._pause(key, state, records.column("offset")[0].as_py(), REGISTRY, str(exc))
+            self._pauses.pause(key, state, records.column("offset")[0].as_py(), REGISTRY, str(exc))
             state.registry_answers = exc.answers
             return
         poison = decoded.poison
@@ -219,7 +220,7 @@ class Worker:
                 self.writer.append(state.plateau_topic, key[1], batch)
             except BackpressureError as exc:
                 refused_at = batch.column("offset")[0].as_py()
-                self._pause(key, state, refused_at, exc.reason, exc.detail)
+                self._pauses.pause(key, state, refused_at, exc.reason, exc.detail)
                 break
             state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
             self.stats.records += batch.num_rows
@@ -263,60 +264,6 @@ class Worker:
                 offset=item.offset,
                 error=item.error,
             )
-
-    # --- pause and resume ---------------------------------------------------------------------
-
-    def _pause(
-        self, key: Key, state: PartitionState, offset: int, reason: str, detail: str
-    ) -> None:
-        tp = TopicPartition(key[0], key[1], offset)
-        self.consumer.pause([tp])
-        self.consumer.seek(tp)
-        state.paused_reason = reason
-        state.paused_since = time.monotonic()
-        state.next_offset = offset
-        self.stats.pauses[reason] += 1
-        self.telemetry.add("pauses", (reason,))
-        log.info(
-            "partition_paused",
-            topic=key[0],
-            partition=key[1],
-            offset=offset,
-            reason=reason,
-            detail=detail,
-        )
-
-    def _resume_ready(self) -> None:
-        if not self._wake.is_set() and not any(s.paused_reason for s in self.partitions.values()):
-            return
-        self._wake.clear()
-        for key, state in self.partitions.items():
-            if state.paused_reason is None:
-                continue
-            if not self._may_resume(key, state):
-                continue
-            self.consumer.resume([TopicPartition(key[0], key[1])])
-            self._end_pause(state)
-            log.info(
-                "partition_resumed",
-                topic=key[0],
-                partition=key[1],
-                offset=state.next_offset,
-                reason=state.paused_reason,
-                paused_s=round(time.monotonic() - state.paused_since, 3),
-            )
-            state.paused_reason = None
-            self.stats.resumes += 1
-
-    def _may_resume(self, key: Key, state: PartitionState) -> bool:
-        if state.paused_reason == REGISTRY:
-            return state.registry_answers is None or state.registry_answers()
-        return self.writer.accepting(state.plateau_topic, key[1])
-
-    def _end_pause(self, state: PartitionState) -> None:
-        if state.paused_reason is not None:
-            seconds = time.monotonic() - state.paused_since
-            self.telemetry.add("paused_seconds", (state.paused_reason,), seconds)
 
     # --- offsets -------------------------------------------------------------------------------
 
@@ -401,7 +348,7 @@ class Worker:
             state = self.partitions.pop((topic, partition), None)
             if state is None:
                 continue
-            self._end_pause(state)
+            self._pauses.end(state)
             try:
                 self.writer.release(
                     state.plateau_topic, partition, timeout_s=self.config.shutdown_timeout
@@ -417,7 +364,7 @@ class Worker:
         for tp in partitions:
             state = self.partitions.pop((tp.topic, tp.partition), None)
             if state is not None:
-                self._end_pause(state)
+                self._pauses.end(state)
                 self.writer.release(state.plateau_topic, tp.partition, seal=False)
             log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
         # Nothing is committed for lost partitions: another member owns them now; their

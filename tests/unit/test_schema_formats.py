@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bridge.config import parse_config
 from bridge.config.registry import SchemaRegistryConfig
 from bridge.config.topics import TopicMapping
+from bridge.errors import BridgeError
 from bridge.ingest.decode import Decoded, RegistryUnavailableError, decoder_for
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.ingest.records import envelope
+from bridge.ops.check import check
 from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
 from tests.registry_server import RegistryServer
 from tests.schema_support import (
@@ -238,3 +242,18 @@ def test_basic_auth_from_the_config_and_refused_credentials_pause() -> None:
         # skipped while someone fixes them.
         with pytest.raises(RegistryUnavailableError, match="HTTP 401"):
             decoder_for(mapping, wrong).decode(_records([value]))
+
+
+def test_check_asks_the_registry(tmp_path: Path) -> None:
+    with RegistryServer() as server:
+        config = parse_config(
+            {
+                "storage": {"data_dir": str(tmp_path)},
+                "kafka_api": {"listen": "127.0.0.1:0"},
+                "schema_registry": {"url": server.url},
+                "topics": [{"name": "orders", "format": "avro"}],
+            }
+        )
+        assert f"schema registry {server.url} answers: 0 subject(s)" in check(config)
+    with pytest.raises(BridgeError, match=f"schema registry {server.url} does not answer"):
+        check(config)
