@@ -5,13 +5,16 @@ reasons, and an unreachable registry that changes nothing."""
 from __future__ import annotations
 
 import datetime
+import io
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 
 from bridge.config import parse_config
 from bridge.config.registry import SchemaRegistryConfig
@@ -257,3 +260,33 @@ def test_check_asks_the_registry(tmp_path: Path) -> None:
         assert f"schema registry {server.url} answers: 0 subject(s)" in check(config)
     with pytest.raises(BridgeError, match=f"schema registry {server.url} does not answer"):
         check(config)
+
+
+def test_an_avro_schema_that_references_another_subject(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "shop",
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    client.register_schema("address", Schema(json.dumps(address), "AVRO"))
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": "shop",
+        "fields": [{"name": "name", "type": "string"}, {"name": "home", "type": "shop.Address"}],
+    }
+    reference = SchemaReference("shop.Address", "address", 1)
+    schema_id = client.register_schema(
+        "customers-value", Schema(json.dumps(customer), "AVRO", [reference])
+    )
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(address, named_schemas=named)
+    parsed = fastavro.parse_schema(customer, named_schemas=named)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, parsed, {"name": "ada", "home": {"city": "london"}})
+    value = b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    assert decoded.poison == []
+    assert _rows(decoded) == [{"name": "ada", "home": {"city": "london"}}]

@@ -54,13 +54,18 @@ class Mapped:
 class AvroReader:
     """Decodes the payloads of one writer schema into values of `arrow_type`."""
 
-    def __init__(self, schema_str: str, named: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, schema_str: str, references: Mapping[str, Any] | None = None) -> None:
+        """`references`: the schemas `schema_str` names (schema references), as JSON, by
+        reference name."""
+        known: dict[str, Any] = {}  # fastavro's parsed named types, filled by parse_schema
         try:
+            for referenced in (references or {}).values():
+                fastavro.parse_schema(referenced, named_schemas=known)
             raw = json.loads(schema_str)
-            self.parsed = fastavro.parse_schema(raw, named_schemas=dict(named or {}))
+            self.parsed = fastavro.parse_schema(raw, named_schemas=known)
         except (ValueError, fastavro.schema.SchemaParseException) as exc:
             raise UnsupportedSchemaError(f"not a valid Avro schema: {exc}") from None
-        mapped = _Mapper(dict(named or {})).map(raw, "")
+        mapped = _Mapper(dict(references or {})).map(raw, "")
         self.arrow_type = mapped.type
         self._fix = mapped.fix
 
