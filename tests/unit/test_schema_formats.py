@@ -5,6 +5,7 @@ reasons, and an unreachable registry that changes nothing."""
 from __future__ import annotations
 
 import datetime
+import decimal
 import io
 import json
 from collections.abc import Iterator, Sequence
@@ -290,3 +291,21 @@ def test_an_avro_schema_that_references_another_subject(registry: RegistryServer
     decoded = _decoder(registry, "avro").decode(_records([value]))
     assert decoded.poison == []
     assert _rows(decoded) == [{"name": "ada", "home": {"city": "london"}}]
+
+
+def test_a_value_that_decodes_but_does_not_fit_its_column_is_poison_alone(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = avro_serializer(client, ORDER_V1, "orders")
+    good = [serialize(order(i)) for i in range(3)]
+    # Avro's decimal carries its digits as bytes: a writer can exceed the declared precision.
+    parsed = fastavro.parse_schema(ORDER_V1)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, parsed, {**order(9), "price": decimal.Decimal("1e12")})
+    too_wide = good[0][:5] + body.getvalue()
+    decoded = _decoder(registry, "avro").decode(_records([good[0], too_wide, *good[1:]]))
+    assert [p.offset for p in decoded.poison] == [101]
+    assert "subject orders-value version 1" in decoded.poison[0].error
+    assert "does not fit its columns" in decoded.poison[0].error
+    assert _rows(decoded) == [stored_order(order(i)) for i in range(3)]

@@ -194,14 +194,15 @@ class SchemaDecoder:
         key_type = self._type(run[0].group[1], self.key) if self.key is not None else None
         try:
             columns = self._columns(run, value_type, key_type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            if len(run) > 1:  # find the records Arrow refuses, one at a time
-                for row in run:
-                    self._build(records, [row], result)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            if len(run) > 1:  # bisect: only the records Arrow refuses become poison
+                middle = len(run) // 2
+                self._build(records, run[:middle], result)
+                self._build(records, run[middle:], result)
                 return
-            result.poison.append(
-                poison_at(records, run[0].row, "decoded value does not fit its column types")
-            )
+            where = self._where(run[0].group[0], "its writer schema")
+            reason = f"the value decoded with {where} does not fit its columns: {_short(exc)}"
+            result.poison.append(poison_at(records, run[0].row, reason))
             return
         table = pa.RecordBatch.from_pydict(columns)
         try:
