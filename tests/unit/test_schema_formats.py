@@ -309,3 +309,15 @@ def test_a_value_that_decodes_but_does_not_fit_its_column_is_poison_alone(
     assert "subject orders-value version 1" in decoded.poison[0].error
     assert "does not fit its columns" in decoded.poison[0].error
     assert _rows(decoded) == [stored_order(order(i)) for i in range(3)]
+
+
+def test_a_url_that_reaches_no_registry_pauses_instead_of_skipping(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, ORDER_V1, "orders")(order(1))
+    mapping = TopicMapping(source="t", format="avro")
+    # A path under which nothing answers: 404 without the registry's "schema not found" code.
+    wrong = SchemaRegistryConfig(url=f"{registry.url}/not-the-registry")
+    with pytest.raises(RegistryUnavailableError, match="HTTP 404"):
+        decoder_for(mapping, wrong).decode(_records([value]))

@@ -24,6 +24,9 @@ from bridge.errors import BridgeError
 log = structlog.get_logger(__name__)
 
 NOT_FOUND = 404
+# The registry's own "no such schema" (Confluent's code, which compatible registries keep):
+# a 404 without it is a URL that reaches no registry, which skipping records must not follow.
+SCHEMA_NOT_FOUND = 40403
 
 
 class RegistryUnavailableError(BridgeError):
@@ -87,7 +90,7 @@ class SchemaSource:
             schema = self.client.get_schema(schema_id, fmt=fmt)
             where = self._where(schema_id)
         except SchemaRegistryError as exc:
-            if exc.http_status_code == NOT_FOUND:
+            if exc.http_status_code == NOT_FOUND and exc.error_code == SCHEMA_NOT_FOUND:
                 # Not remembered: a registry that lags behind its producers has it later.
                 raise UnknownSchemaError(
                     f"schema id {schema_id} is not in the schema registry ({exc.error_message})"
