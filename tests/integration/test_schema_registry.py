@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from bridge.ingest.records import ERROR_HEADERS
 from bridge.ops.worker_status import read_status_files
+from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
 from tests.registry_server import RegistryServer
 from tests.schema_support import (
@@ -140,6 +141,10 @@ def test_three_versions_evolve_and_the_incompatible_one_goes_to_the_dlq(
     )
     with serving(config):
         wait_landed(tmp_path, topic, end_offsets(kafka, topic))
+    with Store.open(tmp_path) as store:
+        schemas = list(store.manifest.schemas(topic).values())
+    # Segments of the first version, then of the evolved one (v1 records after it included).
+    assert sorted("channel" in s.names for s in schemas) == [False, True]
     table = stored(tmp_path, topic)
     assert table.num_rows == 295
     assert table.schema.field("channel").type.equals(table.schema.field("item").type)
