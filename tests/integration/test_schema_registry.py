@@ -72,7 +72,11 @@ def _values(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_avro_protobuf_and_json_schema_topics_read_back_as_produced(
-    kafka: str, topic_factory: Callable[..., str], tmp_path: Path, registry: RegistryServer
+    kafka: str,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+    registry: RegistryServer,
+    spark: SparkSession,
 ) -> None:
     client = SchemaRegistryClient({"url": registry.url})
     orders, readings, events = (topic_factory(partitions=1) for _ in range(3))
@@ -114,6 +118,14 @@ def test_avro_protobuf_and_json_schema_topics_read_back_as_produced(
     assert landed == [stored_reading(m) for m in produced_readings]
     landed = _values(sorted(stored(tmp_path, events).to_pylist(), key=lambda r: r["offset"]))
     assert landed == [stored_event(e) for e in produced_events]
+    for topic, column, total in (
+        (orders, "key_decoded.id", sum(range(3000))),
+        (readings, "`where`.lat", sum(i / 10 for i in range(2000) if i % 2)),
+        (events, "user.id", sum(range(2000))),
+    ):
+        df = spark.read.format("plateau").option("path", str(tmp_path)).option("topic", topic)
+        found = df.load().selectExpr(f"sum({column})").first()
+        assert found is not None and found[0] == pytest.approx(total), (topic, column)
 
 
 def test_three_versions_evolve_and_the_incompatible_one_goes_to_the_dlq(

@@ -321,3 +321,23 @@ def test_a_url_that_reaches_no_registry_pauses_instead_of_skipping(
     wrong = SchemaRegistryConfig(url=f"{registry.url}/not-the-registry")
     with pytest.raises(RegistryUnavailableError, match="HTTP 404"):
         decoder_for(mapping, wrong).decode(_records([value]))
+
+
+def test_protobuf_and_json_schema_keys_beside_a_raw_value(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    cls = reading_class()
+    proto_keys = [protobuf_serializer(client, cls, "by-reading")(reading(cls, i)) for i in range(2)]
+    json_keys = [json_serializer(client, EVENT_SCHEMA, "by-event")(event(i)) for i in range(2)]
+    for fmt, keys, expected in (
+        ("protobuf", proto_keys, [stored_reading(reading(cls, i)) for i in range(2)]),
+        ("json_schema", json_keys, [stored_event(event(i)) for i in range(2)]),
+    ):
+        decoded = _decoder(registry, "raw", key_format=fmt).decode(_records([b"v0", b"v1"], keys))
+        assert decoded.poison == []
+        rows = [r for b in decoded.batches for r in b.to_pylist()]
+        assert [r["value"] for r in rows] == [b"v0", b"v1"]
+        found = [r["key_decoded"] for r in rows]
+        for row in found:
+            if "labels" in row:
+                row["labels"] = sorted(row["labels"])
+        assert found == expected
