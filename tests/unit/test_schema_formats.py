@@ -8,6 +8,7 @@ import datetime
 import decimal
 import io
 import json
+import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import fastavro
 import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bridge.config import parse_config
 from bridge.config.registry import SchemaRegistryConfig
@@ -23,6 +26,7 @@ from bridge.config.topics import TopicMapping
 from bridge.errors import BridgeError
 from bridge.ingest.decode import Decoded, RegistryUnavailableError, decoder_for
 from bridge.ingest.decode.schema_format import SchemaDecoder
+from bridge.ingest.decode.wire import unframe
 from bridge.ingest.records import envelope
 from bridge.ops.check import check
 from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
@@ -341,3 +345,37 @@ def test_protobuf_and_json_schema_keys_beside_a_raw_value(registry: RegistryServ
             if "labels" in row:
                 row["labels"] = sorted(row["labels"])
         assert found == expected
+
+
+@pytest.mark.parametrize("fmt", ["avro", "protobuf", "json_schema"])
+def test_random_bytes_behind_a_valid_header_are_rows_or_poison_never_an_exception(
+    registry: RegistryServer, fmt: str
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    cls = reading_class()
+    good = {
+        "avro": lambda: avro_serializer(client, ORDER_V1, "fuzz")(order(5)),
+        "protobuf": lambda: protobuf_serializer(client, cls, "fuzz")(reading(cls, 5)),
+        "json_schema": lambda: json_serializer(client, EVENT_SCHEMA, "fuzz")(event(5)),
+    }[fmt]()
+    header = good[: len(good) - len(unframe(good, fmt == "protobuf").payload)]
+    decoder = _decoder(registry, fmt)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.binary(max_size=64), min_size=1, max_size=20), st.randoms())
+    def check(payloads: list[bytes], rng: random.Random) -> None:
+        values = []
+        for payload in payloads:
+            if rng.random() < 0.3:  # a real record with some bytes flipped or cut
+                damaged = bytearray(good)
+                for _ in range(rng.randint(1, 4)):
+                    damaged[rng.randrange(5, len(damaged))] = rng.randrange(256)
+                values.append(bytes(damaged[: rng.randint(5, len(damaged))]))
+            else:
+                values.append(header + payload)
+        decoded = decoder.decode(_records(values))
+        rows = sum(b.num_rows for b in decoded.batches)
+        assert rows + len(decoded.poison) == len(values)
+        assert all(p.error for p in decoded.poison)
+
+    check()
