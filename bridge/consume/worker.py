@@ -202,7 +202,7 @@ class Worker:
             decoded = route.decoder.decode(records)
         except RegistryUnavailableError as exc:
             # The records wait in Kafka: skipping them would lose data the registry could
-            # decode a moment later. Retried every schema_registry.retry_interval.
+            # decode a moment later. Resumed once it answers (asked every retry_interval).
             self._pauses.pause(key, state, records.column("offset")[0].as_py(), REGISTRY, str(exc))
             state.registry_answers = exc.answers
             return
