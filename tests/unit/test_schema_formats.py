@@ -379,3 +379,30 @@ def test_random_bytes_behind_a_valid_header_are_rows_or_poison_never_an_exceptio
         assert all(p.error for p in decoded.poison)
 
     check()
+
+
+def test_json_schema_refs_and_nullable_unions(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "definitions": {"point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+        "properties": {
+            "at": {"$ref": "#/definitions/point"},
+            "maybe": {"oneOf": [{"type": "null"}, {"type": "integer"}]},
+            "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        },
+    }
+    serialize = json_serializer(client, schema, "refs")
+    produced = [
+        {"at": {"x": 1.5}, "maybe": None, "either": "a"},
+        {"at": {"x": -2.0}, "maybe": 7, "either": 3},
+    ]
+    decoded = _decoder(registry, "json_schema").decode(_records([serialize(v) for v in produced]))
+    assert decoded.poison == []
+    assert decoded.batches[0].schema.field("at").type == pa.struct([pa.field("x", pa.float64())])
+    assert decoded.batches[0].schema.field("maybe").type == pa.int64()
+    assert _rows(decoded) == [
+        {"at": {"x": 1.5}, "maybe": None, "either": '"a"'},
+        {"at": {"x": -2.0}, "maybe": 7, "either": "3"},
+    ]
