@@ -600,7 +600,7 @@ _RULES: list[tuple[str, str, str, str]] = [
     ("consumer.consume()", "run", "bridge/consume/worker.py", "consumer.consume("),
     ("status file write", "write", "bridge/ops/worker_status.py", ""),
     ("_commit_sealed", "_commit_sealed", "bridge/consume/worker.py", ""),
-    ("_resume_ready", "_resume_ready", "bridge/consume/worker.py", ""),
+    ("_resume_ready", "resume_ready", "bridge/consume/pauses.py", ""),
     ("decode: timestamp column", "kafka_timestamps", "bridge/consume/messages.py", ""),
     ("decode: headers column", "header_array", "bridge/consume/messages.py", ""),
     ("decode: offset column", "records_of", "bridge/consume/messages.py", "Message.offset"),

@@ -39,9 +39,11 @@ def make_config(
     storage: Mapping[str, Any] | None = None,
     roll: Mapping[str, Any] | None = None,
     kafka_extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Config:
     return parse_config(
         {
+            **(extra or {}),
             "kafka": {"bootstrap_servers": kafka, "group_id": group, **(kafka_extra or {})},
             "storage": {"data_dir": str(data_dir), **(storage or {})},
             "defaults": {"roll": {"max_age": "300ms", **(roll or {})}},

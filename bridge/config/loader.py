@@ -50,8 +50,8 @@ def parse_config(raw: dict[str, Any], source: Path | str = "<config>") -> Config
 
 
 def resolve_paths(config: Config, source: Path) -> Config:
-    """Relative data_dir, replication target and the listener's TLS files are relative to
-    the config file's folder, not the shell's."""
+    """Relative data_dir, replication target, the listener's and the schema registry's TLS
+    files are relative to the config file's folder, not the shell's."""
     data_dir = config.storage.data_dir
     if not data_dir.is_absolute():
         storage = config.storage.model_copy(
@@ -75,6 +75,18 @@ def resolve_paths(config: Config, source: Path) -> Config:
         if found:
             api = api.model_copy(update={"tls": tls.model_copy(update=found)})
             config = config.model_copy(update={"kafka_api": api})
+    registry = config.schema_registry
+    if registry is not None and registry.tls is not None:
+        tls_files = {
+            name: (source.parent / value).resolve()
+            for name in ("cafile", "certfile", "keyfile")
+            if isinstance(value := getattr(registry.tls, name), Path) and not value.is_absolute()
+        }
+        if tls_files:
+            registry = registry.model_copy(
+                update={"tls": registry.tls.model_copy(update=tls_files)}
+            )
+            config = config.model_copy(update={"schema_registry": registry})
     return config
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from bridge.config.fields import Duration, MiB, Size, Strict
+from bridge.config.registry import SchemaRegistryConfig
 from bridge.config.topics import Defaults, TopicMapping
 from plateau_core.names import validate_topic
 from plateau_core.policies import RetentionPolicy, RollPolicy
@@ -416,6 +417,10 @@ class Config(Strict):
         description="plateau's own Kafka protocol listener, for producers to write to "
         "directly; off when absent.",
     )
+    schema_registry: SchemaRegistryConfig | None = Field(
+        default=None,
+        description="The schema registry of the avro, protobuf and json_schema formats.",
+    )
     shutdown_timeout: Duration = Field(
         default=30.0, description="Deadline to seal, commit and close on SIGTERM or a revoke."
     )
@@ -430,6 +435,12 @@ class Config(Strict):
         repeated = sorted({s for s in sources if sources.count(s) > 1})
         if repeated:
             raise ValueError(f"source listed twice: {repeated}")
+        needing = [t.topic or t.source for t in self.topics if t.uses_registry]
+        if needing and self.schema_registry is None:
+            raise ValueError(
+                f"topics {needing} use a schema-registry format (avro, protobuf, json_schema); "
+                "add a schema_registry section with its url"
+            )
         produced = [t.name for t in self.topics if t.produced]
         if produced and self.kafka_api is None:
             raise ValueError(

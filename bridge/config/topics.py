@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict, short
+from bridge.config.registry import REGISTRY_FORMATS
 from plateau_core.names import validate_topic
 from plateau_core.policies import RetentionPolicy, RollPolicy
 
@@ -85,10 +86,16 @@ class TopicMapping(Strict):
         description="Without a source: how many partitions producers see (default "
         "kafka_api.default_partitions). A consumed topic has its Kafka topic's.",
     )
-    format: Literal["raw", "json", "arrow"] = Field(
+    format: Literal["raw", "json", "arrow", "avro", "protobuf", "json_schema"] = Field(
         default="raw",
         description="raw: value bytes; json: one object per message; arrow: an Arrow IPC "
-        "stream of rows per message.",
+        "stream of rows per message; avro, protobuf, json_schema: Confluent's wire format, "
+        "schemas from schema_registry (docs/formats.md).",
+    )
+    key_format: Literal["raw", "avro", "protobuf", "json_schema"] = Field(
+        default="raw",
+        description="raw: the key as bytes only; avro, protobuf, json_schema: also decoded "
+        "into the column key_decoded (needs key: keep).",
     )
     schema_: dict[str, str] | None = Field(
         default=None,
@@ -192,9 +199,26 @@ class TopicMapping(Strict):
                 raise ValueError(f"dlq {short(self.dlq)}: {exc}") from None
         if self.schema_ is not None and self.format != "json":
             raise ValueError("schema applies to format: json only")
+        self._check_key_format()
         if self.timestamp.startswith("field:") and self.format == "raw":
-            raise ValueError("timestamp: field:<name> needs a json or arrow format")
+            raise ValueError("timestamp: field:<name> needs a format with fields (not raw)")
         return self
+
+    @property
+    def uses_registry(self) -> bool:
+        """Values or keys carry schema ids to look up in the schema registry."""
+        return self.format in REGISTRY_FORMATS or self.key_format in REGISTRY_FORMATS
+
+    def _check_key_format(self) -> None:
+        if self.key_format == "raw":
+            return
+        if self.key == "drop":
+            raise ValueError("key_format decodes the key: it needs key: keep")
+        if self.format in ("json", "arrow"):
+            raise ValueError(
+                "key_format goes with a raw, avro, protobuf or json_schema format, not "
+                f"{self.format}"
+            )
 
     def _check_produced(self) -> None:
         if self.name is None:

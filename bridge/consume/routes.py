@@ -67,7 +67,7 @@ class Routes:
                 f"topics.{index}.name {mapping.name!r} lands Kafka topic {source!r} in "
                 f"{plateau_topic!r}, which is not a usable plateau topic: {exc}"
             ) from None
-        route = Route(mapping, plateau_topic, decoder_for(mapping))
+        route = Route(mapping, plateau_topic, decoder_for(mapping, self.config.schema_registry))
         self._seed(route)
         return route
 

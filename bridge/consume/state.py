@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -17,6 +18,8 @@ class PartitionState:
     watermark: int | None = None  # the manifest's next offset: what is durable
     committed: int | None = None  # the last offset Kafka confirmed as committed
     max_age_s: float = 0.0  # the roll policy's: unsealed records older than this are late
+    # While paused for the schema registry: True once it answers again.
+    registry_answers: Callable[[], bool] | None = None
 
 
 @dataclass

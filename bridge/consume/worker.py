@@ -33,13 +33,14 @@ from bridge.consume.client import consumer_settings, dead_letter_settings, librd
 from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
 from bridge.consume.messages import records_of
+from bridge.consume.pauses import REGISTRY, Pauses
 from bridge.consume.positions import start_offset
 from bridge.consume.routes import Route, Routes
 from bridge.consume.sealed import Committable, SealListener
 from bridge.consume.snapshot import worker_snapshot
 from bridge.consume.state import PartitionState, WorkerStats
 from bridge.errors import BridgeError
-from bridge.ingest.decode import Poison
+from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ops.telemetry import WorkerTelemetry
 from bridge.ops.worker_status import StatusFile, new_run_id
 from plateau_core import (
@@ -108,6 +109,7 @@ class Worker:
             {**consumer_settings(config, f"plateau-{name}"), **callbacks},
             logger=librdkafka_logger(),
         )
+        self._pauses = Pauses(self.consumer, self.writer, self._wake, self.stats, self.telemetry)
 
     def subscriptions(self) -> list[str]:
         return [
@@ -130,7 +132,7 @@ class Worker:
         batch_size = self.config.kafka.poll_batch
         try:
             while not self.stop.is_set():
-                self._resume_ready()
+                self._pauses.resume_ready(self.partitions)
                 paused = any(s.paused_reason for s in self.partitions.values())
                 wait = PAUSED_POLL_WAIT_S if paused else POLL_WAIT_S
                 messages = self.consumer.consume(batch_size, timeout=wait)
@@ -196,7 +198,14 @@ class Worker:
     def _land(self, key: Key, state: PartitionState, messages: list[Message]) -> None:
         route = self._routes.known(key[0])
         records = records_of(messages)
-        decoded = route.decoder.decode(records)
+        try:
+            decoded = route.decoder.decode(records)
+        except RegistryUnavailableError as exc:
+            # The records wait in Kafka: skipping them would lose data the registry could
+            # decode a moment later. Resumed once it answers (asked every retry_interval).
+            self._pauses.pause(key, state, records.column("offset")[0].as_py(), REGISTRY, str(exc))
+            state.registry_answers = exc.answers
+            return
         poison = decoded.poison
         batches = decoded.batches
         stop_at: int | None = None
@@ -211,7 +220,7 @@ class Worker:
                 self.writer.append(state.plateau_topic, key[1], batch)
             except BackpressureError as exc:
                 refused_at = batch.column("offset")[0].as_py()
-                self._pause(key, state, refused_at, exc)
+                self._pauses.pause(key, state, refused_at, exc.reason, exc.detail)
                 break
             state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
             self.stats.records += batch.num_rows
@@ -255,53 +264,6 @@ class Worker:
                 offset=item.offset,
                 error=item.error,
             )
-
-    # --- pause and resume ---------------------------------------------------------------------
-
-    def _pause(self, key: Key, state: PartitionState, offset: int, exc: BackpressureError) -> None:
-        tp = TopicPartition(key[0], key[1], offset)
-        self.consumer.pause([tp])
-        self.consumer.seek(tp)
-        state.paused_reason = exc.reason
-        state.paused_since = time.monotonic()
-        state.next_offset = offset
-        self.stats.pauses[exc.reason] += 1
-        self.telemetry.add("pauses", (exc.reason,))
-        log.info(
-            "partition_paused",
-            topic=key[0],
-            partition=key[1],
-            offset=offset,
-            reason=exc.reason,
-            detail=exc.detail,
-        )
-
-    def _resume_ready(self) -> None:
-        if not self._wake.is_set() and not any(s.paused_reason for s in self.partitions.values()):
-            return
-        self._wake.clear()
-        for key, state in self.partitions.items():
-            if state.paused_reason is None:
-                continue
-            if not self.writer.accepting(state.plateau_topic, key[1]):
-                continue
-            self.consumer.resume([TopicPartition(key[0], key[1])])
-            self._end_pause(state)
-            log.info(
-                "partition_resumed",
-                topic=key[0],
-                partition=key[1],
-                offset=state.next_offset,
-                reason=state.paused_reason,
-                paused_s=round(time.monotonic() - state.paused_since, 3),
-            )
-            state.paused_reason = None
-            self.stats.resumes += 1
-
-    def _end_pause(self, state: PartitionState) -> None:
-        if state.paused_reason is not None:
-            seconds = time.monotonic() - state.paused_since
-            self.telemetry.add("paused_seconds", (state.paused_reason,), seconds)
 
     # --- offsets -------------------------------------------------------------------------------
 
@@ -386,7 +348,7 @@ class Worker:
             state = self.partitions.pop((topic, partition), None)
             if state is None:
                 continue
-            self._end_pause(state)
+            self._pauses.end(state)
             try:
                 self.writer.release(
                     state.plateau_topic, partition, timeout_s=self.config.shutdown_timeout
@@ -402,7 +364,7 @@ class Worker:
         for tp in partitions:
             state = self.partitions.pop((tp.topic, tp.partition), None)
             if state is not None:
-                self._end_pause(state)
+                self._pauses.end(state)
                 self.writer.release(state.plateau_topic, tp.partition, seal=False)
             log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
         # Nothing is committed for lost partitions: another member owns them now; their

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from bridge.config.models import Config, KafkaApiConfig
 from bridge.config.topics import RollConfig
-from bridge.ingest.decode import Poison, decoder_for
+from bridge.ingest.decode import Poison, RegistryUnavailableError, decoder_for
 from bridge.kafka_api.batches import ProducedBatch
 from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
@@ -115,7 +115,7 @@ class ProduceSink(WriterListener):
         if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
             roll = RollConfig(max_age=GROUP_COMMIT_S).apply(roll)
         watermark = self.writer.acquire(topic, partition, roll=roll) or 0
-        decoder = decoder_for(mapping)
+        decoder = decoder_for(mapping, self.config.schema_registry)
         stored = self.store.manifest.schemas(topic)
         if stored:
             decoder.seed(merge_schemas(stored.values()))
@@ -139,7 +139,12 @@ class ProduceSink(WriterListener):
             )
             mapping = self.topics.mapping(topic)
             found = ProducedPartition(
-                topic, partition, mapping, decoder_for(mapping), watermark or 0, {}
+                topic,
+                partition,
+                mapping,
+                decoder_for(mapping, self.config.schema_registry),
+                watermark or 0,
+                {},
             )
             self.partitions[(topic, partition)] = found
         return found
@@ -193,7 +198,15 @@ class ProduceSink(WriterListener):
         log_append = state.mapping.timestamp == "log_append_time"
         base = state.next_offset
         records = batch.records(base, appended_ms if log_append else None)
-        decoded = state.decoder.decode(records)
+        try:
+            decoded = state.decoder.decode(records)
+        except RegistryUnavailableError as exc:
+            # Retriable, and nothing was taken: the producer sends the batch again, as a
+            # consumed partition waits, instead of its records being skipped.
+            return Outcome(
+                error=ErrorCode.kafka_storage_error,
+                message=f"the records cannot be decoded now ({exc}); retry",
+            )
         mapping = state.mapping
         if decoded.poison and mapping.on_error == "fail":
             self.stats.refused_records += batch.count

@@ -1,6 +1,6 @@
 """`plateau check`: the configuration is valid, the store is writable, the brokers answer
 (when topics are consumed), the Kafka API's address is free and its TLS files load (when
-it is configured)."""
+it is configured), the schema registry answers (when a topic uses it)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bridge.config.models import Config
 from bridge.consume.client import client_config
@@ -24,11 +25,26 @@ def check(config: Config, timeout_s: float = 10.0) -> list[str]:
     report.append(_check_data_dir(config.storage.data_dir))
     if config.kafka_api is not None:
         report += _check_listener(config)
+    if config.schema_registry is not None:
+        report.append(_check_registry(config, timeout_s))
     if not config.consumed:
         report.append("kafka: no topic is consumed, so no cluster is needed")
         return report
     report += _check_kafka(config, timeout_s)
     return report
+
+
+def _check_registry(config: Config, timeout_s: float) -> str:
+    registry = config.schema_registry
+    assert registry is not None
+    settings = {**registry.client_settings(), "timeout": min(registry.timeout, timeout_s)}
+    try:
+        subjects = SchemaRegistryClient(settings).get_subjects()
+    except Exception as exc:  # any failure of the request is the answer to report
+        raise BridgeError(
+            f"schema registry {registry.url} does not answer: {type(exc).__name__}: {exc}"
+        ) from None
+    return f"schema registry {registry.url} answers: {len(subjects)} subject(s)"
 
 
 def _check_kafka(config: Config, timeout_s: float) -> list[str]:

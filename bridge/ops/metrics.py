@@ -30,7 +30,7 @@ from bridge.ops.telemetry import COUNTERS, Histogram, Labels, parse_dump
 from bridge.ops.worker_status import read_run
 from plateau_core import Retention, RetentionReport, Store
 
-PAUSE_REASONS = ("partition_busy", "memory_budget", "disk_full")
+PAUSE_REASONS = ("partition_busy", "memory_budget", "disk_full", "schema_registry")
 
 _COUNTER_HELP = {
     "records_ingested": "Records appended to plateau (decoded, not yet necessarily sealed).",

@@ -60,7 +60,35 @@ def test_the_example_config_is_valid() -> None:
         (
             {"topics": [{"source": "a", "format": "xml"}]},
             "topics.0.format",
-            "'raw', 'json' or 'arrow'",
+            "'arrow', 'avro', 'protobuf' or 'json_schema'",
+        ),
+        (
+            {"topics": [{"source": "a", "format": "avro"}]},
+            "(top level)",
+            "add a schema_registry section",
+        ),
+        (
+            {"schema_registry": {"url": "registry:8081"}, "topics": [{"source": "a"}]},
+            "schema_registry.url",
+            "http:// or https://",
+        ),
+        (
+            {
+                "schema_registry": {"url": "http://r", "tls": {"certfile": "c"}},
+                "topics": [{"source": "a"}],
+            },
+            "schema_registry.tls",
+            "certfile and keyfile go together",
+        ),
+        (
+            {"topics": [{"source": "a", "format": "json", "key_format": "avro"}]},
+            "topics.0",
+            "key_format goes with",
+        ),
+        (
+            {"topics": [{"source": "a", "key_format": "avro", "key": "drop"}]},
+            "topics.0",
+            "needs key: keep",
         ),
         ({"topics": [{"source": "a", "on_error": "dlq"}]}, "topics.0", "needs a dlq topic"),
         ({"topics": [{"source": "a", "timestamp": "when"}]}, "topics.0.timestamp", "field:<name>"),
@@ -250,3 +278,28 @@ def test_replication_secrets_stay_out_of_the_redacted_config() -> None:
     assert "very-secret" not in json.dumps(config.redacted())
     assert "very-secret" not in repr(config)
     assert config.replication.s3.settings().secret_access_key == "very-secret"
+
+
+def test_schema_registry_password_from_the_environment_and_tls_beside_the_file(
+    tmp_path: Path,
+) -> None:
+    path = _write(
+        tmp_path,
+        {
+            "schema_registry": {
+                "url": "https://registry:8081/",
+                "basic_auth": {"username": "plateau"},
+                "tls": {"cafile": "ca.pem"},
+            },
+            "topics": [{"source": "a", "format": "avro", "key_format": "protobuf"}],
+        },
+    )
+    config = load_config(path, env={"PLATEAU__SCHEMA_REGISTRY__BASIC_AUTH__PASSWORD": "s3cret"})
+    registry = config.schema_registry
+    assert registry is not None
+    settings = registry.client_settings()
+    assert settings["url"] == "https://registry:8081"
+    assert settings["basic.auth.user.info"] == "plateau:s3cret"
+    assert settings["ssl.ca.location"] == str(tmp_path / "ca.pem")
+    assert settings["max.retries"] == 0
+    assert "s3cret" not in json.dumps(config.redacted())

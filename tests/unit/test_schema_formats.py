@@ -1,0 +1,408 @@
+"""The schema-registry formats decode what confluent-kafka's serializers write, through a
+registry over HTTP: typed columns equal to the produced objects, evolution, poison with
+reasons, and an unreachable registry that changes nothing."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pyarrow as pa
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridge.config import parse_config
+from bridge.config.registry import SchemaRegistryConfig
+from bridge.config.topics import TopicMapping
+from bridge.errors import BridgeError
+from bridge.ingest.decode import Decoded, RegistryUnavailableError, decoder_for
+from bridge.ingest.decode.schema_format import SchemaDecoder
+from bridge.ingest.decode.wire import unframe
+from bridge.ingest.records import envelope
+from bridge.ops.check import check
+from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+from tests.registry_server import RegistryServer
+from tests.schema_support import (
+    EVENT_SCHEMA,
+    ORDER_V1,
+    ORDER_V2,
+    ORDER_V3_INCOMPATIBLE,
+    avro_key_serializer,
+    avro_serializer,
+    event,
+    json_serializer,
+    order,
+    protobuf_serializer,
+    reading,
+    reading_class,
+    stored_event,
+    stored_order,
+    stored_reading,
+)
+
+ENVELOPE_COLUMNS = {"offset", "timestamp", "key", "headers"}
+
+
+@pytest.fixture
+def registry() -> Iterator[RegistryServer]:
+    with RegistryServer() as server:
+        yield server
+
+
+def _decoder(
+    server: RegistryServer, fmt: str, key_format: str = "raw", retry: float = 2.0
+) -> SchemaDecoder:
+    mapping = TopicMapping(source="t", format=fmt, key_format=key_format)  # type: ignore[arg-type]
+    config = SchemaRegistryConfig(url=server.url, retry_interval=retry)
+    decoder = decoder_for(mapping, config)
+    assert isinstance(decoder, SchemaDecoder)
+    return decoder
+
+
+def _records(values: Sequence[bytes | None], keys: Sequence[bytes | None] = ()) -> pa.RecordBatch:
+    n = len(values)
+    return envelope(
+        pa.array(range(100, 100 + n), pa.int64()),
+        pa.array([1_700_000_000_000] * n, TIMESTAMP_TYPE),
+        pa.array(list(keys) or [None] * n, pa.binary()),
+        pa.array([None] * n, HEADERS_TYPE),
+        pa.array(values, pa.binary()),
+    )
+
+
+def _rows(decoded: Decoded) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in row.items() if k not in ENVELOPE_COLUMNS}
+        for batch in decoded.batches
+        for row in batch.to_pylist()
+    ]
+
+
+def test_avro_values_land_as_the_produced_objects(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = avro_serializer(client, ORDER_V1, "orders")
+    produced = [order(i) for i in range(200)]
+    decoded = _decoder(registry, "avro").decode(_records([serialize(o) for o in produced]))
+    assert decoded.poison == []
+    assert len(decoded.batches) == 1
+    schema = decoded.batches[0].schema
+    assert schema.field("price").type == pa.decimal128(10, 2)
+    assert schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("attrs").type == pa.map_(pa.string(), pa.int64())
+    assert schema.field("either").type == pa.struct(
+        [pa.field("member0", pa.int64()), pa.field("member1", pa.string())]
+    )
+    assert schema.field("day").type == pa.date32()
+    assert _rows(decoded) == [stored_order(o) for o in produced]
+
+
+def test_protobuf_values_land_as_the_produced_messages(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    cls = reading_class()
+    serialize = protobuf_serializer(client, cls, "readings")
+    produced = [reading(cls, i) for i in range(120)]
+    decoded = _decoder(registry, "protobuf").decode(_records([serialize(m) for m in produced]))
+    assert decoded.poison == []
+    schema = decoded.batches[0].schema
+    assert schema.field("status").type == pa.string()
+    assert schema.field("big").type == pa.decimal128(20, 0)
+    assert schema.field("labels").type == pa.map_(pa.string(), pa.string())
+    rows = _rows(decoded)
+    for row in rows:
+        row["labels"] = sorted(row["labels"])
+    assert rows == [stored_reading(m) for m in produced]
+
+
+def test_json_schema_values_land_and_a_mismatch_is_poison(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = json_serializer(client, EVENT_SCHEMA, "events")
+    produced = [event(i) for i in range(100)]
+    values = [serialize(e) for e in produced]
+    # The serializer validates too: forge a record that claims the schema but breaks it.
+    forged = values[0][:5] + b'{"name": "x", "count": "not a number"}'
+    decoded = _decoder(registry, "json_schema").decode(_records([*values, forged]))
+    assert [p.offset for p in decoded.poison] == [200]
+    assert "count" in decoded.poison[0].error
+    assert "does not match its JSON Schema" in decoded.poison[0].error
+    assert decoded.batches[0].schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert _rows(decoded) == [stored_event(e) for e in produced]
+
+
+def test_evolution_widens_columns_and_an_incompatible_version_is_poison(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    v1 = avro_serializer(client, ORDER_V1, "evolving")
+    v2 = avro_serializer(client, ORDER_V2, "evolving")
+    v3 = avro_serializer(client, ORDER_V3_INCOMPATIBLE, "evolving")
+    values = [v1(order(i)) for i in range(3)]
+    values += [v2(order(i, version=2)) for i in range(3, 6)]
+    values += [v3(order(i, version=3)) for i in range(6, 8)]
+    values += [v1(order(8))]
+    decoder = _decoder(registry, "avro")
+    decoded = decoder.decode(_records(values))
+    assert [b.num_rows for b in decoded.batches] == [3, 3, 1]
+    assert "channel" not in decoded.batches[0].schema.names
+    assert decoded.batches[1].schema.field("channel").type == pa.string()
+    # Old records after the new version land in the evolved columns, channel null.
+    assert decoded.batches[2].schema == decoded.batches[1].schema
+    assert decoded.batches[2].column("channel").to_pylist() == [None]
+    assert [p.offset for p in decoded.poison] == [106, 107]
+    error = decoded.poison[0].error
+    assert "subject evolving-value version 3" in error
+    assert "incompatible" in error
+
+
+def test_an_unknown_schema_id_and_bad_framing_are_poison_with_reasons(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    good = avro_serializer(client, ORDER_V1, "orders")(order(1))
+    values = [good, b"\x00\x00\x00\x03\xe7rest", b'{"not": "framed"}', None, good[:12]]
+    decoded = _decoder(registry, "avro").decode(_records(values))
+    errors = {p.offset: p.error for p in decoded.poison}
+    assert set(errors) == {101, 102, 103, 104}
+    assert "schema id 999 is not in the schema registry" in errors[101]
+    assert "first byte is 0x7b" in errors[102]
+    assert "tombstone" in errors[103]
+    assert "does not decode with schema id 1 (subject orders-value version 1)" in errors[104]
+    assert _rows(decoded) == [stored_order(order(1))]
+
+
+def test_an_unreachable_registry_raises_before_anything_changes(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, ORDER_V1, "orders")(order(7))
+    decoder = _decoder(registry, "avro", retry=0.2)
+    registry.stop()
+    with pytest.raises(RegistryUnavailableError, match="unreachable"):
+        decoder.decode(_records([value]))
+    assert decoder.known is None
+    registry.start()
+    with pytest.raises(RegistryUnavailableError):  # within retry_interval: not asked again
+        decoder.decode(_records([value]))
+    deadline = datetime.datetime.now() + datetime.timedelta(seconds=5)
+    while True:
+        try:
+            decoded = decoder.decode(_records([value]))
+            break
+        except RegistryUnavailableError:
+            assert datetime.datetime.now() < deadline
+    assert _rows(decoded) == [stored_order(order(7))]
+
+
+def test_keys_decode_into_key_decoded_beside_the_key_bytes(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, ORDER_V1, "keyed")
+    key = avro_key_serializer(client, "keyed")
+    keys = [key({"id": i}) for i in range(3)] + [None]
+    records = _records([value(order(i)) for i in range(4)], keys)
+    decoded = _decoder(registry, "avro", key_format="avro").decode(records)
+    assert decoded.poison == []
+    rows = [r for b in decoded.batches for r in b.to_pylist()]
+    assert [r["key_decoded"] for r in rows] == [{"id": 0}, {"id": 1}, {"id": 2}, None]
+    assert [r["key"] for r in rows] == keys
+
+
+def test_a_schema_of_another_kind_is_poison(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = json_serializer(client, EVENT_SCHEMA, "mixed")(event(1))
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    assert len(decoded.poison) == 1
+    assert "is a JSON schema; the topic's format is avro" in decoded.poison[0].error
+
+
+def test_seeded_columns_keep_a_restart_from_narrowing(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    v1 = avro_serializer(client, ORDER_V1, "restarted")
+    first = _decoder(registry, "avro")
+    before = first.decode(_records([v1(order(1))])).batches[0].schema
+    widened = pa.schema([*before, pa.field("channel", pa.string())])
+    second = _decoder(registry, "avro")
+    second.seed(widened)
+    after = second.decode(_records([v1(order(2))])).batches[0].schema
+    assert after.field("channel").type == pa.string()
+
+
+def test_basic_auth_from_the_config_and_refused_credentials_pause() -> None:
+    with RegistryServer(basic_auth=("plateau", "s3cret")) as server:
+        client = SchemaRegistryClient({"url": server.url, "basic.auth.user.info": "plateau:s3cret"})
+        value = avro_serializer(client, ORDER_V1, "secured")(order(3))
+        auth = {"username": "plateau", "password": "s3cret"}
+        config = SchemaRegistryConfig.model_validate({"url": server.url, "basic_auth": auth})
+        mapping = TopicMapping(source="t", format="avro")
+        decoded = decoder_for(mapping, config).decode(_records([value]))
+        assert _rows(decoded) == [stored_order(order(3))]
+        wrong = SchemaRegistryConfig.model_validate(
+            {"url": server.url, "basic_auth": {**auth, "password": "wrong"}}
+        )
+        # Refused credentials are the registry not answering, not a bad record: nothing is
+        # skipped while someone fixes them.
+        with pytest.raises(RegistryUnavailableError, match="HTTP 401"):
+            decoder_for(mapping, wrong).decode(_records([value]))
+
+
+def test_check_asks_the_registry(tmp_path: Path) -> None:
+    with RegistryServer() as server:
+        config = parse_config(
+            {
+                "storage": {"data_dir": str(tmp_path)},
+                "kafka_api": {"listen": "127.0.0.1:0"},
+                "schema_registry": {"url": server.url},
+                "topics": [{"name": "orders", "format": "avro"}],
+            }
+        )
+        assert f"schema registry {server.url} answers: 0 subject(s)" in check(config)
+    with pytest.raises(BridgeError, match=f"schema registry {server.url} does not answer"):
+        check(config)
+
+
+def test_an_avro_schema_that_references_another_subject(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "shop",
+        "fields": [{"name": "city", "type": "string"}],
+    }
+    client.register_schema("address", Schema(json.dumps(address), "AVRO"))
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": "shop",
+        "fields": [{"name": "name", "type": "string"}, {"name": "home", "type": "shop.Address"}],
+    }
+    reference = SchemaReference("shop.Address", "address", 1)
+    schema_id = client.register_schema(
+        "customers-value", Schema(json.dumps(customer), "AVRO", [reference])
+    )
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(address, named_schemas=named)
+    parsed = fastavro.parse_schema(customer, named_schemas=named)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, parsed, {"name": "ada", "home": {"city": "london"}})
+    value = b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    assert decoded.poison == []
+    assert _rows(decoded) == [{"name": "ada", "home": {"city": "london"}}]
+
+
+def test_a_value_that_decodes_but_does_not_fit_its_column_is_poison_alone(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = avro_serializer(client, ORDER_V1, "orders")
+    good = [serialize(order(i)) for i in range(3)]
+    # Avro's decimal carries its digits as bytes: a writer can exceed the declared precision.
+    parsed = fastavro.parse_schema(ORDER_V1)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, parsed, {**order(9), "price": decimal.Decimal("1e12")})
+    too_wide = good[0][:5] + body.getvalue()
+    decoded = _decoder(registry, "avro").decode(_records([good[0], too_wide, *good[1:]]))
+    assert [p.offset for p in decoded.poison] == [101]
+    assert "subject orders-value version 1" in decoded.poison[0].error
+    assert "does not fit its columns" in decoded.poison[0].error
+    assert _rows(decoded) == [stored_order(order(i)) for i in range(3)]
+
+
+def test_a_url_that_reaches_no_registry_pauses_instead_of_skipping(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, ORDER_V1, "orders")(order(1))
+    mapping = TopicMapping(source="t", format="avro")
+    # A path under which nothing answers: 404 without the registry's "schema not found" code.
+    wrong = SchemaRegistryConfig(url=f"{registry.url}/not-the-registry")
+    with pytest.raises(RegistryUnavailableError, match="HTTP 404"):
+        decoder_for(mapping, wrong).decode(_records([value]))
+
+
+def test_protobuf_and_json_schema_keys_beside_a_raw_value(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    cls = reading_class()
+    proto_keys = [protobuf_serializer(client, cls, "by-reading")(reading(cls, i)) for i in range(2)]
+    json_keys = [json_serializer(client, EVENT_SCHEMA, "by-event")(event(i)) for i in range(2)]
+    for fmt, keys, expected in (
+        ("protobuf", proto_keys, [stored_reading(reading(cls, i)) for i in range(2)]),
+        ("json_schema", json_keys, [stored_event(event(i)) for i in range(2)]),
+    ):
+        decoded = _decoder(registry, "raw", key_format=fmt).decode(_records([b"v0", b"v1"], keys))
+        assert decoded.poison == []
+        rows = [r for b in decoded.batches for r in b.to_pylist()]
+        assert [r["value"] for r in rows] == [b"v0", b"v1"]
+        found = [r["key_decoded"] for r in rows]
+        for row in found:
+            if "labels" in row:
+                row["labels"] = sorted(row["labels"])
+        assert found == expected
+
+
+@pytest.mark.parametrize("fmt", ["avro", "protobuf", "json_schema"])
+def test_random_bytes_behind_a_valid_header_are_rows_or_poison_never_an_exception(
+    registry: RegistryServer, fmt: str
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    cls = reading_class()
+    good = {
+        "avro": lambda: avro_serializer(client, ORDER_V1, "fuzz")(order(5)),
+        "protobuf": lambda: protobuf_serializer(client, cls, "fuzz")(reading(cls, 5)),
+        "json_schema": lambda: json_serializer(client, EVENT_SCHEMA, "fuzz")(event(5)),
+    }[fmt]()
+    header = good[: len(good) - len(unframe(good, fmt == "protobuf").payload)]
+    decoder = _decoder(registry, fmt)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.binary(max_size=64), min_size=1, max_size=20), st.randoms())
+    def check(payloads: list[bytes], rng: random.Random) -> None:
+        values = []
+        for payload in payloads:
+            if rng.random() < 0.3:  # a real record with some bytes flipped or cut
+                damaged = bytearray(good)
+                for _ in range(rng.randint(1, 4)):
+                    damaged[rng.randrange(5, len(damaged))] = rng.randrange(256)
+                values.append(bytes(damaged[: rng.randint(5, len(damaged))]))
+            else:
+                values.append(header + payload)
+        decoded = decoder.decode(_records(values))
+        rows = sum(b.num_rows for b in decoded.batches)
+        assert rows + len(decoded.poison) == len(values)
+        assert all(p.error for p in decoded.poison)
+
+    check()
+
+
+def test_json_schema_refs_and_nullable_unions(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    schema = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "definitions": {"point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+        "properties": {
+            "at": {"$ref": "#/definitions/point"},
+            "maybe": {"oneOf": [{"type": "null"}, {"type": "integer"}]},
+            "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        },
+    }
+    serialize = json_serializer(client, schema, "refs")
+    produced = [
+        {"at": {"x": 1.5}, "maybe": None, "either": "a"},
+        {"at": {"x": -2.0}, "maybe": 7, "either": 3},
+    ]
+    decoded = _decoder(registry, "json_schema").decode(_records([serialize(v) for v in produced]))
+    assert decoded.poison == []
+    assert decoded.batches[0].schema.field("at").type == pa.struct([pa.field("x", pa.float64())])
+    assert decoded.batches[0].schema.field("maybe").type == pa.int64()
+    assert _rows(decoded) == [
+        {"at": {"x": 1.5}, "maybe": None, "either": '"a"'},
+        {"at": {"x": -2.0}, "maybe": 7, "either": "3"},
+    ]
