@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from bridge.config.fields import Duration, MiB, Size, Strict
+from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.registry import SchemaRegistryConfig
 from bridge.config.topics import Defaults, TopicMapping
 from plateau_core.names import validate_topic
@@ -281,121 +282,6 @@ class MetricsConfig(Strict):
     @property
     def address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
-        return host.strip("[]"), int(port)
-
-
-class KafkaApiTls(Strict):
-    certfile: Path = Field(description="PEM certificate chain the listener presents.")
-    keyfile: Path = Field(description="PEM private key of the certificate.")
-    password: SecretStr | None = Field(
-        default=None,
-        description="Password of an encrypted key; prefer PLATEAU__KAFKA_API__TLS__PASSWORD.",
-    )
-    cafile: Path | None = Field(
-        default=None, description="CA bundle to verify client certificates with."
-    )
-    client_auth: Literal["none", "required"] = Field(
-        default="none", description="required: clients must present a certificate the CA signed."
-    )
-
-    @model_validator(mode="after")
-    def _ca_for_clients(self) -> KafkaApiTls:
-        if self.client_auth == "required" and self.cafile is None:
-            raise ValueError("client_auth: required needs a cafile to verify clients with")
-        return self
-
-
-class KafkaApiUser(Strict):
-    name: str = Field(min_length=1, description="The SASL user name.")
-    password: SecretStr = Field(
-        description="Prefer PLATEAU__KAFKA_API__SASL__USERS__<N>__PASSWORD to the file."
-    )
-    topics: list[str] | None = Field(
-        default=None,
-        description="Topics this user may produce to (shell-style patterns like app-*); "
-        "default all.",
-    )
-
-
-class KafkaApiSasl(Strict):
-    mechanisms: list[Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]] = Field(
-        default=["SCRAM-SHA-256", "SCRAM-SHA-512"],
-        min_length=1,
-        description="Mechanisms offered; PLAIN sends the password itself, so only over TLS.",
-    )
-    users: list[KafkaApiUser] = Field(min_length=1, description="Who may connect.")
-
-    @model_validator(mode="after")
-    def _unique_users(self) -> KafkaApiSasl:
-        names = [u.name for u in self.users]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"user listed twice: {repeated}")
-        return self
-
-
-class KafkaApiConfig(Strict):
-    listen: str = Field(
-        default="127.0.0.1:9092",
-        description="host:port the Kafka protocol listener binds; loopback by default.",
-    )
-    advertised: str | None = Field(
-        default=None,
-        description="host:port Metadata answers with, where producers reconnect (default: "
-        "listen; required when listen is 0.0.0.0).",
-    )
-    default_partitions: int = Field(
-        default=8,
-        ge=1,
-        le=10_000,
-        description="Partitions of topics created by producers or CreateTopics without a "
-        "count, and of produced topics without `partitions`.",
-    )
-    auto_create_topics: bool = Field(
-        default=False,
-        description="A produce to an unknown topic creates it (format raw); otherwise it is "
-        "refused with UNKNOWN_TOPIC_OR_PARTITION.",
-    )
-    message_max_bytes: Size = Field(
-        default=1024 * 1024,
-        description="The largest record batch accepted (Kafka's message.max.bytes); a larger "
-        "one is refused with MESSAGE_TOO_LARGE.",
-    )
-    tls: KafkaApiTls | None = Field(default=None, description="TLS on the listener.")
-    sasl: KafkaApiSasl | None = Field(
-        default=None, description="SASL authentication on the listener, with its users."
-    )
-
-    @field_validator("listen", "advertised")
-    @classmethod
-    def _address(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-            raise ValueError(f"must be host:port (like 127.0.0.1:9092), got {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _advertise_reachable(self) -> KafkaApiConfig:
-        host = self.listen.rpartition(":")[0].strip("[]")
-        if self.advertised is None and host in ("0.0.0.0", "::"):  # noqa: S104 - a check
-            raise ValueError(
-                "listen on every interface needs advertised: the address producers reach"
-            )
-        return self
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]"), int(port)
-
-    @property
-    def advertised_address(self) -> tuple[str, int] | None:
-        """host:port from `advertised`, or None to advertise what the listener bound."""
-        if self.advertised is None:
-            return None
-        host, _, port = self.advertised.rpartition(":")
         return host.strip("[]"), int(port)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from bridge.config.models import KafkaApiConfig
+from bridge.config.kafka_api import KafkaApiConfig
 from bridge.kafka_api.sasl import AuthenticationError, Exchange
 from bridge.kafka_api.stats import SinkStats
 

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bridge.config.models import KafkaApiSasl, KafkaApiUser
+from bridge.config.kafka_api import KafkaApiSasl, KafkaApiUser
 
 ITERATIONS = 4096
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}

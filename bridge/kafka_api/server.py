@@ -18,7 +18,8 @@ from typing import Any
 import structlog
 from kio.schema.errors import ErrorCode
 
-from bridge.config.models import Config, KafkaApiConfig
+from bridge.config.kafka_api import KafkaApiConfig
+from bridge.config.models import Config
 from bridge.kafka_api import protocol
 from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection

@@ -18,7 +18,8 @@ import pyarrow as pa
 import structlog
 from kio.schema.errors import ErrorCode
 
-from bridge.config.models import Config, KafkaApiConfig
+from bridge.config.kafka_api import KafkaApiConfig
+from bridge.config.models import Config
 from bridge.config.topics import RollConfig
 from bridge.ingest.decode import Poison, RegistryUnavailableError, decoder_for
 from bridge.kafka_api.batches import ProducedBatch

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from bridge.config.models import Config, KafkaApiConfig
+from bridge.config.kafka_api import KafkaApiConfig
+from bridge.config.models import Config
 from bridge.config.topics import TopicMapping
 from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest
