@@ -38,6 +38,11 @@ class RegistryServer:
         self._thread: threading.Thread | None = None
         self.connections: set[socket.socket] = set()
         self.lock = threading.Lock()
+        # A registry that is up but slow: while `holding` is set each request waits (up to
+        # a minute) for `released`; `held` says one is waiting.
+        self.holding = threading.Event()
+        self.held = threading.Event()
+        self.released = threading.Event()
 
     @property
     def url(self) -> str:
@@ -149,6 +154,9 @@ def _handler(server: RegistryServer) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self, method: str) -> None:
             server.requests += 1
+            if server.holding.is_set():
+                server.held.set()
+                server.released.wait(60)
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             if not self._authorized():

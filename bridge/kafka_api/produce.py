@@ -151,6 +151,7 @@ class ProduceHandler:
         first: Outcome | None = None
         held = 0.0
         for batch in batches:
+            await self.sink.prefetch_schemas(topic, partition, batch)
             while True:
                 try:
                     outcome = self.sink.append(topic, partition, batch, urgent=urgent)

@@ -22,6 +22,7 @@ from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
 from bridge.config.topics import RollConfig
 from bridge.ingest.decode import Poison, RegistryUnavailableError, decoder_for
+from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import ProducedBatch
 from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
@@ -159,6 +160,19 @@ class ProduceSink(WriterListener):
                 state.fail_waiters(ConnectionAbortedError("the listener is stopping"))
 
     # --- appends ------------------------------------------------------------------------------
+
+    async def prefetch_schemas(self, topic: str, partition: int, batch: ProducedBatch) -> None:
+        """Fetch the writer schemas a batch names that are not in memory yet, on a thread:
+        a registry that is slow or down must not stall the event loop, and with it every
+        other connection, for its timeout. `append` then finds them in memory (or the
+        registry marked down, which it reports at once)."""
+        state = self.partitions.get((topic, partition))
+        decoder = None if state is None else state.decoder
+        if not isinstance(decoder, SchemaDecoder):
+            return
+        missing = decoder.unfetched(batch.records(0))
+        if missing:
+            await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
 
     def append(
         self, topic: str, partition: int, batch: ProducedBatch, *, urgent: bool = False
@@ -350,3 +364,8 @@ class ProduceSink(WriterListener):
         state = self.partitions.get((topic, partition))
         if state is not None:
             state.sealed(end)
+
+
+def _prefetch(decoder: SchemaDecoder, missing: list[tuple[int, str | None]]) -> None:
+    for schema_id, rendering in missing:
+        decoder.source.prefetch(schema_id, rendering)

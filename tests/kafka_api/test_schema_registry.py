@@ -137,3 +137,48 @@ def test_a_registry_outage_makes_producers_retry_and_loses_nothing(
     rows = _rows(tmp_path, "orders")
     assert [r["id"] for r in rows] == list(range(1000))
     assert rows[999]["channel"] == "app" and rows[0]["channel"] is None
+
+
+def test_a_slow_registry_holds_up_only_the_batch_that_waits_for_it(
+    tmp_path: Path, registry: RegistryServer
+) -> None:
+    """The first fetch of a schema runs off the listener's event loop: while the registry
+    takes its time, other connections' records (a raw topic here) are acknowledged."""
+    client = SchemaRegistryClient({"url": registry.url})
+    encoded = [avro_serializer(client, ORDER_V1, "orders")(order(i)) for i in range(10)]
+    config = parse_config(
+        {
+            "storage": {"data_dir": str(tmp_path)},
+            "kafka_api": {"listen": "127.0.0.1:0"},
+            "schema_registry": {"url": registry.url, "timeout": "90s"},
+            "topics": [
+                {"name": "orders", "partitions": 1, "format": "avro"},
+                {"name": "plain", "partitions": 1},
+            ],
+            "shutdown_timeout": "20s",
+        }
+    )
+    registry.holding.set()
+    with listening(config) as (_, bootstrap):
+        slow: list[list[Message]] = []
+        waiting = threading.Thread(
+            target=lambda: slow.append(_produce(bootstrap, "orders", encoded))
+        )
+        waiting.start()
+        try:
+            assert registry.held.wait(30), "plateau never asked the registry for the schema"
+            # The registry has not answered: a blocked event loop could not take these.
+            plain = _produce(
+                bootstrap,
+                "plain",
+                [b"p%d" % i for i in range(200)],
+                **{"message.timeout.ms": 20_000},
+            )
+            assert not registry.released.is_set()
+        finally:
+            registry.released.set()
+            waiting.join(60)
+    assert len(plain) == 200
+    assert [len(m) for m in slow] == [10]
+    assert [r["id"] for r in _rows(tmp_path, "orders")] == list(range(10))
+    assert stored(tmp_path, "plain").num_rows == 200

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 
 import structlog
@@ -79,6 +80,15 @@ class SchemaSource:
             return found
         with self._lock:
             return self._fetch(schema_id, fmt)
+
+    def cached(self, schema_id: int) -> bool:
+        return schema_id in self._found
+
+    def prefetch(self, schema_id: int, fmt: str | None = None) -> None:
+        """Fetch a schema into memory if the registry answers; what it cannot answer is
+        left for `get` to report (fast while the registry is marked down)."""
+        with suppress(UnknownSchemaError, RegistryUnavailableError):
+            self.get(schema_id, fmt)
 
     def _fetch(self, schema_id: int, fmt: str | None) -> WriterSchema:
         found = self._found.get(schema_id)

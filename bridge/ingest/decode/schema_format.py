@@ -107,6 +107,28 @@ class SchemaDecoder:
         result.poison.sort(key=lambda p: p.row)
         return result
 
+    def unfetched(self, records: pa.RecordBatch) -> list[tuple[int, str | None]]:
+        """The writer schemas these records name that are not in memory yet, as (schema id,
+        rendering): a caller that must not block (the Kafka API's event loop) fetches them
+        elsewhere first with `source.prefetch`."""
+        if records.num_rows == 0:
+            return []
+        values = self._framed(self.value, records.column(VALUE).to_pylist())
+        keys = (
+            self._framed(self.key, records.column(KEY).to_pylist())
+            if self.key is not None
+            else None
+        )
+        missing: set[tuple[int, str | None]] = set()
+        for side, column in ((self.value, values), (self.key, keys)):
+            if side is None or column is None or side.fmt == "raw":
+                continue
+            rendering = "serialized" if side.fmt == "protobuf" else None
+            for framed in column:
+                if type(framed) is Framed and not self.source.cached(framed.schema_id):
+                    missing.add((framed.schema_id, rendering))
+        return sorted(missing, key=lambda m: m[0])
+
     # --- schemas --------------------------------------------------------------------------
 
     @staticmethod
