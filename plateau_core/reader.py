@@ -21,6 +21,7 @@ from plateau_core.manifest import SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
+from plateau_core.where import Where, segment_admitted, where_mask
 
 Order = Literal["asc", "desc"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -72,6 +73,8 @@ class ReadRequest:
     # Exact value sets (a SQL IN); the bounds above are then narrowed to their min/max.
     offsets_in: frozenset[int] | None = None
     times_in: frozenset[int] | None = None  # epoch ms
+    # Equality / IN conditions on the topic's own columns (plateau_core.where).
+    where: Where = ()
 
     @classmethod
     def build(
@@ -86,6 +89,7 @@ class ReadRequest:
         columns: list[str] | None,
         limit: int | None,
         order: Order,
+        where: Where = (),
     ) -> ReadRequest:
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
@@ -101,6 +105,7 @@ class ReadRequest:
             columns=None if columns is None else tuple(columns),
             limit=limit,
             order=order,
+            where=where,
         )
 
     @classmethod
@@ -123,6 +128,7 @@ class ReadRequest:
         return (
             self.offsets_in is None
             and self.times_in is None
+            and not self.where
             and (self.start_offset is None or segment.start_offset >= self.start_offset)
             and (self.end_offset is None or segment.end_offset <= self.end_offset)
             and (self.time_start is None or segment.time_min >= self.time_start)
@@ -157,6 +163,8 @@ class ReadRequest:
                 conditions.append(pc.greater_equal(times, _int64(self.time_start)))
             if self.time_end is not None:
                 conditions.append(pc.less(times, _int64(self.time_end)))
+        if self.where:
+            conditions.append(where_mask(batch, self.where))
         if not conditions:
             return None
         combined = conditions[0]
@@ -177,7 +185,9 @@ class ReadResult:
     `opened` lists the segment files actually opened, in order.
     """
 
-    def __init__(self, store: StoreHandle, request: ReadRequest) -> None:
+    def __init__(self, store: StoreHandle, request: ReadRequest, *, prune: bool = True) -> None:
+        """`prune=False` opens every segment of the ranges even with `where` conditions (to
+        check that pruning changes nothing but the files opened)."""
         self.store = store
         self.request = request
         segments = store.manifest.segments(
@@ -188,12 +198,26 @@ class ReadResult:
             time_start=request.time_start,
             time_end=request.time_end,
         )
+        self.pruned = 0  # segments the promoted statistics ruled out, never opened
+        if request.where and prune:
+            segments = self._prune(segments)
         segments.sort(key=lambda s: (s.time_min, s.partition, s.start_offset))
         if request.order == "desc":
             segments.reverse()
         self.segments: list[SegmentRecord] = segments
         self.schema = self._schema()
         self.scan = ScanCounters()
+
+    def _prune(self, segments: list[SegmentRecord]) -> list[SegmentRecord]:
+        columns = [c.column for c in self.request.where]
+        stats = self.store.manifest.column_stats(self.request.topic, columns)
+        kept = [
+            s
+            for s in segments
+            if segment_admitted(self.request.where, stats.get(s.id, {}), s.record_count)
+        ]
+        self.pruned = len(segments) - len(kept)
+        return kept
 
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
@@ -265,8 +289,10 @@ def needed_fields(path: Path, columns: tuple[str, ...] | None) -> list[int] | No
     return _field_indices(open_segment(path).schema, columns)
 
 
-def _field_indices(schema: pa.Schema, columns: tuple[str, ...]) -> list[int]:
-    wanted = {*columns, OFFSET, TIMESTAMP}
+def _field_indices(
+    schema: pa.Schema, columns: tuple[str, ...], where_columns: tuple[str, ...] = ()
+) -> list[int]:
+    wanted = {*columns, OFFSET, TIMESTAMP, *where_columns}
     return [i for i, name in enumerate(schema.names) if name in wanted]
 
 
@@ -303,7 +329,8 @@ def segment_batches(
         try:
             reader = ipc.open_file(data)
             if request.columns is not None:
-                fields = _field_indices(reader.schema, request.columns)
+                where_columns = tuple(c.column for c in request.where)
+                fields = _field_indices(reader.schema, request.columns, where_columns)
                 options = ipc.IpcReadOptions(included_fields=fields)
                 reader = ipc.open_file(data, options=options)
         except (OSError, pa.ArrowException) as exc:

@@ -195,8 +195,9 @@ def _clear_manifest(url: str) -> list[str]:
                 raise RebuildRefusedError(
                     f"the manifest database {parsed.render_as_string(hide_password=True)} "
                     "already holds a manifest; rebuild-manifest only fills an empty database: "
-                    "drop plateau's tables (schema_version, partitions, segments, schemas, "
-                    "gaps) or point storage.manifest_url at a new database"
+                    "drop plateau's tables (schema_version, partitions, segments, "
+                    "segment_columns, schemas, gaps) or point storage.manifest_url at a new "
+                    "database"
                 )
         finally:
             probe.close()

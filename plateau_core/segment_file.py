@@ -13,6 +13,7 @@ from pyarrow import ipc
 
 import plateau_core.crc as crcs
 from plateau_core.checksums import BatchRange
+from plateau_core.column_stats import table_columns
 from plateau_core.errors import InvalidInputError
 from plateau_core.names import TEMP_MARKER, segment_name
 from plateau_core.policies import Compression
@@ -93,6 +94,7 @@ def write_segment(
         size_bytes=final.stat().st_size,
         schema_fingerprint=fingerprint(table.schema),
         checksums=checksums,
+        columns=table_columns(table),
     )
     return final, stats
 
@@ -171,6 +173,7 @@ def inspect_segment(path: Path) -> SegmentStats:
         size_bytes=path.stat().st_size,
         schema_fingerprint=fingerprint(table.schema),
         checksums=crcs.of_file(path),
+        columns=table_columns(table),
     )
 
 

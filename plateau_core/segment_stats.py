@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plateau_core.checksums import Checksums
+from plateau_core.column_stats import ColumnStats
 
 
 @dataclass(frozen=True)
@@ -20,3 +21,6 @@ class SegmentStats:
     schema_fingerprint: str
     # None for segments recorded before checksums existed: they get the other checks only.
     checksums: Checksums | None = None
+    # Promoted per-column statistics (plateau_core.column_stats); empty for segments recorded
+    # before schema version 5.
+    columns: tuple[ColumnStats, ...] = ()

@@ -9,8 +9,9 @@ from sqlalchemy import Connection, and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from plateau_core.column_stats import ColumnStats
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest import produced
+from plateau_core.manifest import produced, promoted
 from plateau_core.manifest.commit import (
     advance_for_segment,
     advance_over,
@@ -286,6 +287,12 @@ class Manifest(ManifestDatabase):
         with self._read() as session:
             return [SegmentRecord.of(row) for row in session.scalars(query)]
 
+    def column_stats(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, ColumnStats]]:
+        """Promoted statistics of these columns in the topic's readable segments, by segment
+        id then column; a segment or column without any is absent."""
+        with self._read() as session:
+            return promoted.column_stats(session, topic, columns)
+
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
         # Here rather than at the top: reading spans and watermarks (`plateau status`) must
         # not pay for loading Arrow.
@@ -353,12 +360,16 @@ class Manifest(ManifestDatabase):
         if not segment_ids:
             return 0
         with self._write() as session:
-            result = session.execute(
-                delete(SegmentRow).where(
-                    SegmentRow.id.in_(list(segment_ids)),
-                    SegmentRow.state == SegmentState.DELETING.value,
+            gone = list(
+                session.scalars(
+                    select(SegmentRow.id).where(
+                        SegmentRow.id.in_(list(segment_ids)),
+                        SegmentRow.state == SegmentState.DELETING.value,
+                    )
                 )
             )
+            promoted.remove_columns(session, gone)
+            result = session.execute(delete(SegmentRow).where(SegmentRow.id.in_(gone)))
             return rowcount(result)
 
     def _transition(
