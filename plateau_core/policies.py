@@ -33,6 +33,27 @@ class RollPolicy:
 
 
 @dataclass(frozen=True)
+class IndexPolicy:
+    """What each segment of a topic indexes beyond its promoted statistics: bloom filters of
+    the listed columns' values, at false positive rate `fpp`."""
+
+    bloom: tuple[str, ...] = ()
+    fpp: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fpp < 1:
+            raise InvalidInputError(f"index.fpp must be between 0 and 1, got {self.fpp}")
+        for column in self.bloom:
+            if not column or column in ("offset", "timestamp"):
+                raise InvalidInputError(
+                    f"index.bloom: {column!r} cannot have a bloom filter (offset and "
+                    "timestamp are pruned by the segment's own spans)"
+                )
+        if len(set(self.bloom)) != len(self.bloom):
+            raise InvalidInputError(f"index.bloom lists a column twice: {list(self.bloom)}")
+
+
+@dataclass(frozen=True)
 class WriterPolicy:
     """How a writer buffers and seals, across all the partitions it owns."""
 

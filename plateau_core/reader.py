@@ -211,10 +211,13 @@ class ReadResult:
     def _prune(self, segments: list[SegmentRecord]) -> list[SegmentRecord]:
         columns = [c.column for c in self.request.where]
         stats = self.store.manifest.column_stats(self.request.topic, columns)
+        blooms = self.store.manifest.blooms(self.request.topic, columns)
         kept = [
             s
             for s in segments
-            if segment_admitted(self.request.where, stats.get(s.id, {}), s.record_count)
+            if segment_admitted(
+                self.request.where, stats.get(s.id, {}), blooms.get(s.id, {}), s.record_count
+            )
         ]
         self.pruned = len(segments) - len(kept)
         return kept

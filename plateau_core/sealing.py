@@ -92,7 +92,9 @@ def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteS
     try:
         for run in job.runs():
             table = pa.Table.from_batches(run)
-            path, stats = write(directory, table, policy.compression, fsync=policy.fsync)
+            path, stats = write(
+                directory, table, policy.compression, fsync=policy.fsync, index=job.index
+            )
             files.append(path)
             relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
             segments.append(SegmentFile(stats, relative, table.schema))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plateau_core.bloom import Bloom
 from plateau_core.checksums import Checksums
 from plateau_core.column_stats import ColumnStats
 
@@ -24,3 +25,6 @@ class SegmentStats:
     # Promoted per-column statistics (plateau_core.column_stats); empty for segments recorded
     # before schema version 5.
     columns: tuple[ColumnStats, ...] = ()
+    # Bloom filters of the columns the topic's index lists (plateau_core.bloom), as written
+    # in the file's footer.
+    blooms: tuple[Bloom, ...] = ()

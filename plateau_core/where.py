@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau_core.bloom import Bloom
 from plateau_core.column_stats import ColumnStats, may_contain
 from plateau_core.errors import InvalidInputError
 from plateau_core.schema import OFFSET, TIMESTAMP
@@ -48,9 +49,12 @@ class Condition:
             ) from exc
         return pc.fill_null(pc.is_in(column, value_set=wanted), False)
 
-    def admits(self, stats: ColumnStats | None, record_count: int) -> bool:
-        """Whether a segment with these statistics (None: none recorded) may hold a match."""
-        return stats is None or may_contain(stats, record_count, self.values)
+    def admits(self, stats: ColumnStats | None, bloom: Bloom | None, record_count: int) -> bool:
+        """Whether a segment with these statistics and this bloom filter (None: none
+        recorded) may hold a match."""
+        if stats is not None and not may_contain(stats, record_count, self.values):
+            return False
+        return bloom is None or any(bloom.may_contain(v) for v in self.values)
 
 
 Where = tuple[Condition, ...]
@@ -100,6 +104,12 @@ def where_mask(batch: pa.RecordBatch, where: Where) -> pa.Array | None:
     return combined
 
 
-def segment_admitted(where: Where, stats: Mapping[str, ColumnStats], record_count: int) -> bool:
-    """Whether a segment with these promoted statistics may hold a row every condition keeps."""
-    return all(c.admits(stats.get(c.column), record_count) for c in where)
+def segment_admitted(
+    where: Where,
+    stats: Mapping[str, ColumnStats],
+    blooms: Mapping[str, Bloom],
+    record_count: int,
+) -> bool:
+    """Whether a segment with these promoted statistics and bloom filters may hold a row
+    every condition keeps."""
+    return all(c.admits(stats.get(c.column), blooms.get(c.column), record_count) for c in where)

@@ -33,7 +33,7 @@ from plateau_core.handle import StoreHandle
 from plateau_core.listener import TopicPartition, WriterListener, WriterStats
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
-from plateau_core.policies import RollPolicy, WriterPolicy
+from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.schema import fingerprint, normalize_batch
@@ -83,9 +83,12 @@ class Writer:
         partition: int,
         *,
         roll: RollPolicy | None = None,
+        index: IndexPolicy | None = None,
         timeout_s: float = 30.0,
     ) -> int | None:
         """Take ownership of a partition; returns its watermark (None if never written).
+
+        `index` says which columns its segments keep bloom filters of.
 
         Waits up to `timeout_s` for another writer (a previous owner still flushing) to let
         go, then recovers the partition's folder against the manifest.
@@ -101,7 +104,7 @@ class Writer:
         except BaseException:
             lock.release()
             raise
-        slog = SegmentLog(topic, partition, directory, roll or RollPolicy(), watermark)
+        slog = SegmentLog(topic, partition, directory, roll or RollPolicy(), watermark, index=index)
         with self._cond:
             self._logs[key] = slog
             self._locks[key] = lock

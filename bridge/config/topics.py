@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict, short
 from plateau_core.names import validate_topic
-from plateau_core.policies import RetentionPolicy, RollPolicy
+from plateau_core.policies import IndexPolicy, RetentionPolicy, RollPolicy
 
 FIELD_TYPES = ("string", "int", "float", "bool", "timestamp")
 
@@ -54,6 +54,40 @@ class RetentionConfig(Strict):
             if self.require_replicated is not None
             else base.require_replicated,
         )
+
+
+class IndexConfig(Strict):
+    bloom: list[str] = Field(
+        default_factory=list,
+        description="Columns whose values each segment keeps a bloom filter of (key and "
+        "decoded string, binary or integer columns), so equality and IN queries skip "
+        "segments without the value.",
+    )
+    fpp: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="The filters' false positive rate: about 9.6 bits per distinct value at "
+        "0.01; a false positive costs a segment read, never a row.",
+    )
+
+    @field_validator("bloom")
+    @classmethod
+    def _bloom(cls, value: list[str]) -> list[str]:
+        for column in value:
+            if column in ("offset", "timestamp", "partition"):
+                raise ValueError(
+                    f"{column!r} needs no bloom filter: segments are pruned by their "
+                    "offset and time spans already"
+                )
+            if not column:
+                raise ValueError("a column name must not be empty")
+        if len(set(value)) != len(value):
+            raise ValueError(f"a column is listed twice: {value}")
+        return value
+
+    def policy(self) -> IndexPolicy:
+        return IndexPolicy(bloom=tuple(self.bloom), fpp=self.fpp)
 
 
 class Defaults(Strict):
@@ -106,6 +140,10 @@ class TopicMapping(Strict):
     roll: RollConfig = Field(default=RollConfig(), description="Overrides defaults.roll.")
     retention: RetentionConfig = Field(
         default=RetentionConfig(), description="Overrides defaults.retention."
+    )
+    index: IndexConfig = Field(
+        default=IndexConfig(),
+        description="Per-segment indexes beyond the promoted statistics every segment has.",
     )
     on_error: Literal["dlq", "skip", "fail"] = Field(
         default="fail",

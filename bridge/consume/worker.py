@@ -354,6 +354,7 @@ class Worker:
                 route.plateau_topic,
                 tp.partition,
                 roll=self.config.roll_policy(route.mapping),
+                index=route.mapping.index.policy(),
                 timeout_s=self.config.shutdown_timeout + 10,
             )
             tp.offset = start_offset(

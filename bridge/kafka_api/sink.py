@@ -114,7 +114,8 @@ class ProduceSink(WriterListener):
         roll = self.config.roll_policy(mapping)
         if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
             roll = RollConfig(max_age=GROUP_COMMIT_S).apply(roll)
-        watermark = self.writer.acquire(topic, partition, roll=roll) or 0
+        index = mapping.index.policy()
+        watermark = self.writer.acquire(topic, partition, roll=roll, index=index) or 0
         decoder = decoder_for(mapping)
         stored = self.store.manifest.schemas(topic)
         if stored:

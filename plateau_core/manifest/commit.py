@@ -53,6 +53,10 @@ _NEW_COLUMN = text(
     "INSERT INTO segment_columns (segment_id, column_name, kind, null_count, min_value, "
     "max_value) VALUES (:segment_id, :column_name, :kind, :null_count, :min_value, :max_value)"
 )
+_NEW_BLOOM = text(
+    "INSERT INTO segment_blooms (segment_id, column_name, kind, hash_count, bits) "
+    "VALUES (:segment_id, :column_name, :kind, :hash_count, :bits)"
+)
 _SCHEMA_KNOWN = text("SELECT 1 FROM schemas WHERE topic = :topic AND fingerprint = :fingerprint")
 _NEW_SCHEMA = text(
     "INSERT INTO schemas (topic, fingerprint, arrow_schema, first_seen) "
@@ -131,7 +135,8 @@ def _move_watermark(  # noqa: PLR0917 - the row's key, the value read and the ne
 def insert_segment(
     conn: Connection, topic: str, partition: int, segment: SegmentFile, stamp: int
 ) -> int:
-    """Add the segment's row and its promoted column statistics; returns the row's id."""
+    """Add the segment's row, its promoted column statistics and its bloom filters; returns
+    the row's id."""
     stats = segment.stats
     segment_id: int = conn.execute(
         _NEW_SEGMENT,
@@ -166,6 +171,20 @@ def insert_segment(
                     "max_value": c.max_value,
                 }
                 for c in stats.columns
+            ],
+        )
+    if stats.blooms:
+        conn.execute(
+            _NEW_BLOOM,
+            [
+                {
+                    "segment_id": segment_id,
+                    "column_name": b.column,
+                    "kind": b.kind,
+                    "hash_count": b.hashes,
+                    "bits": b.bits,
+                }
+                for b in stats.blooms
             ],
         )
     return segment_id

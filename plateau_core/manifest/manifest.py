@@ -9,6 +9,7 @@ from sqlalchemy import Connection, and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from plateau_core.bloom import Bloom
 from plateau_core.column_stats import ColumnStats
 from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest import produced, promoted
@@ -293,6 +294,12 @@ class Manifest(ManifestDatabase):
         with self._read() as session:
             return promoted.column_stats(session, topic, columns)
 
+    def blooms(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, Bloom]]:
+        """Bloom filters of these columns in the topic's readable segments, by segment id
+        then column; a segment or column without one is absent."""
+        with self._read() as session:
+            return promoted.blooms(session, topic, columns)
+
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
         # Here rather than at the top: reading spans and watermarks (`plateau status`) must
         # not pay for loading Arrow.
@@ -368,7 +375,7 @@ class Manifest(ManifestDatabase):
                     )
                 )
             )
-            promoted.remove_columns(session, gone)
+            promoted.remove_indexes(session, gone)
             result = session.execute(delete(SegmentRow).where(SegmentRow.id.in_(gone)))
             return rowcount(result)
 

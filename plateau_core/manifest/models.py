@@ -96,6 +96,19 @@ class SegmentColumnRow(Base):
     max_value: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+class SegmentBloomRow(Base):
+    """A bloom filter of one column of one segment (plateau_core.bloom), a copy of the one in
+    the file's footer, so planning a query reads it without opening the file."""
+
+    __tablename__ = "segment_blooms"
+
+    segment_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    column_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # how values become bytes: int, bytes
+    hash_count: Mapped[int] = mapped_column(Integer)
+    bits: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class SchemaRow(Base):
     """Each distinct segment schema once, so readers can merge schemas without opening files."""
 

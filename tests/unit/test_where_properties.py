@@ -9,6 +9,9 @@ and IN conditions, alone or combined with offset bounds:
   nothing), whatever the segments the promoted statistics and bloom filters ruled out;
 - every segment holding a matching row was opened: pruning never drops a row;
 - the same read with pruning turned off returns the same rows.
+
+Bloom filters are written at a false positive rate of 0.5 as well as 0.01, so false
+positives are common and must still never cost a row.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plateau_core import RollPolicy, Store, WriterPolicy
+from plateau_core.policies import IndexPolicy
 from plateau_core.reader import ReadResult
 
 TOPIC = "needles"
@@ -108,11 +112,13 @@ def wheres(draw: st.DrawFn) -> dict[str, list[object]]:
     }
 
 
-def write(store: Store, data: dict[int, list[list[Row]]], max_rows: int) -> None:
+def write(store: Store, data: dict[int, list[list[Row]]], max_rows: int, fpp: float) -> None:
     writer = store.writer(WriterPolicy(writer_threads=1))
+    # Filters on the key, a string and an integer column; `extra` has statistics only.
+    index = IndexPolicy(bloom=("key", "rid", "n"), fpp=fpp)
     try:
         for partition, batches in data.items():
-            writer.acquire(TOPIC, partition, roll=RollPolicy(max_rows=max_rows))
+            writer.acquire(TOPIC, partition, roll=RollPolicy(max_rows=max_rows), index=index)
             for rows in batches:
                 writer.append(TOPIC, partition, to_arrow(rows))
                 writer.flush()
@@ -129,6 +135,8 @@ def uids(result: ReadResult) -> list[str]:
         lambda parts: st.fixed_dictionaries({p: partition_rows(p) for p in sorted(parts)})
     ),
     max_rows=st.integers(1, 12),
+    # 0.5: many false positives, each of which must still cost no row.
+    fpp=st.sampled_from([0.5, 0.01]),
     queries=st.lists(
         st.tuples(wheres(), st.one_of(st.none(), st.integers(0, 60))), min_size=1, max_size=4
     ),
@@ -137,6 +145,7 @@ def uids(result: ReadResult) -> list[str]:
 def test_where_reads_match_the_model(
     data: dict[int, list[list[Row]]],
     max_rows: int,
+    fpp: float,
     queries: list[tuple[dict[str, list[object]], int | None]],
 ) -> None:
     model = [row for batches in data.values() for rows in batches for row in rows]
@@ -144,7 +153,7 @@ def test_where_reads_match_the_model(
         tempfile.TemporaryDirectory(prefix="plateau-where-") as tmp,
         Store.open(Path(tmp) / "data") as store,
     ):
-        write(store, data, max_rows)
+        write(store, data, max_rows, fpp)
         segments = store.manifest.segments(TOPIC)
         for where, start in queries:
             matching = [
