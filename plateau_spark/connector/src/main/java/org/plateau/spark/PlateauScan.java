@@ -2,6 +2,7 @@ package org.plateau.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.OptionalLong;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -21,17 +22,25 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   private final SourceOptions options;
   private final StructType schema;
   private final Bounds bounds;
+  private final BloomProbes probes;
   private final List<String> filters;
   private final long limit;
   private final int fullRowSize;
   private InputPartition[] planned;
 
   PlateauScan(
-      SourceOptions options, StructType schema, StructType full, Bounds bounds, List<String> filters, long limit) {
+      SourceOptions options,
+      StructType schema,
+      StructType full,
+      Bounds bounds,
+      BloomProbes probes,
+      List<String> filters,
+      long limit) {
     this.options = options;
     this.fullRowSize = full.defaultSize();
     this.schema = schema;
     this.bounds = bounds;
+    this.probes = probes;
     this.filters = filters;
     this.limit = limit;
   }
@@ -44,7 +53,8 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   @Override
   public String description() {
     return "PlateauScan[topic=" + options.topic + "] ReadSchema: " + schema.catalogString()
-        + ", PushedFilters: " + filters + (limit >= 0 ? ", PushedLimit: " + limit : "");
+        + ", PushedFilters: " + filters + (limit >= 0 ? ", PushedLimit: " + limit : "")
+        + (probes.isEmpty() ? "" : ", BloomFilterColumns: " + probes.columns());
   }
 
   @Override
@@ -70,13 +80,17 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
       return List.of();
     }
     List<Segment> segments;
+    Map<Long, Map<String, Bloom>> blooms = Map.of();
     try (ManifestReader manifest = new ManifestReader(options)) {
       segments = manifest.segments(options.topic, bounds);
+      if (!probes.isEmpty()) {
+        blooms = manifest.blooms(options.topic, probes.columns());
+      }
     }
     List<Segment> admitted = new ArrayList<>();
     long sure = 0; // rows certain to be returned by the segments admitted so far
     for (Segment s : segments) {
-      if (!bounds.admits(s)) {
+      if (!bounds.admits(s) || !probes.admits(blooms.get(s.id()))) {
         continue;
       }
       if (limit >= 0 && sure >= limit) {

@@ -26,6 +26,7 @@ final class PlateauScanBuilder
   private final StructType full;
   private StructType required;
   private Bounds bounds = Bounds.NONE;
+  private BloomProbes probes = BloomProbes.NONE;
   private final List<Predicate> pushed = new ArrayList<>();
   private long limit = -1;
   private AggregateScan aggregate;
@@ -49,6 +50,7 @@ final class PlateauScanBuilder
     List<Predicate> left = new ArrayList<>();
     pushed.clear();
     bounds = Bounds.push(predicates, pushed, left);
+    probes = BloomProbes.of(predicates);
     return left.toArray(new Predicate[0]);
   }
 
@@ -90,6 +92,6 @@ final class PlateauScanBuilder
     if (aggregate != null) {
       return aggregate;
     }
-    return new PlateauScan(options, required, full, bounds, Bounds.describe(pushed), limit);
+    return new PlateauScan(options, required, full, bounds, probes, Bounds.describe(pushed), limit);
   }
 }
