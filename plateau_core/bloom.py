@@ -51,11 +51,20 @@ class Bloom:
         """False only when `value` was certainly never added; True for a value this filter
         cannot judge (of another kind)."""
         raw = canonical(self.kind, value)
-        if raw is None:
-            return True
-        positions = _positions(np.array([_hash(raw)], np.uint64), self.hashes, len(self.bits) * 8)
-        table = np.frombuffer(self.bits, np.uint8)
-        return bool(np.all(table[positions >> 3] & (1 << (positions & 7)).astype(np.uint8)))
+        return raw is None or self.may_contain_hash(value_hash(raw))
+
+    def may_contain_hash(self, hashed: int) -> bool:
+        """`may_contain` for a value already hashed (`value_hash`): a query probes one value
+        against many segments' filters, so it hashes once. Plain integers: for one value,
+        faster than building arrays."""
+        bits = self.bits
+        size = len(bits) * 8
+        low, high = hashed & 0xFFFFFFFF, hashed >> 32
+        for i in range(self.hashes):
+            position = (low + i * high) % size
+            if not (bits[position >> 3] >> (position & 7)) & 1:
+                return False
+        return True
 
 
 def bloom_kind(dtype: pa.DataType) -> BloomKind | None:
@@ -103,7 +112,7 @@ def build(column: str, values: pa.ChunkedArray | pa.Array, fpp: float) -> Bloom 
     bits, hashes = sizing(len(distinct), fpp)
     table = np.zeros(bits // 8, np.uint8)
     if len(distinct):
-        found = [_hash(raw) for raw in _canonical_all(kind, distinct)]
+        found = [value_hash(raw) for raw in _canonical_all(kind, distinct)]
         positions = _positions(np.array(found, np.uint64), hashes, bits)
         np.bitwise_or.at(table, positions >> 3, (1 << (positions & 7)).astype(np.uint8))
     return Bloom(column, kind, hashes, table.tobytes())
@@ -118,7 +127,8 @@ def _canonical_all(kind: BloomKind, distinct: pa.Array) -> Iterable[bytes]:
     return (v for v in distinct.to_pylist() if isinstance(v, bytes))
 
 
-def _hash(raw: bytes) -> int:
+def value_hash(raw: bytes) -> int:
+    """xxHash64 (seed 0) of a value's canonical bytes."""
     return xxhash.xxh64_intdigest(raw, seed=0)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from plateau_core.bloom import Bloom
+from plateau_core.bloom import Bloom, BloomKind, canonical, value_hash
 from plateau_core.column_stats import ColumnStats, may_contain
 from plateau_core.errors import InvalidInputError
 from plateau_core.schema import OFFSET, TIMESTAMP
@@ -54,7 +55,20 @@ class Condition:
         recorded) may hold a match."""
         if stats is not None and not may_contain(stats, record_count, self.values):
             return False
-        return bloom is None or any(bloom.may_contain(v) for v in self.values)
+        if bloom is None:
+            return True
+        hashes = self._hashes[bloom.kind]
+        return hashes is None or any(bloom.may_contain_hash(h) for h in hashes)
+
+    @cached_property
+    def _hashes(self) -> dict[BloomKind, list[int] | None]:
+        """The values hashed once per filter kind, for probing every segment's filter; None
+        when a value cannot be judged by filters of that kind."""
+        found: dict[BloomKind, list[int] | None] = {}
+        for kind in ("int", "bytes"):
+            raws = [canonical(kind, v) for v in self.values]
+            found[kind] = None if None in raws else [value_hash(r) for r in raws if r is not None]
+        return found
 
 
 Where = tuple[Condition, ...]

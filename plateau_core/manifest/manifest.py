@@ -271,7 +271,9 @@ class Manifest(ManifestDatabase):
         states: Sequence[SegmentState] = READABLE_STATES,
     ) -> list[SegmentRecord]:
         """Segments overlapping the offset range [start, end) and time range [start, end)."""
-        query = select(SegmentRow).where(SegmentRow.state.in_([s.value for s in states]))
+        # Plain column tuples, not ORM objects: every read plans with this list, and building
+        # an entity per row cost more than SQLite's part of the query.
+        query = select(*_RECORD_COLUMNS).where(SegmentRow.state.in_([s.value for s in states]))
         if topic is not None:
             query = query.where(SegmentRow.topic == topic)
         if partitions is not None:
@@ -286,7 +288,7 @@ class Manifest(ManifestDatabase):
             query = query.where(SegmentRow.time_min < time_end)
         query = query.order_by(SegmentRow.topic, SegmentRow.partition, SegmentRow.start_offset)
         with self._read() as session:
-            return [SegmentRecord.of(row) for row in session.scalars(query)]
+            return [_record(row) for row in session.execute(query)]
 
     def column_stats(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, ColumnStats]]:
         """Promoted statistics of these columns in the topic's readable segments, by segment
@@ -390,6 +392,52 @@ class Manifest(ManifestDatabase):
             return []
         with self._write() as session:
             return _move(session, segment_ids, from_states, to_state, **values)
+
+
+_RECORD_COLUMNS = (
+    SegmentRow.id,
+    SegmentRow.topic,
+    SegmentRow.partition,
+    SegmentRow.start_offset,
+    SegmentRow.end_offset,
+    SegmentRow.record_count,
+    SegmentRow.time_min,
+    SegmentRow.time_max,
+    SegmentRow.size_bytes,
+    SegmentRow.path,
+    SegmentRow.schema_fingerprint,
+    SegmentRow.state,
+    SegmentRow.created_at,
+    SegmentRow.replicated_at,
+    SegmentRow.deleting_at,
+    SegmentRow.problem,
+    SegmentRow.checksums,
+)
+
+
+def _record(row: Any) -> SegmentRecord:
+    """A SegmentRecord from a row of _RECORD_COLUMNS, in that order."""
+    (id_, topic, partition, start, end, count, tmin, tmax, size, path, fp, state, *rest) = row
+    created, replicated, deleting, problem, checksums = rest
+    return SegmentRecord(
+        id=id_,
+        topic=topic,
+        partition=partition,
+        start_offset=start,
+        end_offset=end,
+        record_count=count,
+        time_min=tmin,
+        time_max=tmax,
+        size_bytes=size,
+        path=path,
+        schema_fingerprint=fp,
+        state=SegmentState(state),
+        created_at=created,
+        replicated_at=replicated,
+        deleting_at=deleting,
+        problem=problem,
+        checksums_json=checksums,
+    )
 
 
 def _move(

@@ -29,8 +29,10 @@ def column_stats(
     found: dict[int, dict[str, ColumnStats]] = {}
     if not names:
         return found
+    # Column tuples rather than ORM objects: this runs while planning every `where` read.
+    c = SegmentColumnRow
     query = (
-        select(SegmentColumnRow)
+        select(c.segment_id, c.column_name, c.kind, c.null_count, c.min_value, c.max_value)
         .join(SegmentRow, SegmentRow.id == SegmentColumnRow.segment_id)
         .where(
             SegmentRow.topic == topic,
@@ -38,17 +40,10 @@ def column_stats(
             SegmentColumnRow.column_name.in_(names),
         )
     )
-    for row in session.scalars(query):
-        kind = _kind(row.kind)
-        if kind is None:
-            continue
-        found.setdefault(row.segment_id, {})[row.column_name] = ColumnStats(
-            column=row.column_name,
-            kind=kind,
-            null_count=row.null_count,
-            min_value=row.min_value,
-            max_value=row.max_value,
-        )
+    for segment_id, column, kind_text, nulls, low, high in session.execute(query):
+        kind = _kind(kind_text)
+        if kind is not None:
+            found.setdefault(segment_id, {})[column] = ColumnStats(column, kind, nulls, low, high)
     return found
 
 
@@ -58,8 +53,9 @@ def blooms(session: Session, topic: str, columns: Iterable[str]) -> dict[int, di
     found: dict[int, dict[str, Bloom]] = {}
     if not names:
         return found
+    b = SegmentBloomRow
     query = (
-        select(SegmentBloomRow)
+        select(b.segment_id, b.column_name, b.kind, b.hash_count, b.bits)
         .join(SegmentRow, SegmentRow.id == SegmentBloomRow.segment_id)
         .where(
             SegmentRow.topic == topic,
@@ -67,11 +63,11 @@ def blooms(session: Session, topic: str, columns: Iterable[str]) -> dict[int, di
             SegmentBloomRow.column_name.in_(names),
         )
     )
-    for row in session.scalars(query):
-        if row.kind not in ("int", "bytes"):
+    for segment_id, column, kind, hashes, bits in session.execute(query):
+        if kind not in ("int", "bytes"):
             continue  # a kind this version does not know: left unused, never misread
-        found.setdefault(row.segment_id, {})[row.column_name] = Bloom(
-            row.column_name, "int" if row.kind == "int" else "bytes", row.hash_count, row.bits
+        found.setdefault(segment_id, {})[column] = Bloom(
+            column, "int" if kind == "int" else "bytes", hashes, bits
         )
     return found
 

@@ -1,0 +1,228 @@
+"""Query pruning on a realistic log topic: needle queries by request id with and without bloom
+filters (and the promoted statistics), in the core reader and optionally through Spark.
+
+Builds (or reuses, with --data-dir) a store of a log topic: services, levels, statuses,
+latencies, routes, a user key and a unique request id per row, over `--partitions`
+partitions, cut into segments of `--segment-rows` rows spanning one second each (what a 1 s
+`roll.max_age` leaves at this rate). Each segment keeps bloom filters of `key` and
+`request_id` at `--fpp`. Then, in the same run, after one untimed pass over every file:
+
+- needle: store.read(topic, where={"request_id": id}) for ids drawn from the whole topic;
+- needle, no pruning: the same request with pruning off (every segment of the topic opened,
+  which is what a store without filters does: random ids put every segment's min/max around
+  the whole id range, so statistics alone rule nothing out).
+
+Each needle is timed both ways, interleaved; medians count. Results go to
+bench/results/pruning-<ts>.json.
+
+    .venv/bin/python bench/pruning_bench.py
+    .venv/bin/python bench/pruning_bench.py --rows 2000000 --needles 5     # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from benchdata import BASE_MS, machine_info, median, quiet_logs, write_results
+
+from plateau_core import Store
+from plateau_core.manifest.records import PartitionCommit, SegmentFile
+from plateau_core.names import relative_segment_path
+from plateau_core.policies import IndexPolicy
+from plateau_core.reader import ReadResult
+from plateau_core.segment_file import write_segment
+
+TOPIC = "logs"
+SETTINGS_FILE = "pruning-bench.json"
+SERVICES = pa.array(
+    ["checkout", "payments", "search", "auth", "inventory", "shipping", "catalog", "users"]
+)
+LEVELS = pa.array(["INFO"] * 12 + ["WARN", "WARN", "ERROR", "DEBUG"])
+ROUTES = pa.array(["GET /api/v1/orders", "GET /api/v2/search", "POST /login", "PUT /api/cart"])
+STATUSES = np.array([200] * 20 + [201, 204, 302, 400, 404, 500], np.int32)
+HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def request_ids(partition: int, offsets: np.ndarray) -> pa.Array:
+    """16 hex digits per row, unique per (partition, offset), in no order."""
+    mixed = (offsets.astype(np.uint64) + np.uint64(partition << 48)) * MIX
+    shifts = np.arange(60, -4, -4, dtype=np.uint64)
+    digits = HEX[((mixed[:, None] >> shifts[None, :]) & np.uint64(0xF)).astype(np.intp)]
+    n = len(offsets)
+    value_offsets = pa.py_buffer(np.arange(0, 16 * n + 1, 16, dtype=np.int32).tobytes())
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, value_offsets, pa.py_buffer(digits.tobytes())]
+    )
+
+
+def request_id(partition: int, offset: int) -> str:
+    one = request_ids(partition, np.array([offset], np.int64))
+    return str(one[0].as_py())
+
+
+def segment_table(
+    rng: np.random.Generator, partition: int, start: int, rows: int, second: int
+) -> pa.Table:
+    offsets = np.arange(start, start + rows, dtype=np.int64)
+    times = BASE_MS + second * 1000 + np.sort(rng.integers(0, 1000, rows))
+    users = rng.integers(0, 50_000, rows)
+    return pa.table(
+        {
+            "offset": pa.array(offsets),
+            "timestamp": pa.array(times, pa.timestamp("ms", tz="UTC")),
+            "key": pa.array([b"user-%d" % u for u in users.tolist()], pa.binary()),
+            "service": SERVICES.take(pa.array(rng.integers(0, len(SERVICES), rows))),
+            "level": LEVELS.take(pa.array(rng.integers(0, len(LEVELS), rows))),
+            "status": pa.array(STATUSES[rng.integers(0, len(STATUSES), rows)]),
+            "latency_ms": pa.array(rng.gamma(2.0, 20.0, rows)),
+            "route": ROUTES.take(pa.array(rng.integers(0, len(ROUTES), rows))),
+            "request_id": request_ids(partition, offsets),
+        }
+    )
+
+
+def build(store: Store, settings: dict[str, Any]) -> float:
+    """Write the topic straight through the seal path's own steps (file, then manifest), one
+    transaction per 50 segments; returns the seconds taken."""
+    began = time.perf_counter()
+    rng = np.random.default_rng(18)
+    index = IndexPolicy(bloom=("key", "request_id"), fpp=settings["fpp"])
+    per_partition = settings["rows"] // settings["partitions"]
+    segment_rows = settings["segment_rows"]
+    for partition in range(settings["partitions"]):
+        directory = store.data_dir / "topics" / TOPIC / str(partition)
+        pending: list[SegmentFile] = []
+        for number, start in enumerate(range(0, per_partition, segment_rows)):
+            rows = min(segment_rows, per_partition - start)
+            table = segment_table(rng, partition, start, rows, number)
+            _, stats = write_segment(directory, table, "lz4", fsync=False, index=index)
+            pending.append(
+                SegmentFile(stats, relative_segment_path(TOPIC, partition, start), table.schema)
+            )
+            if len(pending) == 50:
+                store.manifest.commit_seal([PartitionCommit(TOPIC, partition, tuple(pending))])
+                pending = []
+        if pending:
+            store.manifest.commit_seal([PartitionCommit(TOPIC, partition, tuple(pending))])
+    return time.perf_counter() - began
+
+
+def timed(result: ReadResult) -> tuple[float, int]:
+    began = time.perf_counter()
+    rows = sum(batch.num_rows for batch in result)
+    return time.perf_counter() - began, rows
+
+
+def needles(store: Store, settings: dict[str, Any], count: int) -> dict[str, Any]:
+    rng = random.Random(18)
+    per_partition = settings["rows"] // settings["partitions"]
+    segments = len(store.manifest.segments(TOPIC))
+    pruned_s: list[float] = []
+    full_s: list[float] = []
+    opened: list[int] = []
+    for _ in range(count):
+        partition = rng.randrange(settings["partitions"])
+        wanted = request_id(partition, rng.randrange(per_partition))
+        began = time.perf_counter()
+        result = store.read(TOPIC, where={"request_id": wanted})
+        rows = sum(batch.num_rows for batch in result)
+        pruned_s.append(time.perf_counter() - began)
+        assert rows == 1, (wanted, rows)
+        opened.append(len(result.opened))
+        began = time.perf_counter()
+        unpruned = ReadResult(store, result.request, prune=False)
+        rows = sum(batch.num_rows for batch in unpruned)
+        full_s.append(time.perf_counter() - began)
+        assert rows == 1 and len(unpruned.opened) == segments
+    return {
+        "segments": segments,
+        "needles": count,
+        "opened": opened,
+        "opened_share_max": max(opened) / segments,
+        "opened_share_mean": sum(opened) / len(opened) / segments,
+        "pruned_s": pruned_s,
+        "unpruned_s": full_s,
+        "pruned_median_s": median(pruned_s),
+        "unpruned_median_s": median(full_s),
+        "speedup": median(full_s) / median(pruned_s),
+    }
+
+
+def warm(store: Store) -> None:
+    for segment in store.manifest.segments(TOPIC):
+        store.segment_path(segment).read_bytes()
+
+
+def open_store(
+    args: argparse.Namespace, settings: dict[str, Any]
+) -> tuple[Store, float | None, Path | None]:
+    if args.data_dir is None:
+        temp = Path(tempfile.mkdtemp(prefix="plateau-pruning-"))
+        store = Store.open(temp / "data")
+        return store, build(store, settings), temp
+    root = Path(args.data_dir)
+    marker = root / SETTINGS_FILE
+    if marker.exists() and json.loads(marker.read_text()) == settings:
+        return Store.open(root / "data"), None, None
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    store = Store.open(root / "data")
+    seconds = build(store, settings)
+    marker.write_text(json.dumps(settings))
+    return store, seconds, None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--segment-rows", type=int, default=2_000)
+    parser.add_argument("--fpp", type=float, default=0.01)
+    parser.add_argument("--needles", type=int, default=9)
+    parser.add_argument("--data-dir", help="build the store here once and reuse it")
+    args = parser.parse_args()
+    quiet_logs()
+    settings = {
+        "rows": args.rows,
+        "partitions": args.partitions,
+        "segment_rows": args.segment_rows,
+        "fpp": args.fpp,
+    }
+    store, build_s, temp = open_store(args, settings)
+    try:
+        warm(store)
+        payload: dict[str, Any] = {
+            "settings": settings,
+            "build_s": build_s,
+            "machine": machine_info(store.data_dir),
+            "store_bytes": sum(s.bytes for s in store.spans(TOPIC)),
+            "needle": needles(store, settings, args.needles),
+        }
+    finally:
+        store.close()
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+    needle = payload["needle"]
+    print(
+        f"{needle['segments']} segments; needle opened {needle['opened_share_mean']:.2%} of "
+        f"them on average (max {needle['opened_share_max']:.2%}); "
+        f"{needle['pruned_median_s'] * 1000:.1f} ms vs {needle['unpruned_median_s']:.2f} s "
+        f"without pruning: {needle['speedup']:.0f}x",
+        file=sys.stderr,
+    )
+    print(write_results("pruning", payload))
+
+
+if __name__ == "__main__":
+    main()
