@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -21,9 +21,11 @@ from plateau_core.manifest import SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
+from plateau_core.top_by_time import time_ordered, top_by_time
 from plateau_core.where import Where, segment_admitted, where_mask
 
 Order = Literal["asc", "desc"]
+OrderBy = Literal["offset", "timestamp"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -75,6 +77,9 @@ class ReadRequest:
     times_in: frozenset[int] | None = None  # epoch ms
     # Equality / IN conditions on the topic's own columns (plateau_core.where).
     where: Where = ()
+    # "timestamp": rows strictly in timestamp order across segments and partitions
+    # (plateau_core.top_by_time); "offset": each segment's rows in offset order.
+    order_by: OrderBy = "offset"
 
     @classmethod
     def build(
@@ -90,9 +95,12 @@ class ReadRequest:
         limit: int | None,
         order: Order,
         where: Where = (),
+        order_by: OrderBy = "offset",
     ) -> ReadRequest:
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
+        if order_by not in ("offset", "timestamp"):
+            raise InvalidInputError(f"order_by must be 'offset' or 'timestamp', got {order_by!r}")
         if limit is not None and limit < 0:
             raise InvalidInputError(f"limit must not be negative, got {limit}")
         return cls(
@@ -106,6 +114,7 @@ class ReadRequest:
             limit=limit,
             order=order,
             where=where,
+            order_by=order_by,
         )
 
     @classmethod
@@ -173,6 +182,16 @@ class ReadRequest:
         return combined
 
 
+def _at_or_beyond(request: ReadRequest, threshold: int) -> ReadRequest:
+    """`request` narrowed to the rows a timestamp-ordered read can still use: at or after
+    `threshold` (descending) or at or before it (ascending)."""
+    if request.order == "desc":
+        start = threshold if request.time_start is None else max(request.time_start, threshold)
+        return replace(request, time_start=start)
+    end = threshold + 1 if request.time_end is None else min(request.time_end, threshold + 1)
+    return replace(request, time_end=end)
+
+
 def _int64(value: int) -> pa.Scalar:
     return pa.scalar(value, pa.int64())
 
@@ -201,9 +220,12 @@ class ReadResult:
         self.pruned = 0  # segments the promoted statistics ruled out, never opened
         if request.where and prune:
             segments = self._prune(segments)
-        segments.sort(key=lambda s: (s.time_min, s.partition, s.start_offset))
-        if request.order == "desc":
-            segments.reverse()
+        if request.order_by == "timestamp":
+            segments = time_ordered(segments, request.order)
+        else:
+            segments.sort(key=lambda s: (s.time_min, s.partition, s.start_offset))
+            if request.order == "desc":
+                segments.reverse()
         self.segments: list[SegmentRecord] = segments
         self.schema = self._schema()
         self.scan = ScanCounters()
@@ -239,6 +261,9 @@ class ReadResult:
         remaining = self.request.limit
         if remaining == 0:
             return
+        if self.request.order_by == "timestamp":
+            yield from self._by_time()
+            return
         for segment in self.segments:
             for batch in self._segment_batches(segment):
                 if remaining is not None:
@@ -248,12 +273,30 @@ class ReadResult:
                     remaining -= batch.num_rows
                 yield batch
 
-    def _segment_batches(self, segment: SegmentRecord) -> Iterator[pa.RecordBatch]:
+    def _by_time(self) -> Iterator[pa.RecordBatch]:
+        """The rows in timestamp order, reading the segments until the limit is certain."""
+        merged = merge_schemas(self.store.manifest.schemas(self.request.topic).values())
+        wanted = {*self.schema.names, OFFSET, TIMESTAMP}
+        sorting = pa.schema([f for f in merged if f.name in wanted])
+        if TIMESTAMP not in sorting.names:  # a topic without segments
+            return
+        request = self.request
+
+        def read(segment: SegmentRecord, threshold: int | None) -> Iterator[pa.RecordBatch]:
+            narrowed = request if threshold is None else _at_or_beyond(request, threshold)
+            yield from self._segment_batches(segment, narrowed, conformed=False)
+
+        table = top_by_time(self.segments, read, sorting, request.limit, request.order)
+        yield from table.select(self.schema.names).to_batches()
+
+    def _segment_batches(
+        self, segment: SegmentRecord, request: ReadRequest | None = None, *, conformed: bool = True
+    ) -> Iterator[pa.RecordBatch]:
         path = self.store.segment_path(segment)
         try:
-            batches = segment_batches(path, segment, self.request, self.scan)
+            batches = segment_batches(path, segment, request or self.request, self.scan)
             for batch in batches:
-                yield conform(batch, self.schema)
+                yield conform(batch, self.schema) if conformed else batch
         except SegmentCorruptError as exc:
             # So the next query plans without it instead of failing on it again.
             quarantine(self.store.manifest, segment, exc.problem, found_by="read")

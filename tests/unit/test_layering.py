@@ -57,6 +57,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.seal_groups": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
+    "plateau_core.top_by_time": 4,
     "plateau_core.reader": 4,
     "plateau_core.retention": 4,
     "plateau_core.recovery": 5,
