@@ -1,5 +1,6 @@
 """Query pruning on a realistic log topic: needle queries by request id with and without bloom
-filters (and the promoted statistics), in the core reader and optionally through Spark.
+filters (and the promoted statistics), and the newest rows with and without early
+termination, in the core reader and optionally (--spark) through the Spark connector.
 
 Builds (or reuses, with --data-dir) a store of a log topic: services, levels, statuses,
 latencies, routes, a user key and a unique request id per row, over `--partitions`
@@ -10,7 +11,12 @@ partitions, cut into segments of `--segment-rows` rows spanning one second each 
 - needle: store.read(topic, where={"request_id": id}) for ids drawn from the whole topic;
 - needle, no pruning: the same request with pruning off (every segment of the topic opened,
   which is what a store without filters does: random ids put every segment's min/max around
-  the whole id range, so statistics alone rule nothing out).
+  the whole id range, so statistics alone rule nothing out);
+- newest: store.read(topic, order_by="timestamp", order="desc", limit=100);
+- newest, full sort: every row read and sorted by timestamp, then the first 100 taken;
+- with --spark, the same pairs through the connector: `request_id = id` with pushdown (bloom
+  pruning) against pushdown=false, and `ORDER BY timestamp DESC LIMIT 100` pushed as a TopN
+  against pushdown=false (Spark sorts every row).
 
 Each needle is timed both ways, interleaved; medians count. Results go to
 bench/results/pruning-<ts>.json.
@@ -159,6 +165,73 @@ def needles(store: Store, settings: dict[str, Any], count: int) -> dict[str, Any
     }
 
 
+def newest(store: Store, repeat: int, k: int = 100) -> dict[str, Any]:
+    early_s: list[float] = []
+    full_s: list[float] = []
+    opened = 0
+    for _ in range(repeat):
+        began = time.perf_counter()
+        result = store.read(TOPIC, order_by="timestamp", order="desc", limit=k)
+        top = result.to_table()
+        early_s.append(time.perf_counter() - began)
+        opened = len(result.opened)
+        began = time.perf_counter()
+        everything = store.read(TOPIC).to_table()
+        ordered = everything.sort_by([("timestamp", "descending"), ("offset", "descending")])
+        full = ordered.slice(0, k)
+        full_s.append(time.perf_counter() - began)
+        assert top.column("timestamp").equals(full.column("timestamp"))
+    return {
+        "k": k,
+        "opened": opened,
+        "early_s": early_s,
+        "full_sort_s": full_s,
+        "early_median_s": median(early_s),
+        "full_sort_median_s": median(full_s),
+        "speedup": median(full_s) / median(early_s),
+    }
+
+
+def spark_pairs(store: Store, settings: dict[str, Any], repeat: int) -> dict[str, Any]:
+    from plateau_spark import session  # noqa: PLC0415
+
+    spark = session("local[2]")
+
+    def frame(pushdown: bool) -> Any:
+        reader = spark.read.format("plateau").option("path", str(store.data_dir))
+        reader = reader.option("topic", TOPIC).option("pushdown", str(pushdown).lower())
+        return reader.load()
+
+    rng = random.Random(7)
+    per_partition = settings["rows"] // settings["partitions"]
+    pairs: dict[str, dict[str, list[float]]] = {"needle": {}, "newest": {}}
+    for _ in range(repeat):
+        wanted = request_id(rng.randrange(settings["partitions"]), rng.randrange(per_partition))
+        for pushdown in (True, False):
+            began = time.perf_counter()
+            rows = frame(pushdown).filter(f"request_id = '{wanted}'").collect()
+            pairs["needle"].setdefault(str(pushdown), []).append(time.perf_counter() - began)
+            assert len(rows) == 1
+            began = time.perf_counter()
+            top = frame(pushdown).orderBy(fn_desc("timestamp")).limit(100).collect()
+            pairs["newest"].setdefault(str(pushdown), []).append(time.perf_counter() - began)
+            assert len(top) == 100
+    return {
+        name: {
+            "pushdown_s": times["True"],
+            "no_pushdown_s": times["False"],
+            "speedup": median(times["False"]) / median(times["True"]),
+        }
+        for name, times in pairs.items()
+    }
+
+
+def fn_desc(column: str) -> Any:
+    from pyspark.sql import functions as fn  # noqa: PLC0415
+
+    return fn.col(column).desc()
+
+
 def warm(store: Store) -> None:
     for segment in store.manifest.segments(TOPIC):
         store.segment_path(segment).read_bytes()
@@ -191,6 +264,8 @@ def main() -> None:
     parser.add_argument("--fpp", type=float, default=0.01)
     parser.add_argument("--needles", type=int, default=9)
     parser.add_argument("--data-dir", help="build the store here once and reuse it")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of the newest-100 pair")
+    parser.add_argument("--spark", action="store_true", help="the same pairs through Spark")
     args = parser.parse_args()
     quiet_logs()
     settings = {
@@ -208,7 +283,10 @@ def main() -> None:
             "machine": machine_info(store.data_dir),
             "store_bytes": sum(s.bytes for s in store.spans(TOPIC)),
             "needle": needles(store, settings, args.needles),
+            "newest": newest(store, args.repeat),
         }
+        if args.spark:
+            payload["spark"] = spark_pairs(store, settings, max(1, args.repeat // 2))
     finally:
         store.close()
         if temp is not None:
@@ -221,6 +299,18 @@ def main() -> None:
         f"without pruning: {needle['speedup']:.0f}x",
         file=sys.stderr,
     )
+    top = payload["newest"]
+    print(
+        f"newest 100: {top['early_median_s'] * 1000:.1f} ms, {top['opened']} segments opened, "
+        f"vs {top['full_sort_median_s']:.2f} s for a full sort: {top['speedup']:.0f}x",
+        file=sys.stderr,
+    )
+    for name, pair in payload.get("spark", {}).items():
+        print(
+            f"spark {name}: {median(pair['pushdown_s']):.2f} s vs "
+            f"{median(pair['no_pushdown_s']):.2f} s without pushdown: {pair['speedup']:.1f}x",
+            file=sys.stderr,
+        )
     print(write_results("pruning", payload))
 
 

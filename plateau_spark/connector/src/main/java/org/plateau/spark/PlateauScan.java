@@ -25,6 +25,8 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   private final BloomProbes probes;
   private final List<String> filters;
   private final long limit;
+  private final TopN topN; // null: none pushed
+  private Bounds readBounds; // the bounds, narrowed by a TopN's threshold once planned
   private final int fullRowSize;
   private InputPartition[] planned;
 
@@ -35,12 +37,14 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
       Bounds bounds,
       BloomProbes probes,
       List<String> filters,
-      long limit) {
+      long limit,
+      TopN topN) {
     this.options = options;
     this.fullRowSize = full.defaultSize();
     this.schema = schema;
     this.bounds = bounds;
     this.probes = probes;
+    this.topN = topN;
     this.filters = filters;
     this.limit = limit;
   }
@@ -54,7 +58,10 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   public String description() {
     return "PlateauScan[topic=" + options.topic + "] ReadSchema: " + schema.catalogString()
         + ", PushedFilters: " + filters + (limit >= 0 ? ", PushedLimit: " + limit : "")
-        + (probes.isEmpty() ? "" : ", BloomFilterColumns: " + probes.columns());
+        + (probes.isEmpty() ? "" : ", BloomFilterColumns: " + probes.columns())
+        + (topN == null
+            ? ""
+            : ", PushedTopN: timestamp " + (topN.descending ? "DESC" : "ASC") + " LIMIT " + topN.limit);
   }
 
   @Override
@@ -86,6 +93,17 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
       if (!probes.isEmpty()) {
         blooms = manifest.blooms(options.topic, probes.columns());
       }
+    }
+    if (topN != null) {
+      List<Segment> candidates = new ArrayList<>();
+      for (Segment s : segments) {
+        if (bounds.admits(s) && probes.admits(blooms.get(s.id()))) {
+          candidates.add(s);
+        }
+      }
+      TopN.Plan plan = topN.plan(candidates, bounds);
+      readBounds = plan.bounds();
+      return SegmentGroup.plan(plan.segments(), options.maxPartitionBytes, readBounds);
     }
     List<Segment> admitted = new ArrayList<>();
     long sure = 0; // rows certain to be returned by the segments admitted so far
@@ -137,6 +155,11 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
+    planInputPartitions(); // a TopN's threshold narrows the bounds the tasks read with
+    if (topN != null) {
+      // Rows are not read in time order, so no task may stop early: Spark takes the first k.
+      return new ReadPlan(options, schema, readBounds == null ? bounds : readBounds, -1);
+    }
     return new ReadPlan(options, schema, bounds, limit);
   }
 }
