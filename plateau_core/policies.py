@@ -99,6 +99,20 @@ class RetentionPolicy:
 
 
 @dataclass(frozen=True)
+class ConsolidatePolicy:
+    """Per topic: runs of small sealed segments of a partition older than `min_age_s` are
+    merged into segments of up to `target_bytes`."""
+
+    target_bytes: int = 64 * MiB
+    min_age_s: float = 60.0  # since the segment was recorded
+
+    def __post_init__(self) -> None:
+        _positive("consolidate.target_bytes", self.target_bytes)
+        if self.min_age_s < 0:
+            raise InvalidInputError("consolidate.min_age must not be negative")
+
+
+@dataclass(frozen=True)
 class StoreLimits:
     """Store-wide limits: the fixed footprint."""
 

@@ -50,12 +50,14 @@ def write_segment(
     *,
     fsync: bool = True,
     index: IndexPolicy | None = None,
+    name: str | None = None,
 ) -> tuple[Path, SegmentStats]:
     """Write `table` as `{start_offset:020d}.arrow` in `directory`, durably.
 
     The file appears under its final name only when complete; a crash leaves at most a
     temp file that recovery removes. Writing the same segment again replaces it. The bloom
-    filters `index` asks for go in the footer, beside the batch index.
+    filters `index` asks for go in the footer, beside the batch index. `name` replaces the
+    sealed segment's name (a consolidated segment's, plateau_core.names).
     """
     if table.num_rows == 0:
         raise InvalidInputError("a segment needs at least one row")
@@ -64,7 +66,7 @@ def write_segment(
     spans = [span for group in groups if (span := _span(group)) is not None]
     blooms = _blooms(table, index or IndexPolicy())
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / segment_name(start)
+    final = directory / (name or segment_name(start))
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
     options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     ranges: list[BatchRange] = []

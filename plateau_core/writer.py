@@ -12,9 +12,10 @@ or none.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -64,6 +65,7 @@ class Writer:
         self._cond = threading.Condition()
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._locks: dict[TopicPartition, PartitionLock] = {}
+        self._maintained: set[TopicPartition] = set()  # see maintaining()
         self._buffered = 0
         self._in_flight = 0
         self._groups = SealGroups(self._logs, self.policy.seal_together)
@@ -125,8 +127,11 @@ class Writer:
             dropped_rows = slog.rows
             self._buffered -= slog.drop()
             deadline = time.monotonic() + timeout_s
-            # A seal already running may still land; wait so the next owner sees it.
-            while slog.in_flight is not None and time.monotonic() < deadline:
+            # A seal already running may still land, and a consolidation may be swapping
+            # files: wait so the next owner's recovery sees where they end.
+            while (
+                slog.in_flight is not None or key in self._maintained
+            ) and time.monotonic() < deadline:
                 self._cond.wait(0.05)
             del self._logs[key]
             lock = self._locks.pop(key)
@@ -142,6 +147,25 @@ class Writer:
             dropped_rows=dropped_rows,
         )
         self.listener.on_capacity()
+
+    @contextlib.contextmanager
+    def maintaining(self, topic: str, partition: int) -> Iterator[bool]:
+        """Hold an owned partition while other work rewrites sealed files in its folder
+        (consolidation): releasing it waits until this ends, so a next owner never recovers
+        the folder halfway. Yields False, holding nothing, for a partition not owned here or
+        held already."""
+        key = (topic, partition)
+        with self._cond:
+            held = key in self._logs and key not in self._maintained
+            if held:
+                self._maintained.add(key)
+        try:
+            yield held
+        finally:
+            if held:
+                with self._cond:
+                    self._maintained.discard(key)
+                    self._cond.notify_all()
 
     def owned(self) -> list[TopicPartition]:
         with self._cond:

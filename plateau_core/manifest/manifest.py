@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from plateau_core.bloom import Bloom
 from plateau_core.column_stats import ColumnStats
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest import produced, promoted
+from plateau_core.manifest import produced, promoted, swap
 from plateau_core.manifest.commit import (
     advance_for_segment,
     advance_over,
@@ -31,6 +31,7 @@ from plateau_core.manifest.models import (
     SegmentState,
 )
 from plateau_core.manifest.records import (
+    RECORD_COLUMNS,
     PartitionCommit,
     PartitionSpan,
     SegmentFile,
@@ -129,6 +130,16 @@ class Manifest(ManifestDatabase):
                     else stats.checksums.to_json(),
                 )
             )
+
+    def swap_segments(self, run: Sequence[SegmentRecord], merged: SegmentFile) -> int:
+        """Replace a run of one partition's segments by `merged`, which holds their rows, in
+        one transaction: the run's rows move to deleting (their files stay for the deletion
+        grace), the merged row takes their state. Returns its id.
+
+        Raises ManifestConflictError, changing nothing, when a row of the run changed.
+        """
+        with self._write() as session:
+            return swap.swap(session.connection(), run, merged, now_ms())
 
     def advance_watermark(self, topic: str, partition: int, next_offset: int) -> bool:
         """Move the watermark forward over offsets that land nowhere (skipped records).
@@ -273,7 +284,7 @@ class Manifest(ManifestDatabase):
         """Segments overlapping the offset range [start, end) and time range [start, end)."""
         # Plain column tuples, not ORM objects: every read plans with this list, and building
         # an entity per row cost more than SQLite's part of the query.
-        query = select(*_RECORD_COLUMNS).where(SegmentRow.state.in_([s.value for s in states]))
+        query = select(*RECORD_COLUMNS).where(SegmentRow.state.in_([s.value for s in states]))
         if topic is not None:
             query = query.where(SegmentRow.topic == topic)
         if partitions is not None:
@@ -288,7 +299,7 @@ class Manifest(ManifestDatabase):
             query = query.where(SegmentRow.time_min < time_end)
         query = query.order_by(SegmentRow.topic, SegmentRow.partition, SegmentRow.start_offset)
         with self._read() as session:
-            return [_record(row) for row in session.execute(query)]
+            return [SegmentRecord.from_row(row) for row in session.execute(query)]
 
     def column_stats(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, ColumnStats]]:
         """Promoted statistics of these columns in the topic's readable segments, by segment
@@ -392,52 +403,6 @@ class Manifest(ManifestDatabase):
             return []
         with self._write() as session:
             return _move(session, segment_ids, from_states, to_state, **values)
-
-
-_RECORD_COLUMNS = (
-    SegmentRow.id,
-    SegmentRow.topic,
-    SegmentRow.partition,
-    SegmentRow.start_offset,
-    SegmentRow.end_offset,
-    SegmentRow.record_count,
-    SegmentRow.time_min,
-    SegmentRow.time_max,
-    SegmentRow.size_bytes,
-    SegmentRow.path,
-    SegmentRow.schema_fingerprint,
-    SegmentRow.state,
-    SegmentRow.created_at,
-    SegmentRow.replicated_at,
-    SegmentRow.deleting_at,
-    SegmentRow.problem,
-    SegmentRow.checksums,
-)
-
-
-def _record(row: Any) -> SegmentRecord:
-    """A SegmentRecord from a row of _RECORD_COLUMNS, in that order."""
-    (id_, topic, partition, start, end, count, tmin, tmax, size, path, fp, state, *rest) = row
-    created, replicated, deleting, problem, checksums = rest
-    return SegmentRecord(
-        id=id_,
-        topic=topic,
-        partition=partition,
-        start_offset=start,
-        end_offset=end,
-        record_count=count,
-        time_min=tmin,
-        time_max=tmax,
-        size_bytes=size,
-        path=path,
-        schema_fingerprint=fp,
-        state=SegmentState(state),
-        created_at=created,
-        replicated_at=replicated,
-        deleting_at=deleting,
-        problem=problem,
-        checksums_json=checksums,
-    )
 
 
 def _move(

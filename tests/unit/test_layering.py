@@ -48,6 +48,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest.opening": 2,
     "plateau_core.manifest.produced": 2,
     "plateau_core.manifest.promoted": 2,
+    "plateau_core.manifest.swap": 2,
     # what the middle layer sees of a store, and per-partition state
     "plateau_core.handle": 3,
     "plateau_core.group_commit": 3,
@@ -61,6 +62,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.reader": 4,
     "plateau_core.retention": 4,
     "plateau_core.recovery": 5,
+    "plateau_core.consolidate": 5,
     "plateau_core.rebuild": 5,
     "plateau_core.writer": 6,
     # the facade
