@@ -1,11 +1,19 @@
-"""The configured store: opening it, and the retention its configuration asks for."""
+"""The configured store: opening it, and the retention and consolidation its configuration
+asks for."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from bridge.config.models import Config
-from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits
+from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits, Writer
+from plateau_core.consolidate import ConsolidationReport, Consolidator
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy
+
+
+class Telemetry(Protocol):
+    def add(self, name: str, labels: tuple[str, ...], amount: float = 1.0) -> None: ...
 
 
 def open_store(config: Config) -> Store:
@@ -33,4 +41,37 @@ def retention_for(
         ),
         resolve=resolve,
         observer=observer,
+    )
+
+
+def consolidator_for(
+    config: Config, store: Store, writer: Writer, telemetry: Telemetry | None = None
+) -> Consolidator:
+    """Consolidation of the partitions `writer` owns, for topics whose mapping sets
+    `consolidate`; each pass is counted in `telemetry` (the plateau_consolidat* metrics)."""
+
+    def resolve(topic: str) -> tuple[ConsolidatePolicy, IndexPolicy] | None:
+        mapping = config.mapping_for_plateau_topic(topic)
+        if mapping is None or mapping.consolidate is None:
+            return None
+        return mapping.consolidate.policy(), mapping.index.policy()
+
+    def observe(report: ConsolidationReport) -> None:
+        if telemetry is None:
+            return
+        for merge in report.merged:
+            telemetry.add("consolidations", (merge.topic,))
+            telemetry.add("consolidated_segments", (merge.topic,), merge.segments - 1)
+        if report.conflicts:
+            telemetry.add("errors", ("consolidation_conflict",), report.conflicts)
+        if report.failed:
+            telemetry.add("errors", ("consolidation_failed",))
+
+    return Consolidator(
+        store,
+        {},
+        resolve=resolve,
+        compression=config.storage.compression,
+        guard=writer.maintaining,
+        observer=observe,
     )

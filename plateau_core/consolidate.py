@@ -20,6 +20,7 @@ while nothing else writes it: under its writer's `maintaining` guard, or its loc
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,7 @@ class Merge:
 class ConsolidationReport:
     merged: list[Merge] = field(default_factory=list)
     conflicts: int = 0  # runs that changed while being merged: left as they were
+    failed: bool = False  # the pass stopped on an error (what was merged before it stays)
 
     @property
     def segments_removed(self) -> int:
@@ -105,7 +107,8 @@ def plan_runs(
 
 
 class Consolidator:
-    """Merges the small segments of the topics it has a policy for; call `run()`."""
+    """Merges the small segments of the topics it has a policy for; call `run()` or
+    `start()`."""
 
     def __init__(
         self,
@@ -113,23 +116,42 @@ class Consolidator:
         topics: Mapping[str, ConsolidatePolicy],
         *,
         indexes: Mapping[str, IndexPolicy] | None = None,
+        resolve: Callable[[str], tuple[ConsolidatePolicy, IndexPolicy] | None] | None = None,
         compression: Compression = "lz4",
         fsync: bool = True,
         guard: Guard | None = None,
+        observer: Callable[[ConsolidationReport], None] | None = None,
         write: WriteSegment = write_segment,
     ) -> None:
+        """`topics` and `indexes` name policies outright; `resolve` answers for any other
+        topic of the store (None: not consolidated). `observer` hears every pass (metrics)."""
         self.store = store
         self.topics = dict(topics)
         self.indexes = dict(indexes or {})
         self.compression = compression
         self.fsync = fsync
+        self.failed_passes = 0
+        self._resolve = resolve
         self._guard = guard or self._locked
+        self._observer = observer
         self._write = write  # tests inject failing writers here
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def policies(self) -> dict[str, ConsolidatePolicy]:
+        """The topics of the store to consolidate now, with their policies."""
+        found = dict(self.topics)
+        if self._resolve is not None:
+            for topic in self.store.manifest.topics():
+                resolved = None if topic in found else self._resolve(topic)
+                if resolved is not None:
+                    found[topic], self.indexes[topic] = resolved
+        return found
 
     def run(self, now: int | None = None) -> ConsolidationReport:
         stamp = now_ms() if now is None else now
         report = ConsolidationReport()
-        for topic, policy in sorted(self.topics.items()):
+        for topic, policy in sorted(self.policies().items()):
             rows = self.store.manifest.segments(topic, states=tuple(SegmentState))
             by_partition: dict[int, list[SegmentRecord]] = {}
             for row in rows:
@@ -143,7 +165,35 @@ class Consolidator:
                         continue
                     for run in runs:
                         self._merge(topic, partition, run, report)
+        if self._observer is not None:
+            self._observer(report)
         return report
+
+    def start(self, interval_s: float = 30.0) -> None:
+        """Run a pass every `interval_s` on a daemon thread until `stop()`."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, args=(interval_s,), name="consolidation", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.run()
+            except Exception as exc:  # the next pass tries again; the count shows it
+                self.failed_passes += 1
+                log.error("consolidation_failed", error=str(exc), error_type=type(exc).__name__)
+                if self._observer is not None:
+                    self._observer(ConsolidationReport(failed=True))
 
     def _merge(
         self, topic: str, partition: int, run: list[SegmentRecord], report: ConsolidationReport

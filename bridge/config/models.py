@@ -108,6 +108,11 @@ class StorageConfig(Strict):
     retention_interval: Duration = Field(
         default=30.0, description="How often retention runs while serving."
     )
+    consolidate_interval: Duration = Field(
+        default=30.0,
+        description="How often each writer consolidates the partitions it owns (topics with "
+        "consolidate set).",
+    )
     verify_on_start: bool = Field(
         default=True,
         description="Check every segment's checksums once when serve starts, before its "

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict, short
 from plateau_core.names import validate_topic
-from plateau_core.policies import IndexPolicy, RetentionPolicy, RollPolicy
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy, RetentionPolicy, RollPolicy
 
 FIELD_TYPES = ("string", "int", "float", "bool", "timestamp")
 
@@ -90,6 +90,21 @@ class IndexConfig(Strict):
         return IndexPolicy(bloom=tuple(self.bloom), fpp=self.fpp)
 
 
+class ConsolidateConfig(Strict):
+    target_bytes: Size = Field(
+        default=64 * 1024 * 1024,
+        description="Merge neighbouring small segments into segments of up to this size.",
+    )
+    min_age: Duration = Field(
+        default=60.0,
+        description="Only segments sealed at least this long ago (recent ones are the likeliest "
+        "to be read while they are swapped).",
+    )
+
+    def policy(self) -> ConsolidatePolicy:
+        return ConsolidatePolicy(target_bytes=int(self.target_bytes), min_age_s=self.min_age)
+
+
 class Defaults(Strict):
     roll: RollConfig = Field(default=RollConfig(), description="When segments are sealed.")
     retention: RetentionConfig = Field(
@@ -144,6 +159,11 @@ class TopicMapping(Strict):
     index: IndexConfig = Field(
         default=IndexConfig(),
         description="Per-segment indexes beyond the promoted statistics every segment has.",
+    )
+    consolidate: ConsolidateConfig | None = Field(
+        default=None,
+        description="Merge runs of small sealed segments (what a short roll.max_age leaves) "
+        "in the background; leave out to keep segments as sealed.",
     )
     on_error: Literal["dlq", "skip", "fail"] = Field(
         default="fail",

@@ -26,6 +26,7 @@ from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
+from bridge.store import consolidator_for
 from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
 from plateau_core.listener import SealedSegment, WriterListener
@@ -96,6 +97,8 @@ class ProduceSink(WriterListener):
         )
         self.partitions: dict[tuple[str, int], ProducedPartition] = {}
         self._capacity = asyncio.Event()
+        self.consolidator = consolidator_for(config, store, self.writer)
+        self.consolidator.start(storage.consolidate_interval)
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -147,6 +150,7 @@ class ProduceSink(WriterListener):
 
     def close(self, timeout_s: float) -> None:
         """Seal what is buffered and let every partition go."""
+        self.consolidator.stop()
         try:
             self.writer.close(timeout_s=timeout_s)
         finally:

@@ -1,0 +1,74 @@
+"""`topics[].consolidate` from the configuration to a writer's consolidation, with its
+metrics counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.config import load_config
+from bridge.errors import ConfigError
+from bridge.ops.telemetry import WorkerTelemetry, parse_dump
+from bridge.store import consolidator_for, open_store
+from plateau_core import RollPolicy, WriterPolicy
+from tests.core.test_blooms import _batch
+from tests.support import append_patiently
+
+
+def _config(tmp_path: Path, topics: list[dict[str, object]]) -> Path:
+    path = tmp_path / "plateau.yaml"
+    body = {"storage": {"data_dir": str(tmp_path / "data")}, "topics": topics}
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_consolidate_becomes_the_policy_and_is_off_by_default(tmp_path: Path) -> None:
+    topics = [
+        {"source": "a", "consolidate": {"target_bytes": "8MiB", "min_age": "5m"}},
+        {"source": "b"},
+        {"source": "c", "consolidate": {}},
+    ]
+    config = load_config(_config(tmp_path, topics), env={})
+    first = config.topics[0].consolidate
+    assert first is not None
+    assert (first.policy().target_bytes, first.policy().min_age_s) == (8 * 1024**2, 300.0)
+    assert config.topics[1].consolidate is None
+    third = config.topics[2].consolidate
+    assert third is not None and third.policy().target_bytes == 64 * 1024**2
+
+
+def test_bad_consolidate_names_the_field(tmp_path: Path) -> None:
+    topics = [{"source": "a", "consolidate": {"target_bytes": "lots"}}]
+    with pytest.raises(ConfigError, match=r"topics\.0\.consolidate\.target_bytes"):
+        load_config(_config(tmp_path, topics), env={})
+
+
+def test_a_writer_consolidates_the_topics_configured_and_counts_it(tmp_path: Path) -> None:
+    topics = [
+        {"source": "logs", "consolidate": {"min_age": "0s"}, "index": {"bloom": ["request_id"]}},
+        {"source": "other"},
+    ]
+    config = load_config(_config(tmp_path, topics), env={})
+    telemetry = WorkerTelemetry()
+    with open_store(config) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            for topic in ("logs", "other"):
+                writer.acquire(topic, 0, roll=RollPolicy(max_rows=50, max_age_s=3600))
+                for i in range(4):
+                    append_patiently(writer, topic, 0, _batch(i * 50))
+            writer.flush()
+            report = consolidator_for(config, store, writer, telemetry).run()
+        finally:
+            writer.close()
+        assert [(m.topic, m.segments) for m in report.merged] == [("logs", 4)]
+        assert len(store.manifest.segments("logs")) == 1
+        assert len(store.manifest.segments("other")) == 4
+        [merged] = store.manifest.segments("logs")
+        assert set(store.manifest.blooms("logs", ["request_id"])) == {merged.id}
+    counters, _ = parse_dump(telemetry.dump())
+    counted = dict(counters)
+    assert counted[("consolidations", ("logs",))] == 1
+    assert counted[("consolidated_segments", ("logs",))] == 3
