@@ -14,6 +14,9 @@ partitions, cut into segments of `--segment-rows` rows spanning one second each 
   the whole id range, so statistics alone rule nothing out);
 - newest: store.read(topic, order_by="timestamp", order="desc", limit=100);
 - newest, full sort: every row read and sorted by timestamp, then the first 100 taken;
+- with --consolidate BYTES, last (it rewrites the store, which the next run then builds
+  again): one consolidation pass to segments of up to BYTES, retired files removed, then the
+  segment count before and after and the needle queries again;
 - with --spark, the same pairs through the connector: `request_id = id` with pushdown (bloom
   pruning) against pushdown=false, and `ORDER BY timestamp DESC LIMIT 100` pushed as a TopN
   against pushdown=false (Spark sorts every row).
@@ -41,10 +44,11 @@ import numpy as np
 import pyarrow as pa
 from benchdata import BASE_MS, machine_info, median, quiet_logs, write_results
 
-from plateau_core import Store
+from plateau_core import Retention, Store, StoreLimits
+from plateau_core.consolidate import Consolidator
 from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.names import relative_segment_path
-from plateau_core.policies import IndexPolicy
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy
 from plateau_core.reader import ReadResult
 from plateau_core.segment_file import write_segment
 
@@ -229,6 +233,29 @@ def spark_pairs(store: Store, settings: dict[str, Any], repeat: int) -> dict[str
     }
 
 
+def consolidate(store: Store, settings: dict[str, Any], target_bytes: int) -> dict[str, Any]:
+    before = store.manifest.segments(TOPIC)
+    records = sum(s.record_count for s in before)
+    index = IndexPolicy(bloom=("key", "request_id"), fpp=settings["fpp"])
+    policy = ConsolidatePolicy(target_bytes=target_bytes, min_age_s=0)
+    consolidator = Consolidator(store, {TOPIC: policy}, indexes={TOPIC: index}, fsync=False)
+    began = time.perf_counter()
+    report = consolidator.run()
+    seconds = time.perf_counter() - began
+    Retention(store, limits=StoreLimits(deletion_grace_s=0)).run()
+    after = store.manifest.segments(TOPIC)
+    assert sum(s.record_count for s in after) == records
+    return {
+        "target_bytes": target_bytes,
+        "segments_before": len(before),
+        "segments_after": len(after),
+        "reduction": len(before) / len(after),
+        "merges": len(report.merged),
+        "seconds": seconds,
+        "mb_per_s": sum(s.size_bytes for s in before) / 1e6 / seconds,
+    }
+
+
 def fn_desc(column: str) -> Any:
     from pyspark.sql import functions as fn  # noqa: PLC0415
 
@@ -269,6 +296,7 @@ def main() -> None:
     parser.add_argument("--data-dir", help="build the store here once and reuse it")
     parser.add_argument("--repeat", type=int, default=5, help="runs of the newest-100 pair")
     parser.add_argument("--spark", action="store_true", help="the same pairs through Spark")
+    parser.add_argument("--consolidate", type=int, help="then consolidate to this many bytes")
     args = parser.parse_args()
     quiet_logs()
     settings = {
@@ -290,6 +318,11 @@ def main() -> None:
         }
         if args.spark:
             payload["spark"] = spark_pairs(store, settings, args.repeat)
+        if args.consolidate:
+            if args.data_dir is not None:
+                (Path(args.data_dir) / SETTINGS_FILE).unlink(missing_ok=True)  # rewritten now
+            payload["consolidation"] = consolidate(store, settings, args.consolidate)
+            payload["needle_after_consolidation"] = needles(store, settings, args.needles)
     finally:
         store.close()
         if temp is not None:
@@ -308,6 +341,15 @@ def main() -> None:
         f"vs {top['full_sort_median_s']:.2f} s for a full sort: {top['speedup']:.0f}x",
         file=sys.stderr,
     )
+    if "consolidation" in payload:
+        done, after = payload["consolidation"], payload["needle_after_consolidation"]
+        print(
+            f"consolidation: {done['segments_before']} -> {done['segments_after']} segments "
+            f"({done['reduction']:.0f}x fewer) in {done['seconds']:.1f} s "
+            f"({done['mb_per_s']:.0f} MB/s); needle then {after['pruned_median_s'] * 1000:.1f} ms "
+            f"vs {after['unpruned_median_s']:.2f} s ({after['speedup']:.0f}x)",
+            file=sys.stderr,
+        )
     for name, pair in payload.get("spark", {}).items():
         print(
             f"spark {name}: {median(pair['pushdown_s']):.2f} s vs "
