@@ -22,7 +22,7 @@ from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
 from plateau_core.top_by_time import time_ordered, top_by_time
-from plateau_core.where import Where, segment_admitted, where_mask
+from plateau_core.where import Where, admitted_by_blooms, admitted_by_stats, where_mask
 
 Order = Literal["asc", "desc"]
 OrderBy = Literal["offset", "timestamp"]
@@ -232,15 +232,13 @@ class ReadResult:
 
     def _prune(self, segments: list[SegmentRecord]) -> list[SegmentRecord]:
         columns = [c.column for c in self.request.where]
-        stats = self.store.manifest.column_stats(self.request.topic, columns)
-        blooms = self.store.manifest.blooms(self.request.topic, columns)
-        kept = [
-            s
-            for s in segments
-            if segment_admitted(
-                self.request.where, stats.get(s.id, {}), blooms.get(s.id, {}), s.record_count
-            )
-        ]
+        where, topic = self.request.where, self.request.topic
+        # Filters first: a needle's value is in few segments' filters, and then only those
+        # few segments' statistics are read, by key, instead of the whole topic's.
+        blooms = self.store.manifest.blooms(topic, columns)
+        kept = [s for s in segments if admitted_by_blooms(where, blooms.get(s.id, {}))]
+        stats = self.store.manifest.column_stats(topic, columns, [s.id for s in kept])
+        kept = [s for s in kept if admitted_by_stats(where, stats.get(s.id, {}), s.record_count)]
         self.pruned = len(segments) - len(kept)
         return kept
 

@@ -50,11 +50,12 @@ class Condition:
             ) from exc
         return pc.fill_null(pc.is_in(column, value_set=wanted), False)
 
-    def admits(self, stats: ColumnStats | None, bloom: Bloom | None, record_count: int) -> bool:
-        """Whether a segment with these statistics and this bloom filter (None: none
-        recorded) may hold a match."""
-        if stats is not None and not may_contain(stats, record_count, self.values):
-            return False
+    def admits(self, stats: ColumnStats | None, record_count: int) -> bool:
+        """Whether a segment with these statistics (None: none recorded) may hold a match."""
+        return stats is None or may_contain(stats, record_count, self.values)
+
+    def admits_bloom(self, bloom: Bloom | None) -> bool:
+        """Whether a segment with this bloom filter (None: none recorded) may hold a match."""
         if bloom is None:
             return True
         hashes = self._hashes[bloom.kind]
@@ -118,12 +119,11 @@ def where_mask(batch: pa.RecordBatch, where: Where) -> pa.Array | None:
     return combined
 
 
-def segment_admitted(
-    where: Where,
-    stats: Mapping[str, ColumnStats],
-    blooms: Mapping[str, Bloom],
-    record_count: int,
-) -> bool:
-    """Whether a segment with these promoted statistics and bloom filters may hold a row
-    every condition keeps."""
-    return all(c.admits(stats.get(c.column), blooms.get(c.column), record_count) for c in where)
+def admitted_by_blooms(where: Where, blooms: Mapping[str, Bloom]) -> bool:
+    """Whether a segment with these bloom filters may hold a row every condition keeps."""
+    return all(c.admits_bloom(blooms.get(c.column)) for c in where)
+
+
+def admitted_by_stats(where: Where, stats: Mapping[str, ColumnStats], record_count: int) -> bool:
+    """Whether a segment with these promoted statistics may hold a row every condition keeps."""
+    return all(c.admits(stats.get(c.column), record_count) for c in where)

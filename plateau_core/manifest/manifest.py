@@ -301,11 +301,14 @@ class Manifest(ManifestDatabase):
         with self._read() as session:
             return [SegmentRecord.from_row(row) for row in session.execute(query)]
 
-    def column_stats(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, ColumnStats]]:
-        """Promoted statistics of these columns in the topic's readable segments, by segment
-        id then column; a segment or column without any is absent."""
+    def column_stats(
+        self, topic: str, columns: Iterable[str], segment_ids: Sequence[int] | None = None
+    ) -> dict[int, dict[str, ColumnStats]]:
+        """Promoted statistics of these columns in the topic's readable segments (of
+        `segment_ids` only, when given), by segment id then column; a segment or column
+        without any is absent."""
         with self._read() as session:
-            return promoted.column_stats(session, topic, columns)
+            return promoted.column_stats(session, topic, columns, segment_ids)
 
     def blooms(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, Bloom]]:
         """Bloom filters of these columns in the topic's readable segments, by segment id

@@ -22,13 +22,19 @@ _CHUNK = 500
 
 
 def column_stats(
-    session: Session, topic: str, columns: Iterable[str]
+    session: Session,
+    topic: str,
+    columns: Iterable[str],
+    segment_ids: Sequence[int] | None = None,
 ) -> dict[int, dict[str, ColumnStats]]:
-    """The statistics of these columns in the topic's readable segments, by segment id."""
+    """The statistics of these columns in the topic's readable segments (only those of
+    `segment_ids`, when given), by segment id."""
     names = sorted(set(columns))
     found: dict[int, dict[str, ColumnStats]] = {}
-    if not names:
+    if not names or (segment_ids is not None and not segment_ids):
         return found
+    if segment_ids is not None and len(segment_ids) <= _CHUNK:
+        return _column_stats_of(session, names, segment_ids)
     # Column tuples rather than ORM objects: this runs while planning every `where` read.
     c = SegmentColumnRow
     query = (
@@ -40,6 +46,22 @@ def column_stats(
             SegmentColumnRow.column_name.in_(names),
         )
     )
+    for segment_id, column, kind_text, nulls, low, high in session.execute(query):
+        kind = _kind(kind_text)
+        if kind is not None:
+            found.setdefault(segment_id, {})[column] = ColumnStats(column, kind, nulls, low, high)
+    return found
+
+
+def _column_stats_of(
+    session: Session, names: list[str], segment_ids: Sequence[int]
+) -> dict[int, dict[str, ColumnStats]]:
+    """By primary key: a few segments' statistics without a pass over the topic's."""
+    c = SegmentColumnRow
+    query = select(
+        c.segment_id, c.column_name, c.kind, c.null_count, c.min_value, c.max_value
+    ).where(c.segment_id.in_(list(segment_ids)), c.column_name.in_(names))
+    found: dict[int, dict[str, ColumnStats]] = {}
     for segment_id, column, kind_text, nulls, low, high in session.execute(query):
         kind = _kind(kind_text)
         if kind is not None:
