@@ -8,7 +8,8 @@ from typing import Protocol
 
 from bridge.config.models import Config
 from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits, Writer
-from plateau_core.consolidate import ConsolidationReport, Consolidator
+from plateau_core.consolidate import MERGEABLE, ConsolidationReport, Consolidator
+from plateau_core.manifest import SegmentState
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy
 
 
@@ -67,10 +68,15 @@ def consolidator_for(
         if report.failed:
             telemetry.add("errors", ("consolidation_failed",))
 
+    # A replication run copies sealed segments and then marks them replicated; swapping them
+    # meanwhile would have the merged segment copied again. With a target configured, only
+    # segments already replicated are merged.
+    replicating = config.replication.target is not None
     return Consolidator(
         store,
         {},
         resolve=resolve,
+        states=(SegmentState.REPLICATED,) if replicating else MERGEABLE,
         compression=config.storage.compression,
         guard=writer.maintaining,
         observer=observe,

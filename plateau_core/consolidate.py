@@ -69,13 +69,20 @@ class ConsolidationReport:
         return sum(m.segments - 1 for m in self.merged)
 
 
+MERGEABLE = (SegmentState.SEALED, SegmentState.REPLICATED)
+
+
 def plan_runs(
-    segments: Sequence[SegmentRecord], policy: ConsolidatePolicy, now: int
+    segments: Sequence[SegmentRecord],
+    policy: ConsolidatePolicy,
+    now: int,
+    states: Sequence[SegmentState] = MERGEABLE,
 ) -> list[list[SegmentRecord]]:
     """The runs to merge among one partition's rows (any state), in offset order: neighbours
     in one readable state and schema, each older than min_age and smaller than the target,
     together at most target_bytes, at least two. Any other row ends a run, so a merged
-    segment never spans an offset another row holds."""
+    segment never spans an offset another row holds. `states`: the readable states merged
+    (replicated only, where a replication run may be copying sealed segments)."""
     runs: list[list[SegmentRecord]] = []
     current: list[SegmentRecord] = []
     size = 0
@@ -84,7 +91,7 @@ def plan_runs(
         if segment.start_offset < 0:
             continue  # retired by an earlier swap, waiting for its file to be removed
         eligible = (
-            segment.state in (SegmentState.SEALED, SegmentState.REPLICATED)
+            segment.state in states
             and now - segment.created_at >= min_age_ms
             and segment.size_bytes < policy.target_bytes
         )
@@ -120,6 +127,7 @@ class Consolidator:
         compression: Compression = "lz4",
         fsync: bool = True,
         guard: Guard | None = None,
+        states: Sequence[SegmentState] = MERGEABLE,
         observer: Callable[[ConsolidationReport], None] | None = None,
         write: WriteSegment = write_segment,
     ) -> None:
@@ -130,6 +138,7 @@ class Consolidator:
         self.indexes = dict(indexes or {})
         self.compression = compression
         self.fsync = fsync
+        self.states = tuple(states)
         self.failed_passes = 0
         self._resolve = resolve
         self._guard = guard or self._locked
@@ -157,7 +166,7 @@ class Consolidator:
             for row in rows:
                 by_partition.setdefault(row.partition, []).append(row)
             for partition, segments in sorted(by_partition.items()):
-                runs = plan_runs(segments, policy, stamp)
+                runs = plan_runs(segments, policy, stamp, self.states)
                 if not runs:
                     continue
                 with self._guard(topic, partition) as allowed:

@@ -72,3 +72,35 @@ def test_a_writer_consolidates_the_topics_configured_and_counts_it(tmp_path: Pat
     counted = dict(counters)
     assert counted[("consolidations", ("logs",))] == 1
     assert counted[("consolidated_segments", ("logs",))] == 3
+
+
+def test_with_a_replication_target_only_replicated_segments_are_merged(tmp_path: Path) -> None:
+    path = tmp_path / "plateau.yaml"
+    body = {
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "replication": {"target": str(tmp_path / "replica")},
+        "topics": [{"source": "logs", "consolidate": {"min_age": "0s"}}],
+    }
+    path.write_text(yaml.safe_dump(body))
+    config = load_config(path, env={})
+    with open_store(config) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("logs", 0, roll=RollPolicy(max_rows=50, max_age_s=3600))
+            for i in range(6):
+                append_patiently(writer, "logs", 0, _batch(i * 50))
+            writer.flush()
+            consolidator = consolidator_for(config, store, writer)
+            assert consolidator.run().merged == []  # all sealed: a replication may copy them
+            rows = store.manifest.segments("logs")
+            store.manifest.mark_replicated([r.id for r in rows[:3]])
+            [merge] = consolidator.run().merged
+        finally:
+            writer.close()
+        assert (merge.start_offset, merge.end_offset, merge.segments) == (0, 150, 3)
+        assert [s.state.value for s in store.manifest.segments("logs")] == [
+            "replicated",
+            "sealed",
+            "sealed",
+            "sealed",
+        ]
