@@ -104,3 +104,39 @@ def test_with_a_replication_target_only_replicated_segments_are_merged(tmp_path:
             "sealed",
             "sealed",
         ]
+
+
+def test_status_shows_the_policy_and_what_workers_merged(tmp_path: Path) -> None:
+    from bridge.ops import status  # noqa: PLC0415
+
+    topics = [{"source": "logs", "consolidate": {"target_bytes": "1MiB", "min_age": "30s"}}]
+    config = load_config(_config(tmp_path, topics), env={})
+    telemetry = WorkerTelemetry()
+    telemetry.add("consolidated_segments", ("logs",), 40)
+    telemetry.add("consolidated_segments", ("other",), 2)
+    row = {
+        "next_offset": 1,
+        "replicated_offset": 0,
+        "committed_offset": None,
+        "end_offset": None,
+        "lag": None,
+        "segments": 3,
+        "records": 1,
+        "bytes": 1,
+        "time_max": None,
+        "paused": None,
+    }
+    document: dict[str, object] = {
+        "topics": {"logs": {"partitions": {"0": row}}, "other": {"partitions": {"0": row}}}
+    }
+    status._add_consolidation(config, document["topics"], [{"telemetry": telemetry.dump()}])  # type: ignore[arg-type]
+    assert document["topics"]["logs"]["consolidate"] == {  # type: ignore[index]
+        "target_bytes": 1024**2,
+        "min_age_s": 30.0,
+        "segments_removed": 40,
+    }
+    assert "consolidate" not in document["topics"]["other"]  # type: ignore[index]
+    text = status.render(document, as_json=False)
+    assert (
+        "consolidate logs: segments older than 30 s into up to 1,048,576 bytes; 40 segments" in text
+    )
