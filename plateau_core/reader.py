@@ -217,7 +217,7 @@ class ReadResult:
             time_start=request.time_start,
             time_end=request.time_end,
         )
-        self.pruned = 0  # segments the promoted statistics ruled out, never opened
+        self.pruned = 0  # segments the statistics or bloom filters ruled out, never opened
         if request.where and prune:
             segments = self._prune(segments)
         if request.order_by == "timestamp":
