@@ -38,7 +38,9 @@ class Condition:
 
     def mask(self, batch: pa.RecordBatch) -> pa.Array:
         index = batch.schema.get_field_index(self.column)
-        if index < 0:
+        # No such column, or one of Arrow's null type (a segment whose keys were all null):
+        # every row is null there, and a null equals nothing.
+        if index < 0 or pa.types.is_null(batch.schema.field(index).type):
             return pa.array([False] * batch.num_rows, pa.bool_())
         column = batch.column(index)
         try:

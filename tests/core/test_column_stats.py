@@ -174,3 +174,10 @@ def test_segments_recorded_before_the_migration_are_read_unpruned(tmp_path: Path
         assert old.to_table().column("offset").to_pylist() == [0, 1]
         assert old.pruned == 0
         assert store.read("logs", where={"service": "a"}).pruned == 1  # the new segment only
+
+
+def test_a_segment_whose_keys_are_all_of_the_null_type_matches_nothing(store: Store) -> None:
+    nulls = _batch(0, ["a", "b"], [1, 2]).set_column(2, "key", pa.nulls(2))
+    _seal(store, [nulls, _batch(2, ["c"], [3])])
+    result = store.read("logs", where={"key": [b"k0", b"k2"]})
+    assert result.to_table().column("offset").to_pylist() == [2]

@@ -85,7 +85,10 @@ def to_arrow(rows: list[Row]) -> pa.RecordBatch:
     columns: dict[str, pa.Array] = {
         "offset": pa.array([r.offset for r in rows], pa.int64()),
         "timestamp": pa.array([BASE_MS + r.offset for r in rows], TS),
-        "key": pa.array([r.key for r in rows], pa.binary()),
+        # A batch whose keys are all null has them as Arrow's null type, as the bridge does.
+        "key": pa.nulls(len(rows))
+        if all(r.key is None for r in rows)
+        else pa.array([r.key for r in rows], pa.binary()),
         "rid": pa.array([r.rid for r in rows], pa.string()),
         "n": pa.array([r.n for r in rows], pa.int64()),
         "uid": pa.array([r.uid for r in rows], pa.string()),
