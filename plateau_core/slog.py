@@ -23,6 +23,7 @@ from plateau_core.errors import InvalidInputError
 from plateau_core.listener import TopicPartition
 from plateau_core.policies import IndexPolicy, RollPolicy
 from plateau_core.producers import ProducerBatch
+from plateau_core.rollup import RollupPolicy
 from plateau_core.schema import OFFSET
 
 
@@ -56,6 +57,7 @@ class SealJob:
     # The watermark moves at least here (offsets below it that land nowhere: poison).
     advance_to: int | None = None
     index: IndexPolicy = field(default_factory=IndexPolicy)
+    rollups: tuple[RollupPolicy, ...] = ()
     started: float = field(default_factory=time.monotonic)
     # When the oldest of these records was buffered (monotonic): how stale they are.
     buffered_since: float = field(default_factory=time.monotonic)
@@ -86,12 +88,14 @@ class SegmentLog:
         watermark: int | None,
         *,
         index: IndexPolicy | None = None,
+        rollups: tuple[RollupPolicy, ...] = (),
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.directory = directory
         self.roll = roll
         self.index = index or IndexPolicy()
+        self.rollups = rollups
         # Highest offset accepted so far (buffered or sealed); the next batch must pass it.
         self.last_offset: int | None = None if watermark is None else watermark - 1
         self.batches: list[pa.RecordBatch] = []
@@ -211,6 +215,7 @@ class SegmentLog:
             producers=self.producers,
             advance_to=self.pending_advance,
             index=self.index,
+            rollups=self.rollups,
             buffered_since=self.first_buffered_at or time.monotonic(),
         )
         self._clear()

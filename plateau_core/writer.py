@@ -37,6 +37,7 @@ from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
+from plateau_core.rollup import RollupPolicy
 from plateau_core.schema import fingerprint, normalize_batch
 from plateau_core.seal_groups import SealGroups, relieve_pressure
 from plateau_core.sealing import announce, log_failure, seal_group
@@ -86,11 +87,13 @@ class Writer:
         *,
         roll: RollPolicy | None = None,
         index: IndexPolicy | None = None,
+        rollups: tuple[RollupPolicy, ...] = (),
         timeout_s: float = 30.0,
     ) -> int | None:
         """Take ownership of a partition; returns its watermark (None if never written).
 
-        `index` says which columns its segments keep bloom filters of.
+        `index` says which columns its segments keep bloom filters of; each of `rollups`
+        is sealed with them into its derived topic.
 
         Waits up to `timeout_s` for another writer (a previous owner still flushing) to let
         go, then recovers the partition's folder against the manifest.
@@ -106,7 +109,15 @@ class Writer:
         except BaseException:
             lock.release()
             raise
-        slog = SegmentLog(topic, partition, directory, roll or RollPolicy(), watermark, index=index)
+        slog = SegmentLog(
+            topic,
+            partition,
+            directory,
+            roll or RollPolicy(),
+            watermark,
+            index=index,
+            rollups=rollups,
+        )
         with self._cond:
             self._logs[key] = slog
             self._locks[key] = lock

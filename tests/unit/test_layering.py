@@ -25,6 +25,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.checksums": 0,
     "plateau_core.column_stats": 0,
     "plateau_core.bloom": 0,
+    "plateau_core.rollup": 0,
     "plateau_core.segment_stats": 0,
     "plateau_core.producers": 0,
     "plateau_core.policies": 0,
