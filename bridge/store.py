@@ -30,7 +30,9 @@ def retention_for(
 
     def resolve(topic: str) -> RetentionPolicy | None:
         mapping = config.mapping_for_plateau_topic(topic)
-        return None if mapping is None else config.retention_policy(mapping)
+        if mapping is None:
+            return config.rollup_retention(topic)
+        return config.retention_policy(mapping)
 
     return Retention(
         store,

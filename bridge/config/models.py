@@ -438,6 +438,16 @@ class Config(Strict):
     def retention_policy(self, mapping: TopicMapping) -> RetentionPolicy:
         return mapping.retention.apply(self.defaults.retention.apply(RetentionPolicy()))
 
+    def rollup_retention(self, topic: str) -> RetentionPolicy | None:
+        """The retention of a derived roll-up topic (`{topic}.rollup.{granularity}`), or None
+        when `topic` is not one."""
+        base, marker, label = topic.rpartition(".rollup.")
+        mapping = self.mapping_for_plateau_topic(base) if marker else None
+        for rollup in mapping.rollups if mapping is not None else []:
+            if rollup.granularity == label:
+                return rollup.retention.apply(self.defaults.retention.apply(RetentionPolicy()))
+        return None
+
     def redacted(self) -> dict[str, Any]:
         """The config as a dict with secrets masked, for logs and `check` output."""
         data = self.model_dump(mode="json", by_alias=True)

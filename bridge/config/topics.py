@@ -8,8 +8,10 @@ from typing import Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict, short
+from plateau_core.errors import InvalidInputError
 from plateau_core.names import validate_topic
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy, RetentionPolicy, RollPolicy
+from plateau_core.rollup import RollupPolicy, granularity_ms, rollup_metrics
 
 FIELD_TYPES = ("string", "int", "float", "bool", "timestamp")
 
@@ -105,6 +107,41 @@ class ConsolidateConfig(Strict):
         return ConsolidatePolicy(target_bytes=int(self.target_bytes), min_age_s=self.min_age)
 
 
+class RollupConfig(Strict):
+    granularity: str = Field(
+        description="The time bucket: 10s, 1m, 1h, 1d. The derived topic is "
+        "{topic}.rollup.{granularity}."
+    )
+    dimensions: list[str] = Field(
+        default_factory=list, description="Columns the rows are grouped by within a bucket."
+    )
+    metrics: list[str] = Field(
+        description="count, sum:<column>, min:<column>, max:<column>, distinct:<column> "
+        "(an approximate distinct count, a mergeable sketch)."
+    )
+    retention: RetentionConfig = Field(
+        default=RetentionConfig(),
+        description="What the derived topic keeps (roll-ups usually outlive the raw rows); "
+        "overrides defaults.retention.",
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> RollupConfig:
+        try:
+            self.policy()
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def policy(self) -> RollupPolicy:
+        return RollupPolicy(
+            self.granularity,
+            granularity_ms(self.granularity),
+            tuple(self.dimensions),
+            rollup_metrics(self.metrics),
+        )
+
+
 class Defaults(Strict):
     roll: RollConfig = Field(default=RollConfig(), description="When segments are sealed.")
     retention: RetentionConfig = Field(
@@ -164,6 +201,11 @@ class TopicMapping(Strict):
         default=None,
         description="Merge runs of small sealed segments (what a short roll.max_age leaves) "
         "in the background; leave out to keep segments as sealed.",
+    )
+    rollups: list[RollupConfig] = Field(
+        default_factory=list,
+        description="Aggregates maintained as each segment seals, exactly once with the raw "
+        "rows, into derived topics queried like any other.",
     )
     on_error: Literal["dlq", "skip", "fail"] = Field(
         default="fail",
@@ -259,6 +301,9 @@ class TopicMapping(Strict):
             raise ValueError("a topic without a source needs a name (what producers write to)")
         if "{source}" in self.name:
             raise ValueError("a topic without a source has no {source} to put in its name")
+
+    def rollup_policies(self) -> tuple[RollupPolicy, ...]:
+        return tuple(r.policy() for r in self.rollups)
 
     @property
     def produced(self) -> bool:

@@ -358,6 +358,7 @@ class Worker:
                 tp.partition,
                 roll=self.config.roll_policy(route.mapping),
                 index=route.mapping.index.policy(),
+                rollups=route.mapping.rollup_policies(),
                 timeout_s=self.config.shutdown_timeout + 10,
             )
             tp.offset = start_offset(

@@ -118,7 +118,10 @@ class ProduceSink(WriterListener):
         if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
             roll = RollConfig(max_age=GROUP_COMMIT_S).apply(roll)
         index = mapping.index.policy()
-        watermark = self.writer.acquire(topic, partition, roll=roll, index=index) or 0
+        rollups = mapping.rollup_policies()
+        watermark = (
+            self.writer.acquire(topic, partition, roll=roll, index=index, rollups=rollups) or 0
+        )
         decoder = decoder_for(mapping)
         stored = self.store.manifest.schemas(topic)
         if stored:
