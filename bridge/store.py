@@ -3,6 +3,7 @@ asks for."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
@@ -55,9 +56,23 @@ def consolidator_for(
 
     def resolve(topic: str) -> tuple[ConsolidatePolicy, IndexPolicy] | None:
         mapping = config.mapping_for_plateau_topic(topic)
-        if mapping is None or mapping.consolidate is None:
+        if mapping is None:
+            # A roll-up topic is consolidated as its topic is (without its bloom filters).
+            base, marker, _ = topic.rpartition(".rollup.")
+            mapping = config.mapping_for_plateau_topic(base) if marker else None
+            if mapping is None or mapping.consolidate is None:
+                return None
+            return mapping.consolidate.policy(), IndexPolicy()
+        if mapping.consolidate is None:
             return None
         return mapping.consolidate.policy(), mapping.index.policy()
+
+    def guard(topic: str, partition: int) -> contextlib.AbstractContextManager[bool]:
+        # Only the raw partition's writer seals into its roll-up partitions: holding the
+        # raw one holds both.
+        base, marker, _ = topic.rpartition(".rollup.")
+        owner = base if marker and config.mapping_for_plateau_topic(topic) is None else topic
+        return writer.maintaining(owner, partition)
 
     def observe(report: ConsolidationReport) -> None:
         if telemetry is None:
@@ -80,6 +95,6 @@ def consolidator_for(
         resolve=resolve,
         states=(SegmentState.REPLICATED,) if replicating else MERGEABLE,
         compression=config.storage.compression,
-        guard=writer.maintaining,
+        guard=guard,
         observer=observe,
     )

@@ -14,6 +14,9 @@ from bridge.ops.telemetry import WorkerTelemetry, parse_dump
 from bridge.store import consolidator_for, open_store
 from plateau_core import RollPolicy, WriterPolicy
 from tests.core.test_blooms import _batch
+from tests.core.test_rollups import POLICY
+from tests.core.test_rollups import _rows as rows
+from tests.core.test_rollups import _write as write_rollups
 from tests.support import append_patiently
 
 
@@ -140,3 +143,28 @@ def test_status_shows_the_policy_and_what_workers_merged(tmp_path: Path) -> None
     assert (
         "consolidate logs: segments older than 30 s into up to 1,048,576 bytes; 40 segments" in text
     )
+
+
+def test_a_rollup_topic_is_consolidated_with_its_topic(tmp_path: Path) -> None:
+    rollup = {
+        "granularity": "1m",
+        "dimensions": ["service", "level"],
+        "metrics": ["count", "sum:latency", "min:latency", "max:latency", "distinct:user"],
+    }
+    topics = [{"source": "logs", "consolidate": {"min_age": "0s"}, "rollups": [rollup]}]
+    config = load_config(_config(tmp_path, topics), env={})
+    assert config.topics[0].rollup_policies() == (POLICY,)
+    with open_store(config) as store:
+        write_rollups(store, rows(5, 500), 100)  # five raw segments, five roll-up segments
+        before = store.read("logs.rollup.1m").to_table()
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            # The raw partition's writer holds both: only its seals write the roll-up one.
+            writer.acquire("logs", 0, rollups=(POLICY,))
+            report = consolidator_for(config, store, writer).run()
+        finally:
+            writer.close()
+        merged = {(m.topic, m.segments) for m in report.merged}
+        assert merged == {("logs", 5), ("logs.rollup.1m", 5)}
+        assert len(store.manifest.segments("logs.rollup.1m")) == 1
+        assert store.read("logs.rollup.1m").to_table().equals(before)
