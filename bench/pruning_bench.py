@@ -17,6 +17,10 @@ partitions, cut into segments of `--segment-rows` rows spanning one second each 
 - with --consolidate BYTES, last (it rewrites the store, which the next run then builds
   again): one consolidation pass to segments of up to BYTES, retired files removed, then the
   segment count before and after and the needle queries again;
+- with --rollups, the topic is built with a per-minute roll-up by service and level (count,
+  sum/min/max of latency_ms, distinct users), sealed in the same transactions; then the
+  error dashboard (errors per minute per service over the whole topic) over the raw rows
+  against over the roll-up topic, as sealed and after consolidating it;
 - with --spark, the same pairs through the connector: `request_id = id` with pushdown (bloom
   pruning) against pushdown=false, and `ORDER BY timestamp DESC LIMIT 100` pushed as a TopN
   against pushdown=false (Spark sorts every row).
@@ -37,6 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,7 @@ from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.names import relative_segment_path
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy
 from plateau_core.reader import ReadResult
+from plateau_core.rollup import RollupPolicy, rollup_metrics, rollup_table
 from plateau_core.segment_file import write_segment
 
 TOPIC = "logs"
@@ -113,6 +119,7 @@ def build(store: Store, settings: dict[str, Any]) -> float:
     for partition in range(settings["partitions"]):
         directory = store.data_dir / "topics" / TOPIC / str(partition)
         pending: list[SegmentFile] = []
+        rolled: list[SegmentFile] = []
         for number, start in enumerate(range(0, per_partition, segment_rows)):
             rows = min(segment_rows, per_partition - start)
             table = segment_table(rng, partition, start, rows, number)
@@ -120,12 +127,105 @@ def build(store: Store, settings: dict[str, Any]) -> float:
             pending.append(
                 SegmentFile(stats, relative_segment_path(TOPIC, partition, start), table.schema)
             )
+            if settings.get("rollups"):
+                rolled.append(_roll_up(store, table, partition))
             if len(pending) == 50:
-                store.manifest.commit_seal([PartitionCommit(TOPIC, partition, tuple(pending))])
-                pending = []
+                _commit(store, partition, pending, rolled)
+                pending, rolled = [], []
         if pending:
-            store.manifest.commit_seal([PartitionCommit(TOPIC, partition, tuple(pending))])
+            _commit(store, partition, pending, rolled)
     return time.perf_counter() - began
+
+
+ROLLUP = RollupPolicy(
+    "1m",
+    60_000,
+    ("service", "level"),
+    rollup_metrics(["count", "sum:latency_ms", "min:latency_ms", "max:latency_ms", "distinct:key"]),
+)
+DERIVED = ROLLUP.derived_topic(TOPIC)
+
+
+def _roll_up(store: Store, table: pa.Table, partition: int) -> SegmentFile:
+    """The seal's roll-up step (plateau_core.sealing): one roll-up segment per raw one."""
+    rolled = rollup_table(table, ROLLUP)
+    directory = store.data_dir / "topics" / DERIVED / str(partition)
+    _, stats = write_segment(directory, rolled, "lz4", fsync=False)
+    relative = relative_segment_path(DERIVED, partition, stats.start_offset)
+    return SegmentFile(stats, relative, rolled.schema)
+
+
+def _commit(
+    store: Store, partition: int, raw: list[SegmentFile], rolled: list[SegmentFile]
+) -> None:
+    commits = [PartitionCommit(TOPIC, partition, tuple(raw))]
+    if rolled:  # in the raw segments' transaction, as the seal records them
+        commits.append(PartitionCommit(DERIVED, partition, tuple(rolled)))
+    store.manifest.commit_seal(commits)
+
+
+def dashboard(store: Store, repeat: int) -> dict[str, Any]:
+    """Errors per minute per service over the whole topic: raw rows against the roll-up."""
+
+    def raw() -> pa.Table:
+        rows = store.read(TOPIC, columns=["timestamp", "service"], where={"level": "ERROR"})
+        table = rows.to_table()
+        stamps = table.column("timestamp").cast(pa.int64()).to_numpy()
+        minutes = pa.array(stamps // 60_000 * 60_000)
+        grouped = pa.table({"minute": minutes, "service": table.column("service")})
+        counted = grouped.group_by(["minute", "service"]).aggregate([([], "count_all")])
+        return counted.rename_columns(["minute", "service", "errors"]).sort_by(
+            [("minute", "ascending"), ("service", "ascending")]
+        )
+
+    def rolled() -> pa.Table:
+        result = store.read(
+            DERIVED, columns=["timestamp", "service", "count"], where={"level": "ERROR"}
+        )
+        table = result.to_table()
+        grouped = pa.table(
+            {
+                "minute": table.column("timestamp").cast(pa.int64()),
+                "service": table.column("service"),
+                "count": table.column("count"),
+            }
+        )
+        summed = grouped.group_by(["minute", "service"]).aggregate([("count", "sum")])
+        return summed.rename_columns(["minute", "service", "errors"]).sort_by(
+            [("minute", "ascending"), ("service", "ascending")]
+        )
+
+    def timing(query: Callable[[], pa.Table]) -> tuple[list[float], pa.Table]:
+        times, answer = [], pa.table({})
+        for _ in range(repeat):
+            began = time.perf_counter()
+            answer = query()
+            times.append(time.perf_counter() - began)
+        return times, answer
+
+    raw_s, raw_answer = timing(raw)
+    sealed_s, sealed_answer = timing(rolled)
+    assert sealed_answer.equals(raw_answer)
+    segments_sealed = len(store.manifest.segments(DERIVED))
+    policy = ConsolidatePolicy(min_age_s=0)
+    Consolidator(store, {DERIVED: policy}, fsync=False).run()
+    Retention(store, limits=StoreLimits(deletion_grace_s=0)).run()
+    merged_s, merged_answer = timing(rolled)
+    assert merged_answer.equals(raw_answer)
+    raw_rows = sum(s.record_count for s in store.manifest.segments(TOPIC))
+    rollup_rows = sum(s.record_count for s in store.manifest.segments(DERIVED))
+    return {
+        "raw_s": raw_s,
+        "rollup_sealed_s": sealed_s,
+        "rollup_consolidated_s": merged_s,
+        "raw_rows": raw_rows,
+        "rollup_rows": rollup_rows,
+        "rows_cut": raw_rows / rollup_rows,
+        "rollup_segments_sealed": segments_sealed,
+        "rollup_segments_consolidated": len(store.manifest.segments(DERIVED)),
+        "speedup_sealed": median(raw_s) / median(sealed_s),
+        "speedup_consolidated": median(raw_s) / median(merged_s),
+    }
 
 
 def timed(result: ReadResult) -> tuple[float, int]:
@@ -297,6 +397,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs of the newest-100 pair")
     parser.add_argument("--spark", action="store_true", help="the same pairs through Spark")
     parser.add_argument("--consolidate", type=int, help="then consolidate to this many bytes")
+    parser.add_argument("--rollups", action="store_true", help="a roll-up and its dashboard")
     args = parser.parse_args()
     quiet_logs()
     settings = {
@@ -304,6 +405,7 @@ def main() -> None:
         "partitions": args.partitions,
         "segment_rows": args.segment_rows,
         "fpp": args.fpp,
+        "rollups": args.rollups,
     }
     store, build_s, temp = open_store(args, settings)
     try:
@@ -318,6 +420,10 @@ def main() -> None:
         }
         if args.spark:
             payload["spark"] = spark_pairs(store, settings, args.repeat)
+        if args.rollups:
+            if args.data_dir is not None:  # the roll-up topic is consolidated: build again
+                (Path(args.data_dir) / SETTINGS_FILE).unlink(missing_ok=True)
+            payload["dashboard"] = dashboard(store, args.repeat)
         if args.consolidate:
             if args.data_dir is not None:
                 (Path(args.data_dir) / SETTINGS_FILE).unlink(missing_ok=True)  # rewritten now
@@ -348,6 +454,16 @@ def main() -> None:
             f"({done['reduction']:.0f}x fewer) in {done['seconds']:.1f} s "
             f"({done['mb_per_s']:.0f} MB/s); needle then {after['pruned_median_s'] * 1000:.1f} ms "
             f"vs {after['unpruned_median_s']:.2f} s ({after['speedup']:.0f}x)",
+            file=sys.stderr,
+        )
+    if "dashboard" in payload:
+        board = payload["dashboard"]
+        print(
+            f"error dashboard: raw {median(board['raw_s']):.2f} s, roll-up "
+            f"{median(board['rollup_sealed_s']):.2f} s as sealed "
+            f"({board['speedup_sealed']:.1f}x, {board['rollup_segments_sealed']} segments), "
+            f"{median(board['rollup_consolidated_s']) * 1000:.1f} ms consolidated "
+            f"({board['speedup_consolidated']:.0f}x); rows {board['rows_cut']:.0f}x fewer",
             file=sys.stderr,
         )
     for name, pair in payload.get("spark", {}).items():
