@@ -4,11 +4,15 @@ transaction; their aggregates equal the same aggregates over the raw rows."""
 from __future__ import annotations
 
 import random
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
 from plateau_core.rollup import (
@@ -169,3 +173,17 @@ def test_sketches_merge_and_estimate() -> None:
 def test_bad_rollups_are_refused(build: Any, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         build()
+
+
+@given(seed=st.integers(0, 10**6), count=st.integers(1, 300), roll_rows=st.integers(1, 120))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_rollups_match_the_raw_rows_whatever_the_seals(
+    seed: int, count: int, roll_rows: int
+) -> None:
+    rows = _rows(seed, count)
+    with (
+        tempfile.TemporaryDirectory(prefix="plateau-rollup-") as tmp,
+        Store.open(Path(tmp)) as store,
+    ):
+        _write(store, rows, roll_rows)
+        assert _rolled(store) == _expected(rows)
