@@ -1,11 +1,21 @@
-"""The configured store: opening it, and the retention its configuration asks for."""
+"""The configured store: opening it, and the retention and consolidation its configuration
+asks for."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import Protocol
 
 from bridge.config.models import Config
-from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits
+from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits, Writer
+from plateau_core.consolidate import MERGEABLE, ConsolidationReport, Consolidator
+from plateau_core.manifest import SegmentState
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy
+
+
+class Telemetry(Protocol):
+    def add(self, name: str, labels: tuple[str, ...], amount: float = 1.0) -> None: ...
 
 
 def open_store(config: Config) -> Store:
@@ -21,7 +31,9 @@ def retention_for(
 
     def resolve(topic: str) -> RetentionPolicy | None:
         mapping = config.mapping_for_plateau_topic(topic)
-        return None if mapping is None else config.retention_policy(mapping)
+        if mapping is None:
+            return config.rollup_retention(topic)
+        return config.retention_policy(mapping)
 
     return Retention(
         store,
@@ -33,4 +45,56 @@ def retention_for(
         ),
         resolve=resolve,
         observer=observer,
+    )
+
+
+def consolidator_for(
+    config: Config, store: Store, writer: Writer, telemetry: Telemetry | None = None
+) -> Consolidator:
+    """Consolidation of the partitions `writer` owns, for topics whose mapping sets
+    `consolidate`; each pass is counted in `telemetry` (the plateau_consolidat* metrics)."""
+
+    def resolve(topic: str) -> tuple[ConsolidatePolicy, IndexPolicy] | None:
+        mapping = config.mapping_for_plateau_topic(topic)
+        if mapping is None:
+            # A roll-up topic is consolidated as its topic is (without its bloom filters).
+            base, marker, _ = topic.rpartition(".rollup.")
+            mapping = config.mapping_for_plateau_topic(base) if marker else None
+            if mapping is None or mapping.consolidate is None:
+                return None
+            return mapping.consolidate.policy(), IndexPolicy()
+        if mapping.consolidate is None:
+            return None
+        return mapping.consolidate.policy(), mapping.index.policy()
+
+    def guard(topic: str, partition: int) -> contextlib.AbstractContextManager[bool]:
+        # Only the raw partition's writer seals into its roll-up partitions: holding the
+        # raw one holds both.
+        base, marker, _ = topic.rpartition(".rollup.")
+        owner = base if marker and config.mapping_for_plateau_topic(topic) is None else topic
+        return writer.maintaining(owner, partition)
+
+    def observe(report: ConsolidationReport) -> None:
+        if telemetry is None:
+            return
+        for merge in report.merged:
+            telemetry.add("consolidations", (merge.topic,))
+            telemetry.add("consolidated_segments", (merge.topic,), merge.segments - 1)
+        if report.conflicts:
+            telemetry.add("errors", ("consolidation_conflict",), report.conflicts)
+        if report.failed:
+            telemetry.add("errors", ("consolidation_failed",))
+
+    # A replication run copies sealed segments and then marks them replicated; swapping them
+    # meanwhile would have the merged segment copied again. With a target configured, only
+    # segments already replicated are merged.
+    replicating = config.replication.target is not None
+    return Consolidator(
+        store,
+        {},
+        resolve=resolve,
+        states=(SegmentState.REPLICATED,) if replicating else MERGEABLE,
+        compression=config.storage.compression,
+        guard=guard,
+        observer=observe,
     )

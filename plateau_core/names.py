@@ -44,12 +44,22 @@ def segment_name(start_offset: int) -> str:
     return f"{start_offset:020d}{SEGMENT_SUFFIX}"
 
 
+def consolidated_name(start_offset: int, end_offset: int) -> str:
+    """A consolidated segment's name: its span, so it never takes the name of the first
+    segment it replaces (readers in flight may still open that file)."""
+    return f"{start_offset:020d}-{end_offset:020d}{SEGMENT_SUFFIX}"
+
+
 def segment_start(name: str) -> int | None:
-    """The start offset a segment file name encodes, or None for any other file."""
+    """The start offset a segment file name encodes (sealed or consolidated), or None for any
+    other file."""
     stem = name.removesuffix(SEGMENT_SUFFIX)
-    if stem == name or len(stem) != 20 or not stem.isdigit():
+    start, dash, end = stem.partition("-")
+    if stem == name or len(start) != 20 or not start.isdigit():
         return None
-    return int(stem)
+    if dash and (len(end) != 20 or not end.isdigit()):
+        return None
+    return int(start)
 
 
 def relative_segment_path(topic: str, partition: int, start_offset: int) -> str:

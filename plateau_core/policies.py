@@ -33,6 +33,27 @@ class RollPolicy:
 
 
 @dataclass(frozen=True)
+class IndexPolicy:
+    """What each segment of a topic indexes beyond its promoted statistics: bloom filters of
+    the listed columns' values, at false positive rate `fpp`."""
+
+    bloom: tuple[str, ...] = ()
+    fpp: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fpp < 1:
+            raise InvalidInputError(f"index.fpp must be between 0 and 1, got {self.fpp}")
+        for column in self.bloom:
+            if not column or column in ("offset", "timestamp"):
+                raise InvalidInputError(
+                    f"index.bloom: {column!r} cannot have a bloom filter (offset and "
+                    "timestamp are pruned by the segment's own spans)"
+                )
+        if len(set(self.bloom)) != len(self.bloom):
+            raise InvalidInputError(f"index.bloom lists a column twice: {list(self.bloom)}")
+
+
+@dataclass(frozen=True)
 class WriterPolicy:
     """How a writer buffers and seals, across all the partitions it owns."""
 
@@ -75,6 +96,20 @@ class RetentionPolicy:
         _positive("retention.max_bytes", self.max_bytes)
         _positive("retention.max_age_s", self.max_age_s)
         _positive("retention.max_segments", self.max_segments)
+
+
+@dataclass(frozen=True)
+class ConsolidatePolicy:
+    """Per topic: runs of small sealed segments of a partition older than `min_age_s` are
+    merged into segments of up to `target_bytes`."""
+
+    target_bytes: int = 64 * MiB
+    min_age_s: float = 60.0  # since the segment was recorded
+
+    def __post_init__(self) -> None:
+        _positive("consolidate.target_bytes", self.target_bytes)
+        if self.min_age_s < 0:
+            raise InvalidInputError("consolidate.min_age must not be negative")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
@@ -21,8 +21,11 @@ from plateau_core.manifest import SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
+from plateau_core.top_by_time import time_ordered, top_by_time
+from plateau_core.where import Where, admitted_by_blooms, admitted_by_stats, where_mask
 
 Order = Literal["asc", "desc"]
+OrderBy = Literal["offset", "timestamp"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -72,6 +75,11 @@ class ReadRequest:
     # Exact value sets (a SQL IN); the bounds above are then narrowed to their min/max.
     offsets_in: frozenset[int] | None = None
     times_in: frozenset[int] | None = None  # epoch ms
+    # Equality / IN conditions on the topic's own columns (plateau_core.where).
+    where: Where = ()
+    # "timestamp": rows strictly in timestamp order across segments and partitions
+    # (plateau_core.top_by_time); "offset": each segment's rows in offset order.
+    order_by: OrderBy = "offset"
 
     @classmethod
     def build(
@@ -86,9 +94,13 @@ class ReadRequest:
         columns: list[str] | None,
         limit: int | None,
         order: Order,
+        where: Where = (),
+        order_by: OrderBy = "offset",
     ) -> ReadRequest:
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
+        if order_by not in ("offset", "timestamp"):
+            raise InvalidInputError(f"order_by must be 'offset' or 'timestamp', got {order_by!r}")
         if limit is not None and limit < 0:
             raise InvalidInputError(f"limit must not be negative, got {limit}")
         return cls(
@@ -101,6 +113,8 @@ class ReadRequest:
             columns=None if columns is None else tuple(columns),
             limit=limit,
             order=order,
+            where=where,
+            order_by=order_by,
         )
 
     @classmethod
@@ -123,6 +137,7 @@ class ReadRequest:
         return (
             self.offsets_in is None
             and self.times_in is None
+            and not self.where
             and (self.start_offset is None or segment.start_offset >= self.start_offset)
             and (self.end_offset is None or segment.end_offset <= self.end_offset)
             and (self.time_start is None or segment.time_min >= self.time_start)
@@ -157,12 +172,24 @@ class ReadRequest:
                 conditions.append(pc.greater_equal(times, _int64(self.time_start)))
             if self.time_end is not None:
                 conditions.append(pc.less(times, _int64(self.time_end)))
+        if self.where:
+            conditions.append(where_mask(batch, self.where))
         if not conditions:
             return None
         combined = conditions[0]
         for condition in conditions[1:]:
             combined = pc.and_(combined, condition)
         return combined
+
+
+def _at_or_beyond(request: ReadRequest, threshold: int) -> ReadRequest:
+    """`request` narrowed to the rows a timestamp-ordered read can still use: at or after
+    `threshold` (descending) or at or before it (ascending)."""
+    if request.order == "desc":
+        start = threshold if request.time_start is None else max(request.time_start, threshold)
+        return replace(request, time_start=start)
+    end = threshold + 1 if request.time_end is None else min(request.time_end, threshold + 1)
+    return replace(request, time_end=end)
 
 
 def _int64(value: int) -> pa.Scalar:
@@ -177,7 +204,9 @@ class ReadResult:
     `opened` lists the segment files actually opened, in order.
     """
 
-    def __init__(self, store: StoreHandle, request: ReadRequest) -> None:
+    def __init__(self, store: StoreHandle, request: ReadRequest, *, prune: bool = True) -> None:
+        """`prune=False` opens every segment of the ranges even with `where` conditions (to
+        check that pruning changes nothing but the files opened)."""
         self.store = store
         self.request = request
         segments = store.manifest.segments(
@@ -188,12 +217,30 @@ class ReadResult:
             time_start=request.time_start,
             time_end=request.time_end,
         )
-        segments.sort(key=lambda s: (s.time_min, s.partition, s.start_offset))
-        if request.order == "desc":
-            segments.reverse()
+        self.pruned = 0  # segments the statistics or bloom filters ruled out, never opened
+        if request.where and prune:
+            segments = self._prune(segments)
+        if request.order_by == "timestamp":
+            segments = time_ordered(segments, request.order)
+        else:
+            segments.sort(key=lambda s: (s.time_min, s.partition, s.start_offset))
+            if request.order == "desc":
+                segments.reverse()
         self.segments: list[SegmentRecord] = segments
         self.schema = self._schema()
         self.scan = ScanCounters()
+
+    def _prune(self, segments: list[SegmentRecord]) -> list[SegmentRecord]:
+        columns = [c.column for c in self.request.where]
+        where, topic = self.request.where, self.request.topic
+        # Filters first: a needle's value is in few segments' filters, and then only those
+        # few segments' statistics are read, by key, instead of the whole topic's.
+        blooms = self.store.manifest.blooms(topic, columns)
+        kept = [s for s in segments if admitted_by_blooms(where, blooms.get(s.id, {}))]
+        stats = self.store.manifest.column_stats(topic, columns, [s.id for s in kept])
+        kept = [s for s in kept if admitted_by_stats(where, stats.get(s.id, {}), s.record_count)]
+        self.pruned = len(segments) - len(kept)
+        return kept
 
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
@@ -212,6 +259,9 @@ class ReadResult:
         remaining = self.request.limit
         if remaining == 0:
             return
+        if self.request.order_by == "timestamp":
+            yield from self._by_time()
+            return
         for segment in self.segments:
             for batch in self._segment_batches(segment):
                 if remaining is not None:
@@ -221,12 +271,30 @@ class ReadResult:
                     remaining -= batch.num_rows
                 yield batch
 
-    def _segment_batches(self, segment: SegmentRecord) -> Iterator[pa.RecordBatch]:
+    def _by_time(self) -> Iterator[pa.RecordBatch]:
+        """The rows in timestamp order, reading the segments until the limit is certain."""
+        merged = merge_schemas(self.store.manifest.schemas(self.request.topic).values())
+        wanted = {*self.schema.names, OFFSET, TIMESTAMP}
+        sorting = pa.schema([f for f in merged if f.name in wanted])
+        if TIMESTAMP not in sorting.names:  # a topic without segments
+            return
+        request = self.request
+
+        def read(segment: SegmentRecord, threshold: int | None) -> Iterator[pa.RecordBatch]:
+            narrowed = request if threshold is None else _at_or_beyond(request, threshold)
+            yield from self._segment_batches(segment, narrowed, conformed=False)
+
+        table = top_by_time(self.segments, read, sorting, request.limit, request.order)
+        yield from table.select(self.schema.names).to_batches()
+
+    def _segment_batches(
+        self, segment: SegmentRecord, request: ReadRequest | None = None, *, conformed: bool = True
+    ) -> Iterator[pa.RecordBatch]:
         path = self.store.segment_path(segment)
         try:
-            batches = segment_batches(path, segment, self.request, self.scan)
+            batches = segment_batches(path, segment, request or self.request, self.scan)
             for batch in batches:
-                yield conform(batch, self.schema)
+                yield conform(batch, self.schema) if conformed else batch
         except SegmentCorruptError as exc:
             # So the next query plans without it instead of failing on it again.
             quarantine(self.store.manifest, segment, exc.problem, found_by="read")
@@ -265,8 +333,10 @@ def needed_fields(path: Path, columns: tuple[str, ...] | None) -> list[int] | No
     return _field_indices(open_segment(path).schema, columns)
 
 
-def _field_indices(schema: pa.Schema, columns: tuple[str, ...]) -> list[int]:
-    wanted = {*columns, OFFSET, TIMESTAMP}
+def _field_indices(
+    schema: pa.Schema, columns: tuple[str, ...], where_columns: tuple[str, ...] = ()
+) -> list[int]:
+    wanted = {*columns, OFFSET, TIMESTAMP, *where_columns}
     return [i for i, name in enumerate(schema.names) if name in wanted]
 
 
@@ -303,7 +373,8 @@ def segment_batches(
         try:
             reader = ipc.open_file(data)
             if request.columns is not None:
-                fields = _field_indices(reader.schema, request.columns)
+                where_columns = tuple(c.column for c in request.where)
+                fields = _field_indices(reader.schema, request.columns, where_columns)
                 options = ipc.IpcReadOptions(included_fields=fields)
                 reader = ipc.open_file(data, options=options)
         except (OSError, pa.ArrowException) as exc:

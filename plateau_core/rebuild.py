@@ -20,7 +20,6 @@ from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.names import (
     MANIFEST_FILE,
     TEMP_MARKER,
-    relative_segment_path,
     segment_start,
     validate_topic,
 )
@@ -195,8 +194,9 @@ def _clear_manifest(url: str) -> list[str]:
                 raise RebuildRefusedError(
                     f"the manifest database {parsed.render_as_string(hide_password=True)} "
                     "already holds a manifest; rebuild-manifest only fills an empty database: "
-                    "drop plateau's tables (schema_version, partitions, segments, schemas, "
-                    "gaps) or point storage.manifest_url at a new database"
+                    "drop plateau's tables (schema_version, partitions, segments, "
+                    "segment_columns, schemas, gaps) or point storage.manifest_url at a new "
+                    "database"
                 )
         finally:
             probe.close()
@@ -260,7 +260,7 @@ class _PartitionRebuild:
                     end = max(bad_start, stats.start_offset)
                     self.quarantine(bad_path, bad_start, end, bad_problem, None)
                 unreadable = []
-                self.record(start, stats, schema)
+                self.record(path, stats, schema)
         for bad_start, bad_path, bad_problem in unreadable:
             if self.watermark is not None and bad_start < self.watermark:
                 self.quarantine(bad_path, bad_start, bad_start, bad_problem, None)
@@ -280,8 +280,9 @@ class _PartitionRebuild:
             next_offset=self.watermark,
         )
 
-    def record(self, start: int, stats: SegmentStats, schema: pa.Schema) -> None:
-        relative = relative_segment_path(self.topic, self.partition, start)
+    def record(self, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:
+        # The file's own name: a consolidated segment's is its span, not its start.
+        relative = path.relative_to(self.root).as_posix()
         self.manifest.commit_segment(self.topic, self.partition, stats, relative, schema)
         self.watermark = stats.end_offset
         self.segments += 1

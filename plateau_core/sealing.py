@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import structlog
@@ -23,7 +24,8 @@ from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.manifest import Manifest
 from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.names import partition_dir, relative_segment_path
-from plateau_core.policies import WriterPolicy
+from plateau_core.policies import IndexPolicy, WriterPolicy
+from plateau_core.rollup import rollup_table
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.slog import SealJob
 
@@ -61,6 +63,9 @@ def seal_group(
     try:
         for job in group:
             done.append(_write_job(job, data_dir, policy, write))
+        # A job's roll-up segments are recorded in the same transaction as its raw ones:
+        # both land, or neither (exactly once, whatever replays).
+        derived = [commit for written in done for commit in written.derived]
         sealed = [
             Sealed(
                 job,
@@ -69,38 +74,65 @@ def seal_group(
                 ),
                 paths,
             )
-            for job, (paths, segments) in zip(group, done, strict=True)
+            for job, (paths, segments, _, _) in zip(group, done, strict=True)
         ]
-        _record([s.commit for s in sealed], committer)
+        _record([*(s.commit for s in sealed), *derived], committer)
     except ManifestConflictError:
         raise
     except Exception:
-        for paths, _ in done:
-            for path in paths:
+        for written in done:
+            for path in (*written.files, *written.derived_files):
                 path.unlink(missing_ok=True)
         raise
     return sealed
 
 
-Written = tuple[tuple[Path, ...], tuple[SegmentFile, ...]]
+class Written(NamedTuple):
+    """What a job wrote: its raw segment files and rows, and its roll-ups' (per derived
+    topic, one commit of the job's partition)."""
+
+    files: tuple[Path, ...]
+    segments: tuple[SegmentFile, ...]
+    derived: tuple[PartitionCommit, ...]
+    derived_files: tuple[Path, ...]
 
 
 def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteSegment) -> Written:
     directory = partition_dir(data_dir, job.topic, job.partition)
     files: list[Path] = []
     segments: list[SegmentFile] = []
+    derived: dict[str, list[SegmentFile]] = {}
+    derived_files: list[Path] = []
     try:
         for run in job.runs():
             table = pa.Table.from_batches(run)
-            path, stats = write(directory, table, policy.compression, fsync=policy.fsync)
+            path, stats = write(
+                directory, table, policy.compression, fsync=policy.fsync, index=job.index
+            )
             files.append(path)
             relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
             segments.append(SegmentFile(stats, relative, table.schema))
+            for rollup in job.rollups:
+                topic = rollup.derived_topic(job.topic)
+                rolled = rollup_table(table, rollup)
+                path, stats = write(
+                    partition_dir(data_dir, topic, job.partition),
+                    rolled,
+                    policy.compression,
+                    fsync=policy.fsync,
+                    index=IndexPolicy(),
+                )
+                derived_files.append(path)
+                relative = relative_segment_path(topic, job.partition, stats.start_offset)
+                derived.setdefault(topic, []).append(SegmentFile(stats, relative, rolled.schema))
     except BaseException:
-        for path in files:  # this job's earlier runs: the caller never hears of them
+        for path in (*files, *derived_files):  # the caller never hears of these
             path.unlink(missing_ok=True)
         raise
-    return tuple(files), tuple(segments)
+    commits = tuple(
+        PartitionCommit(topic, job.partition, tuple(rows)) for topic, rows in derived.items()
+    )
+    return Written(tuple(files), tuple(segments), commits, tuple(derived_files))
 
 
 def _record(commits: list[PartitionCommit], committer: GroupCommitter) -> None:

@@ -12,10 +12,12 @@ import pyarrow.compute as pc
 from pyarrow import ipc
 
 import plateau_core.crc as crcs
+from plateau_core.bloom import BLOOM_KEY, Bloom, build, footer_value, from_footer
 from plateau_core.checksums import BatchRange
+from plateau_core.column_stats import table_columns
 from plateau_core.errors import InvalidInputError
 from plateau_core.names import TEMP_MARKER, segment_name
-from plateau_core.policies import Compression
+from plateau_core.policies import Compression, IndexPolicy
 from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
 from plateau_core.segment_stats import SegmentStats
 
@@ -42,20 +44,29 @@ def table_stats(table: pa.Table) -> tuple[int, int, int, int]:
 
 
 def write_segment(
-    directory: Path, table: pa.Table, compression: Compression = "lz4", *, fsync: bool = True
+    directory: Path,
+    table: pa.Table,
+    compression: Compression = "lz4",
+    *,
+    fsync: bool = True,
+    index: IndexPolicy | None = None,
+    name: str | None = None,
 ) -> tuple[Path, SegmentStats]:
     """Write `table` as `{start_offset:020d}.arrow` in `directory`, durably.
 
     The file appears under its final name only when complete; a crash leaves at most a
-    temp file that recovery removes. Writing the same segment again replaces it.
+    temp file that recovery removes. Writing the same segment again replaces it. The bloom
+    filters `index` asks for go in the footer, beside the batch index. `name` replaces the
+    sealed segment's name (a consolidated segment's, plateau_core.names).
     """
     if table.num_rows == 0:
         raise InvalidInputError("a segment needs at least one row")
     start, end, time_min, time_max = table_stats(table)
     groups = _groups(table)
-    index = [span for group in groups if (span := _span(group)) is not None]
+    spans = [span for group in groups if (span := _span(group)) is not None]
+    blooms = _blooms(table, index or IndexPolicy())
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / segment_name(start)
+    final = directory / (name or segment_name(start))
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
     options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
     ranges: list[BatchRange] = []
@@ -63,7 +74,9 @@ def write_segment(
         # OSFile is unbuffered, so tell() around each write is where that batch's message
         # lies in the file.
         with pa.OSFile(str(temp), "wb") as sink:
-            footer = {BATCH_INDEX_KEY: json.dumps(index, separators=(",", ":")).encode()}
+            footer = {BATCH_INDEX_KEY: json.dumps(spans, separators=(",", ":")).encode()}
+            if blooms:
+                footer[BLOOM_KEY] = footer_value(blooms)
             with ipc.new_file(sink, table.schema, options=options, metadata=footer) as writer:
                 for group in groups:
                     before = sink.tell()
@@ -93,8 +106,22 @@ def write_segment(
         size_bytes=final.stat().st_size,
         schema_fingerprint=fingerprint(table.schema),
         checksums=checksums,
+        columns=table_columns(table),
+        blooms=blooms,
     )
     return final, stats
+
+
+def _blooms(table: pa.Table, index: IndexPolicy) -> tuple[Bloom, ...]:
+    """Filters of the listed columns this segment has, of a type that has filters; a listed
+    column the segment lacks or of another type (a float, say) simply gets none."""
+    found = []
+    for column in index.bloom:
+        if column in table.column_names:
+            bloom = build(column, table.column(column), index.fpp)
+            if bloom is not None:
+                found.append(bloom)
+    return tuple(found)
 
 
 def _groups(table: pa.Table) -> list[pa.Table]:
@@ -171,6 +198,8 @@ def inspect_segment(path: Path) -> SegmentStats:
         size_bytes=path.stat().st_size,
         schema_fingerprint=fingerprint(table.schema),
         checksums=crcs.of_file(path),
+        columns=table_columns(table),
+        blooms=from_footer(reader.metadata),
     )
 
 

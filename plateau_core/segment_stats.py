@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from plateau_core.bloom import Bloom
 from plateau_core.checksums import Checksums
+from plateau_core.column_stats import ColumnStats
 
 
 @dataclass(frozen=True)
@@ -20,3 +22,9 @@ class SegmentStats:
     schema_fingerprint: str
     # None for segments recorded before checksums existed: they get the other checks only.
     checksums: Checksums | None = None
+    # Promoted per-column statistics (plateau_core.column_stats); empty for segments recorded
+    # before schema version 5.
+    columns: tuple[ColumnStats, ...] = ()
+    # Bloom filters of the columns the topic's index lists (plateau_core.bloom), as written
+    # in the file's footer.
+    blooms: tuple[Bloom, ...] = ()

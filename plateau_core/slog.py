@@ -21,8 +21,9 @@ import pyarrow as pa
 
 from plateau_core.errors import InvalidInputError
 from plateau_core.listener import TopicPartition
-from plateau_core.policies import RollPolicy
+from plateau_core.policies import IndexPolicy, RollPolicy
 from plateau_core.producers import ProducerBatch
+from plateau_core.rollup import RollupPolicy
 from plateau_core.schema import OFFSET
 
 
@@ -55,6 +56,8 @@ class SealJob:
     producers: list[ProducerBatch] = field(default_factory=list)
     # The watermark moves at least here (offsets below it that land nowhere: poison).
     advance_to: int | None = None
+    index: IndexPolicy = field(default_factory=IndexPolicy)
+    rollups: tuple[RollupPolicy, ...] = ()
     started: float = field(default_factory=time.monotonic)
     # When the oldest of these records was buffered (monotonic): how stale they are.
     buffered_since: float = field(default_factory=time.monotonic)
@@ -83,11 +86,16 @@ class SegmentLog:
         directory: Path,
         roll: RollPolicy,
         watermark: int | None,
+        *,
+        index: IndexPolicy | None = None,
+        rollups: tuple[RollupPolicy, ...] = (),
     ) -> None:
         self.topic = topic
         self.partition = partition
         self.directory = directory
         self.roll = roll
+        self.index = index or IndexPolicy()
+        self.rollups = rollups
         # Highest offset accepted so far (buffered or sealed); the next batch must pass it.
         self.last_offset: int | None = None if watermark is None else watermark - 1
         self.batches: list[pa.RecordBatch] = []
@@ -206,6 +214,8 @@ class SegmentLog:
             nbytes=self.nbytes,
             producers=self.producers,
             advance_to=self.pending_advance,
+            index=self.index,
+            rollups=self.rollups,
             buffered_since=self.first_buffered_at or time.monotonic(),
         )
         self._clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -98,10 +99,24 @@ class Store:
         columns: list[str] | None = None,
         limit: int | None = None,
         order: Literal["asc", "desc"] = "asc",
+        where: Mapping[str, object] | None = None,
+        order_by: Literal["offset", "timestamp"] = "offset",
     ) -> ReadResult:
         """Rows of `topic` with start_offset <= offset < end_offset and
-        time_start <= timestamp < time_end, as RecordBatches of one merged schema."""
+        time_start <= timestamp < time_end, as RecordBatches of one merged schema.
+
+        `where` keeps rows whose column equals a value (`{"request_id": "r-1"}`) or one of a
+        list (`{"service": ["api", "web"]}`); a null equals nothing. Segments whose promoted
+        statistics or bloom filters rule every value out are not opened (`ReadResult.pruned`).
+        Raises InvalidInputError naming the column for a value of the wrong kind.
+
+        `order_by="timestamp"` returns the rows in timestamp order across segments and
+        partitions (`order` says which way); with a `limit` it reads the newest (or oldest)
+        segments first and stops once the limit's rows are certain (ORDER BY timestamp DESC
+        LIMIT k). The default, "offset", returns each segment's rows in offset order.
+        """
         from plateau_core.reader import ReadRequest, ReadResult  # noqa: PLC0415
+        from plateau_core.where import build_where  # noqa: PLC0415
 
         request = ReadRequest.build(
             validate_topic(topic),
@@ -113,6 +128,8 @@ class Store:
             columns=columns,
             limit=limit,
             order=order,
+            where=build_where(where),
+            order_by=order_by,
         )
         return ReadResult(self, request)
 

@@ -12,9 +12,10 @@ or none.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,9 +34,10 @@ from plateau_core.handle import StoreHandle
 from plateau_core.listener import TopicPartition, WriterListener, WriterStats
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
-from plateau_core.policies import RollPolicy, WriterPolicy
+from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
+from plateau_core.rollup import RollupPolicy
 from plateau_core.schema import fingerprint, normalize_batch
 from plateau_core.seal_groups import SealGroups, relieve_pressure
 from plateau_core.sealing import announce, log_failure, seal_group
@@ -64,6 +66,7 @@ class Writer:
         self._cond = threading.Condition()
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._locks: dict[TopicPartition, PartitionLock] = {}
+        self._maintained: set[TopicPartition] = set()  # see maintaining()
         self._buffered = 0
         self._in_flight = 0
         self._groups = SealGroups(self._logs, self.policy.seal_together)
@@ -83,9 +86,14 @@ class Writer:
         partition: int,
         *,
         roll: RollPolicy | None = None,
+        index: IndexPolicy | None = None,
+        rollups: tuple[RollupPolicy, ...] = (),
         timeout_s: float = 30.0,
     ) -> int | None:
         """Take ownership of a partition; returns its watermark (None if never written).
+
+        `index` says which columns its segments keep bloom filters of; each of `rollups`
+        is sealed with them into its derived topic.
 
         Waits up to `timeout_s` for another writer (a previous owner still flushing) to let
         go, then recovers the partition's folder against the manifest.
@@ -101,7 +109,15 @@ class Writer:
         except BaseException:
             lock.release()
             raise
-        slog = SegmentLog(topic, partition, directory, roll or RollPolicy(), watermark)
+        slog = SegmentLog(
+            topic,
+            partition,
+            directory,
+            roll or RollPolicy(),
+            watermark,
+            index=index,
+            rollups=rollups,
+        )
         with self._cond:
             self._logs[key] = slog
             self._locks[key] = lock
@@ -122,8 +138,11 @@ class Writer:
             dropped_rows = slog.rows
             self._buffered -= slog.drop()
             deadline = time.monotonic() + timeout_s
-            # A seal already running may still land; wait so the next owner sees it.
-            while slog.in_flight is not None and time.monotonic() < deadline:
+            # A seal already running may still land, and a consolidation may be swapping
+            # files: wait so the next owner's recovery sees where they end.
+            while (
+                slog.in_flight is not None or key in self._maintained
+            ) and time.monotonic() < deadline:
                 self._cond.wait(0.05)
             del self._logs[key]
             lock = self._locks.pop(key)
@@ -139,6 +158,25 @@ class Writer:
             dropped_rows=dropped_rows,
         )
         self.listener.on_capacity()
+
+    @contextlib.contextmanager
+    def maintaining(self, topic: str, partition: int) -> Iterator[bool]:
+        """Hold an owned partition while other work rewrites sealed files in its folder
+        (consolidation): releasing it waits until this ends, so a next owner never recovers
+        the folder halfway. Yields False, holding nothing, for a partition not owned here or
+        held already."""
+        key = (topic, partition)
+        with self._cond:
+            held = key in self._logs and key not in self._maintained
+            if held:
+                self._maintained.add(key)
+        try:
+            yield held
+        finally:
+            if held:
+                with self._cond:
+                    self._maintained.discard(key)
+                    self._cond.notify_all()
 
     def owned(self) -> list[TopicPartition]:
         with self._cond:

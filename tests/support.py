@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau_core import BackpressureError, RollPolicy, Store, Writer, WriterPolicy
+from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 
@@ -78,11 +79,17 @@ class GatedDisk:
         self.timeout_s = timeout_s
 
     def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+        self,
+        directory: Path,
+        table: pa.Table,
+        compression: str,
+        *,
+        fsync: bool,
+        index: IndexPolicy | None = None,
     ) -> tuple[Path, SegmentStats]:
         self.entered.set()
         self.gate.wait(timeout=self.timeout_s)
-        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
 
 
 class SlowDisk:
@@ -92,7 +99,13 @@ class SlowDisk:
         self.delay_s = delay_s
 
     def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+        self,
+        directory: Path,
+        table: pa.Table,
+        compression: str,
+        *,
+        fsync: bool,
+        index: IndexPolicy | None = None,
     ) -> tuple[Path, SegmentStats]:
         time.sleep(self.delay_s)
-        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]

@@ -110,6 +110,11 @@ class StorageConfig(Strict):
     retention_interval: Duration = Field(
         default=30.0, description="How often retention runs while serving."
     )
+    consolidate_interval: Duration = Field(
+        default=30.0,
+        description="How often each writer consolidates the partitions it owns (topics with "
+        "consolidate set).",
+    )
     verify_on_start: bool = Field(
         default=True,
         description="Check every segment's checksums once when serve starts, before its "
@@ -382,6 +387,16 @@ class Config(Strict):
 
     def retention_policy(self, mapping: TopicMapping) -> RetentionPolicy:
         return mapping.retention.apply(self.defaults.retention.apply(RetentionPolicy()))
+
+    def rollup_retention(self, topic: str) -> RetentionPolicy | None:
+        """The retention of a derived roll-up topic (`{topic}.rollup.{granularity}`), or None
+        when `topic` is not one."""
+        base, marker, label = topic.rpartition(".rollup.")
+        mapping = self.mapping_for_plateau_topic(base) if marker else None
+        for rollup in mapping.rollups if mapping is not None else []:
+            if rollup.granularity == label:
+                return rollup.retention.apply(self.defaults.retention.apply(RetentionPolicy()))
+        return None
 
     def redacted(self) -> dict[str, Any]:
         """The config as a dict with secrets masked, for logs and `check` output."""

@@ -9,8 +9,10 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict, short
 from bridge.config.registry import REGISTRY_FORMATS
+from plateau_core.errors import InvalidInputError
 from plateau_core.names import validate_topic
-from plateau_core.policies import RetentionPolicy, RollPolicy
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy, RetentionPolicy, RollPolicy
+from plateau_core.rollup import RollupPolicy, granularity_ms, rollup_metrics
 
 FIELD_TYPES = ("string", "int", "float", "bool", "timestamp")
 
@@ -54,6 +56,90 @@ class RetentionConfig(Strict):
             require_replicated=self.require_replicated
             if self.require_replicated is not None
             else base.require_replicated,
+        )
+
+
+class IndexConfig(Strict):
+    bloom: list[str] = Field(
+        default_factory=list,
+        description="Columns whose values each segment keeps a bloom filter of (key and "
+        "decoded string, binary or integer columns), so equality and IN queries skip "
+        "segments without the value.",
+    )
+    fpp: float = Field(
+        default=0.01,
+        gt=0,
+        lt=1,
+        description="The filters' false positive rate: about 9.6 bits per distinct value at "
+        "0.01; a false positive costs a segment read, never a row.",
+    )
+
+    @field_validator("bloom")
+    @classmethod
+    def _bloom(cls, value: list[str]) -> list[str]:
+        for column in value:
+            if column in ("offset", "timestamp", "partition"):
+                raise ValueError(
+                    f"{column!r} needs no bloom filter: segments are pruned by their "
+                    "offset and time spans already"
+                )
+            if not column:
+                raise ValueError("a column name must not be empty")
+        if len(set(value)) != len(value):
+            raise ValueError(f"a column is listed twice: {value}")
+        return value
+
+    def policy(self) -> IndexPolicy:
+        return IndexPolicy(bloom=tuple(self.bloom), fpp=self.fpp)
+
+
+class ConsolidateConfig(Strict):
+    target_bytes: Size = Field(
+        default=64 * 1024 * 1024,
+        description="Merge neighbouring small segments into segments of up to this size.",
+    )
+    min_age: Duration = Field(
+        default=60.0,
+        description="Only segments sealed at least this long ago (recent ones are the likeliest "
+        "to be read while they are swapped).",
+    )
+
+    def policy(self) -> ConsolidatePolicy:
+        return ConsolidatePolicy(target_bytes=int(self.target_bytes), min_age_s=self.min_age)
+
+
+class RollupConfig(Strict):
+    granularity: str = Field(
+        description="The time bucket: 10s, 1m, 1h, 1d. The derived topic is "
+        "{topic}.rollup.{granularity}."
+    )
+    dimensions: list[str] = Field(
+        default_factory=list, description="Columns the rows are grouped by within a bucket."
+    )
+    metrics: list[str] = Field(
+        description="count, sum:<column>, min:<column>, max:<column>, distinct:<column> "
+        "(an approximate distinct count, a mergeable sketch)."
+    )
+    retention: RetentionConfig = Field(
+        default=RetentionConfig(),
+        description="What the derived topic keeps (roll-ups usually outlive the raw rows); "
+        "overrides defaults.retention.",
+    )
+
+    @model_validator(mode="after")
+    def _valid(self) -> RollupConfig:
+        try:
+            self.policy()
+        except InvalidInputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def policy(self) -> RollupPolicy:
+        return RollupPolicy(
+            self.granularity,
+            granularity_ms(self.granularity),
+            tuple(self.dimensions),
+            rollup_metrics(self.metrics),
         )
 
 
@@ -113,6 +199,20 @@ class TopicMapping(Strict):
     roll: RollConfig = Field(default=RollConfig(), description="Overrides defaults.roll.")
     retention: RetentionConfig = Field(
         default=RetentionConfig(), description="Overrides defaults.retention."
+    )
+    index: IndexConfig = Field(
+        default=IndexConfig(),
+        description="Per-segment indexes beyond the promoted statistics every segment has.",
+    )
+    consolidate: ConsolidateConfig | None = Field(
+        default=None,
+        description="Merge runs of small sealed segments (what a short roll.max_age leaves) "
+        "in the background; leave out to keep segments as sealed.",
+    )
+    rollups: list[RollupConfig] = Field(
+        default_factory=list,
+        description="Aggregates maintained as each segment seals, exactly once with the raw "
+        "rows, into derived topics queried like any other.",
     )
     on_error: Literal["dlq", "skip", "fail"] = Field(
         default="fail",
@@ -225,6 +325,9 @@ class TopicMapping(Strict):
             raise ValueError("a topic without a source needs a name (what producers write to)")
         if "{source}" in self.name:
             raise ValueError("a topic without a source has no {source} to put in its name")
+
+    def rollup_policies(self) -> tuple[RollupPolicy, ...]:
+        return tuple(r.policy() for r in self.rollups)
 
     @property
     def produced(self) -> bool:

@@ -43,6 +43,7 @@ from bridge.errors import BridgeError
 from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ops.telemetry import WorkerTelemetry
 from bridge.ops.worker_status import StatusFile, new_run_id
+from bridge.store import consolidator_for
 from plateau_core import (
     BackpressureError,
     FlushTimeoutError,
@@ -97,6 +98,7 @@ class Worker:
             ),
             SealListener(self._sealed, self._wake, self.telemetry),
         )
+        self._consolidator = consolidator_for(config, store, self.writer, self.telemetry)
         self._routes = Routes(config, store.manifest)
         self.partitions: dict[Key, PartitionState] = {}
         self._dead_letters = DeadLetters(dead_letter_settings(config))
@@ -129,6 +131,7 @@ class Worker:
             on_lost=self._on_lost,
         )
         log.info("worker_started", worker=self.name, subscriptions=self.subscriptions())
+        self._consolidator.start(self.config.storage.consolidate_interval)
         batch_size = self.config.kafka.poll_batch
         try:
             while not self.stop.is_set():
@@ -316,6 +319,8 @@ class Worker:
                 route.plateau_topic,
                 tp.partition,
                 roll=self.config.roll_policy(route.mapping),
+                index=route.mapping.index.policy(),
+                rollups=route.mapping.rollup_policies(),
                 timeout_s=self.config.shutdown_timeout + 10,
             )
             tp.offset = start_offset(
@@ -410,6 +415,7 @@ class Worker:
     def _shutdown(self) -> None:
         deadline = self.config.shutdown_timeout
         started = time.monotonic()
+        self._consolidator.stop()  # before partitions are released
         try:
             self.writer.flush(timeout_s=deadline)
         except FlushTimeoutError as exc:

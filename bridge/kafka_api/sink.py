@@ -28,6 +28,7 @@ from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
+from bridge.store import consolidator_for
 from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
 from plateau_core.listener import SealedSegment, WriterListener
@@ -98,6 +99,8 @@ class ProduceSink(WriterListener):
         )
         self.partitions: dict[tuple[str, int], ProducedPartition] = {}
         self._capacity = asyncio.Event()
+        self.consolidator = consolidator_for(config, store, self.writer)
+        self.consolidator.start(storage.consolidate_interval)
 
     # --- partitions ---------------------------------------------------------------------------
 
@@ -116,7 +119,11 @@ class ProduceSink(WriterListener):
         roll = self.config.roll_policy(mapping)
         if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
             roll = RollConfig(max_age=GROUP_COMMIT_S).apply(roll)
-        watermark = self.writer.acquire(topic, partition, roll=roll) or 0
+        index = mapping.index.policy()
+        rollups = mapping.rollup_policies()
+        watermark = (
+            self.writer.acquire(topic, partition, roll=roll, index=index, rollups=rollups) or 0
+        )
         decoder = decoder_for(mapping, self.config.schema_registry)
         stored = self.store.manifest.schemas(topic)
         if stored:
@@ -153,6 +160,7 @@ class ProduceSink(WriterListener):
 
     def close(self, timeout_s: float) -> None:
         """Seal what is buffered and let every partition go."""
+        self.consolidator.stop()
         try:
             self.writer.close(timeout_s=timeout_s)
         finally:

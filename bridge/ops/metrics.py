@@ -42,6 +42,8 @@ _COUNTER_HELP = {
     "paused_seconds": "Seconds partitions spent paused, by reason (summed over partitions).",
     "poison_records": "Records that did not decode, by action (dlq, skip, fail).",
     "errors": "Errors by kind.",
+    "consolidations": "Runs of small segments merged into one (consolidate).",
+    "consolidated_segments": "Segments consolidation removed (each merge of n removes n - 1).",
 }
 
 

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bridge.config.models import Config
 from bridge.consume.client import ENFORCED_CONSUMER, client_config
+from bridge.ops.telemetry import parse_dump
 from bridge.ops.worker_status import read_status_files
 from bridge.store import open_store
 
@@ -64,10 +65,31 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     topics: dict[str, Any] = {}
     for (topic, partition), row in sorted(rows.items()):
         topics.setdefault(topic, {"partitions": {}})["partitions"][str(partition)] = row
+    _add_consolidation(config, topics, files)
     document: dict[str, Any] = {"topics": topics}
     if listeners:
         document["kafka_api"] = listeners
     return document, error
+
+
+def _add_consolidation(config: Config, topics: dict[str, Any], files: list[dict[str, Any]]) -> None:
+    """Each consolidated topic's policy, and the segments the running workers merged away."""
+    removed: dict[str, float] = {}
+    for worker in files:
+        counters, _ = parse_dump(worker.get("telemetry", {}))
+        for (name, labels), value in counters:
+            if name == "consolidated_segments" and labels:
+                removed[labels[0]] = removed.get(labels[0], 0) + value
+    for topic, body in topics.items():
+        mapping = config.mapping_for_plateau_topic(topic)
+        if mapping is None or mapping.consolidate is None:
+            continue
+        policy = mapping.consolidate.policy()
+        body["consolidate"] = {
+            "target_bytes": policy.target_bytes,
+            "min_age_s": policy.min_age_s,
+            "segments_removed": int(removed.get(topic, 0)),
+        }
 
 
 def _empty_row() -> Row:
@@ -178,7 +200,14 @@ def render(document: dict[str, Any], as_json: bool) -> str:
     table = "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines
     )
-    return "\n".join([table, *(_listener_line(body) for body in document.get("kafka_api", []))])
+    consolidating = [
+        f"consolidate {topic}: segments older than {c['min_age_s']:g} s into up to "
+        f"{c['target_bytes']:,} bytes; {c['segments_removed']:,} segments merged away by this run"
+        for topic, body in document["topics"].items()
+        if (c := body.get("consolidate"))
+    ]
+    listeners = [_listener_line(body) for body in document.get("kafka_api", [])]
+    return "\n".join([table, *consolidating, *listeners])
 
 
 def _listener_line(body: dict[str, Any]) -> str:

@@ -31,6 +31,8 @@ COUNTERS: dict[str, tuple[str, ...]] = {
     "paused_seconds": ("reason",),
     "poison_records": ("topic", "action"),
     "errors": ("kind",),
+    "consolidations": ("topic",),
+    "consolidated_segments": ("topic",),
 }
 
 

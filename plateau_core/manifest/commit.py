@@ -45,7 +45,17 @@ _NEW_SEGMENT = text(
     'INSERT INTO segments (topic, "partition", start_offset, end_offset, record_count, '
     "time_min, time_max, size_bytes, path, schema_fingerprint, state, created_at, checksums) "
     "VALUES (:topic, :partition, :start_offset, :end_offset, :record_count, :time_min, "
-    ":time_max, :size_bytes, :path, :schema_fingerprint, :state, :created_at, :checksums)"
+    ":time_max, :size_bytes, :path, :schema_fingerprint, :state, :created_at, :checksums) "
+    # RETURNING: the new row's id in the same round trip (SQLite 3.35+ and PostgreSQL).
+    "RETURNING id"
+)
+_NEW_COLUMN = text(
+    "INSERT INTO segment_columns (segment_id, column_name, kind, null_count, min_value, "
+    "max_value) VALUES (:segment_id, :column_name, :kind, :null_count, :min_value, :max_value)"
+)
+_NEW_BLOOM = text(
+    "INSERT INTO segment_blooms (segment_id, column_name, kind, hash_count, bits) "
+    "VALUES (:segment_id, :column_name, :kind, :hash_count, :bits)"
 )
 _SCHEMA_KNOWN = text("SELECT 1 FROM schemas WHERE topic = :topic AND fingerprint = :fingerprint")
 _NEW_SCHEMA = text(
@@ -124,9 +134,11 @@ def _move_watermark(  # noqa: PLR0917 - the row's key, the value read and the ne
 
 def insert_segment(
     conn: Connection, topic: str, partition: int, segment: SegmentFile, stamp: int
-) -> None:
+) -> int:
+    """Add the segment's row, its promoted column statistics and its bloom filters; returns
+    the row's id."""
     stats = segment.stats
-    conn.execute(
+    segment_id: int = conn.execute(
         _NEW_SEGMENT,
         {
             "topic": topic,
@@ -143,7 +155,39 @@ def insert_segment(
             "created_at": stamp,
             "checksums": None if stats.checksums is None else stats.checksums.to_json(),
         },
-    )
+    ).scalar_one()
+    # Only ever beside a row inserted now: a replayed seal is caught before this by
+    # already_recorded, so statistics are written once and never changed afterwards.
+    if stats.columns:
+        conn.execute(
+            _NEW_COLUMN,
+            [
+                {
+                    "segment_id": segment_id,
+                    "column_name": c.column,
+                    "kind": c.kind,
+                    "null_count": c.null_count,
+                    "min_value": c.min_value,
+                    "max_value": c.max_value,
+                }
+                for c in stats.columns
+            ],
+        )
+    if stats.blooms:
+        conn.execute(
+            _NEW_BLOOM,
+            [
+                {
+                    "segment_id": segment_id,
+                    "column_name": b.column,
+                    "kind": b.kind,
+                    "hash_count": b.hashes,
+                    "bits": b.bits,
+                }
+                for b in stats.blooms
+            ],
+        )
+    return segment_id
 
 
 def remember_schema(

@@ -9,8 +9,10 @@ from sqlalchemy import Connection, and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from plateau_core.bloom import Bloom
+from plateau_core.column_stats import ColumnStats
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest import produced
+from plateau_core.manifest import produced, promoted, swap
 from plateau_core.manifest.commit import (
     advance_for_segment,
     advance_over,
@@ -29,6 +31,7 @@ from plateau_core.manifest.models import (
     SegmentState,
 )
 from plateau_core.manifest.records import (
+    RECORD_COLUMNS,
     PartitionCommit,
     PartitionSpan,
     SegmentFile,
@@ -127,6 +130,16 @@ class Manifest(ManifestDatabase):
                     else stats.checksums.to_json(),
                 )
             )
+
+    def swap_segments(self, run: Sequence[SegmentRecord], merged: SegmentFile) -> int:
+        """Replace a run of one partition's segments by `merged`, which holds their rows, in
+        one transaction: the run's rows move to deleting (their files stay for the deletion
+        grace), the merged row takes their state. Returns its id.
+
+        Raises ManifestConflictError, changing nothing, when a row of the run changed.
+        """
+        with self._write() as session:
+            return swap.swap(session.connection(), run, merged, now_ms())
 
     def advance_watermark(self, topic: str, partition: int, next_offset: int) -> bool:
         """Move the watermark forward over offsets that land nowhere (skipped records).
@@ -269,7 +282,9 @@ class Manifest(ManifestDatabase):
         states: Sequence[SegmentState] = READABLE_STATES,
     ) -> list[SegmentRecord]:
         """Segments overlapping the offset range [start, end) and time range [start, end)."""
-        query = select(SegmentRow).where(SegmentRow.state.in_([s.value for s in states]))
+        # Plain column tuples, not ORM objects: every read plans with this list, and building
+        # an entity per row cost more than SQLite's part of the query.
+        query = select(*RECORD_COLUMNS).where(SegmentRow.state.in_([s.value for s in states]))
         if topic is not None:
             query = query.where(SegmentRow.topic == topic)
         if partitions is not None:
@@ -284,7 +299,22 @@ class Manifest(ManifestDatabase):
             query = query.where(SegmentRow.time_min < time_end)
         query = query.order_by(SegmentRow.topic, SegmentRow.partition, SegmentRow.start_offset)
         with self._read() as session:
-            return [SegmentRecord.of(row) for row in session.scalars(query)]
+            return [SegmentRecord.from_row(row) for row in session.execute(query)]
+
+    def column_stats(
+        self, topic: str, columns: Iterable[str], segment_ids: Sequence[int] | None = None
+    ) -> dict[int, dict[str, ColumnStats]]:
+        """Promoted statistics of these columns in the topic's readable segments (of
+        `segment_ids` only, when given), by segment id then column; a segment or column
+        without any is absent."""
+        with self._read() as session:
+            return promoted.column_stats(session, topic, columns, segment_ids)
+
+    def blooms(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, Bloom]]:
+        """Bloom filters of these columns in the topic's readable segments, by segment id
+        then column; a segment or column without one is absent."""
+        with self._read() as session:
+            return promoted.blooms(session, topic, columns)
 
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
         # Here rather than at the top: reading spans and watermarks (`plateau status`) must
@@ -353,12 +383,16 @@ class Manifest(ManifestDatabase):
         if not segment_ids:
             return 0
         with self._write() as session:
-            result = session.execute(
-                delete(SegmentRow).where(
-                    SegmentRow.id.in_(list(segment_ids)),
-                    SegmentRow.state == SegmentState.DELETING.value,
+            gone = list(
+                session.scalars(
+                    select(SegmentRow.id).where(
+                        SegmentRow.id.in_(list(segment_ids)),
+                        SegmentRow.state == SegmentState.DELETING.value,
+                    )
                 )
             )
+            promoted.remove_indexes(session, gone)
+            result = session.execute(delete(SegmentRow).where(SegmentRow.id.in_(gone)))
             return rowcount(result)
 
     def _transition(

@@ -47,11 +47,21 @@ def _v4_produce(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=tables)
 
 
+def _v5_column_stats(conn: Connection) -> None:
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables["segment_columns"]])
+
+
+def _v6_blooms(conn: Connection) -> None:
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables["segment_blooms"]])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
     Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
     Migration(3, "segments.checksums: CRC32s of each file's regions", _v3_checksums),
     Migration(4, "produced topics, idempotent producers, counters", _v4_produce),
+    Migration(5, "segment_columns: promoted per-column statistics", _v5_column_stats),
+    Migration(6, "segment_blooms: bloom filters of indexed columns", _v6_blooms),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -81,6 +81,34 @@ class SegmentRow(Base):
     checksums: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
+class SegmentColumnRow(Base):
+    """Promoted statistics of one column of one segment (plateau_core.column_stats), written
+    in the transaction that records the segment and removed with its row."""
+
+    __tablename__ = "segment_columns"
+
+    segment_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    column_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    null_count: Mapped[int] = mapped_column(BigInteger)
+    # Encoded as text of their kind; NULL: unknown (an all-null column, a long string's max).
+    min_value: Mapped[str | None] = mapped_column(Text, nullable=True)
+    max_value: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class SegmentBloomRow(Base):
+    """A bloom filter of one column of one segment (plateau_core.bloom), a copy of the one in
+    the file's footer, so planning a query reads it without opening the file."""
+
+    __tablename__ = "segment_blooms"
+
+    segment_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    column_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # how values become bytes: int, bytes
+    hash_count: Mapped[int] = mapped_column(Integer)
+    bits: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class SchemaRow(Base):
     """Each distinct segment schema once, so readers can merge schemas without opening files."""
 

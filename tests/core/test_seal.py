@@ -20,6 +20,7 @@ from plateau_core import (
     WriterListener,
     WriterPolicy,
 )
+from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from tests.support import batch
@@ -95,7 +96,13 @@ class FlakyDisk:
         self.calls = 0
 
     def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+        self,
+        directory: Path,
+        table: pa.Table,
+        compression: str,
+        *,
+        fsync: bool,
+        index: IndexPolicy | None = None,
     ) -> tuple[Path, SegmentStats]:
         self.calls += 1
         if self.calls <= self.failures:
@@ -104,7 +111,7 @@ class FlakyDisk:
             temp.write_bytes(b"ARROW1" * 10)
             temp.unlink()  # what write_segment does on failure
             raise OSError(errno.ENOSPC, "No space left on device")
-        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
 
 
 def test_failed_seal_keeps_the_data_and_retries(store: Store) -> None:

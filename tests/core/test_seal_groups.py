@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from plateau_core import Append, InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.policies import IndexPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
@@ -30,14 +31,20 @@ class FailingWrite:
         self.before_retry: list[str] | None = None  # segment files there when the retry began
 
     def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+        self,
+        directory: Path,
+        table: pa.Table,
+        compression: str,
+        *,
+        fsync: bool,
+        index: IndexPolicy | None = None,
     ) -> tuple[Path, SegmentStats]:
         self.calls += 1
         if self.calls == self.nth + 1:
             self.before_retry = sorted(p.name for p in directory.glob("*.arrow"))
         if self.calls == self.nth:
             raise OSError(errno.ENOSPC, "No space left on device")
-        path, stats = write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        path, stats = write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
         self.written.append(path)
         return path, stats
 
@@ -156,9 +163,11 @@ def test_sealing_together_records_every_due_partition_in_one_transaction(
     threads: set[str] = set()
     real_write = write_segment
 
-    def noting(directory: Path, table: pa.Table, compression: str, *, fsync: bool):  # type: ignore[no-untyped-def]
+    def noting(  # type: ignore[no-untyped-def]
+        directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
+    ):
         threads.add(threading.current_thread().name)
-        return real_write(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        return real_write(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
 
     # A long tick: only seal_due() starts seals here, as a produce request's end does.
     writer = store.writer(WriterPolicy(seal_together=True, tick_s=3600))

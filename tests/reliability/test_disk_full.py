@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 
 from bridge.demo.producer import Record, produce
 from plateau_core import Store, Writer
+from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
@@ -200,12 +201,18 @@ class FullDisk:
         self.refused = 0
 
     def __call__(
-        self, directory: Path, table: pa.Table, compression: str, *, fsync: bool
+        self,
+        directory: Path,
+        table: pa.Table,
+        compression: str,
+        *,
+        fsync: bool,
+        index: IndexPolicy | None = None,
     ) -> tuple[Path, SegmentStats]:
         if self.full.is_set():
             self.refused += 1
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
-        return write_segment(directory, table, compression, fsync=fsync)  # type: ignore[arg-type]
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
 
 
 def test_injected_enospc_pauses_and_resumes(

@@ -146,6 +146,26 @@ def test_the_example_config_is_valid() -> None:
             "kafka_api.tls",
             "needs a cafile",
         ),
+        (
+            {"topics": [{"source": "a", "index": {"bloom": ["rid"], "fpp": 1.5}}]},
+            "topics.0.index.fpp",
+            "less than 1",
+        ),
+        (
+            {"topics": [{"source": "a", "index": {"bloom": ["offset"]}}]},
+            "topics.0.index.bloom",
+            "'offset' needs no bloom filter",
+        ),
+        (
+            {"topics": [{"source": "a", "index": {"bloom": ["rid", "rid"]}}]},
+            "topics.0.index.bloom",
+            "listed twice",
+        ),
+        (
+            {"topics": [{"source": "a", "index": {"bloom": "rid"}}]},
+            "topics.0.index.bloom",
+            "list",
+        ),
     ],
 )
 def test_bad_configs_name_the_key_and_reason(
@@ -158,6 +178,15 @@ def test_bad_configs_name_the_key_and_reason(
     assert str(path) in message
     assert f"  {where}: " in message or (where == "(top level)" and "(top level)" in message)
     assert why in message
+
+
+def test_topic_index_becomes_the_writer_policy(tmp_path: Path) -> None:
+    body = {"topics": [{"source": "a", "index": {"bloom": ["key", "request_id"], "fpp": 0.05}}]}
+    config = load_config(_write(tmp_path, body), env={})
+    policy = config.topics[0].index.policy()
+    assert (policy.bloom, policy.fpp) == (("key", "request_id"), 0.05)
+    default = load_config(_write(tmp_path, MINIMAL), env={}).topics[0].index.policy()
+    assert (default.bloom, default.fpp) == ((), 0.01)
 
 
 def test_produced_topics_and_the_listener(tmp_path: Path) -> None:

@@ -23,6 +23,9 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.names": 0,
     "plateau_core.schema": 0,
     "plateau_core.checksums": 0,
+    "plateau_core.column_stats": 0,
+    "plateau_core.bloom": 0,
+    "plateau_core.rollup": 0,
     "plateau_core.segment_stats": 0,
     "plateau_core.producers": 0,
     "plateau_core.policies": 0,
@@ -30,6 +33,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.listener": 0,
     "plateau_core.partition_lock": 0,
     "plateau_core.disk_floor": 0,
+    "plateau_core.where": 0,
     # segment files
     "plateau_core.crc": 1,
     "plateau_core.segment_file": 1,
@@ -44,6 +48,8 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest.manifest": 2,
     "plateau_core.manifest.opening": 2,
     "plateau_core.manifest.produced": 2,
+    "plateau_core.manifest.promoted": 2,
+    "plateau_core.manifest.swap": 2,
     # what the middle layer sees of a store, and per-partition state
     "plateau_core.handle": 3,
     "plateau_core.group_commit": 3,
@@ -53,9 +59,11 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.seal_groups": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
+    "plateau_core.top_by_time": 4,
     "plateau_core.reader": 4,
     "plateau_core.retention": 4,
     "plateau_core.recovery": 5,
+    "plateau_core.consolidate": 5,
     "plateau_core.rebuild": 5,
     "plateau_core.writer": 6,
     # the facade

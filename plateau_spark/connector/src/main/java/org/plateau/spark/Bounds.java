@@ -67,6 +67,16 @@ final class Bounds implements Serializable {
     return key == null && offsets.covers(first, last) && times.covers(timeMin, timeMax);
   }
 
+  /** These bounds with rows before `lo` (epoch ms) excluded too. */
+  Bounds atOrAfter(long lo) {
+    return withRange(TIMESTAMP, times.narrow(lo, null));
+  }
+
+  /** These bounds with rows at or after `hi` (epoch ms) excluded too. */
+  Bounds before(long hi) {
+    return withRange(TIMESTAMP, times.narrow(null, hi));
+  }
+
   /** The predicates plateau applies and those left to Spark, in the order given. */
   static Bounds push(Predicate[] predicates, List<Predicate> taken, List<Predicate> left) {
     Bounds bounds = NONE;

@@ -5,8 +5,11 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import org.sqlite.SQLiteConfig;
 
@@ -102,6 +105,38 @@ final class ManifestReader implements AutoCloseable {
                     rs.getString(9),
                     rs.getString(10))));
     return segments;
+  }
+
+  /**
+   * The bloom filters of these columns in the topic's readable segments, by segment id then
+   * column (schema version 6, segment_blooms). A segment or column without one is absent.
+   */
+  Map<Long, Map<String, Bloom>> blooms(String topic, Set<String> columns) {
+    Map<Long, Map<String, Bloom>> found = new HashMap<>();
+    if (columns.isEmpty()) {
+      return found;
+    }
+    String marks = String.join(", ", Collections.nCopies(columns.size(), "?"));
+    List<Object> args = new ArrayList<>();
+    args.add(topic);
+    args.addAll(columns);
+    query(
+        "SELECT b.segment_id, b.column_name, b.kind, b.hash_count, b.bits FROM segment_blooms b"
+            + " JOIN segments s ON s.id = b.segment_id WHERE s.topic = ? AND s."
+            + READABLE
+            + " AND b.column_name IN ("
+            + marks
+            + ")",
+        args,
+        rs -> {
+          String kind = rs.getString(3);
+          if (kind.equals("int") || kind.equals("bytes")) { // another kind: left unused
+            found
+                .computeIfAbsent(rs.getLong(1), id -> new HashMap<>())
+                .put(rs.getString(2), new Bloom(kind, rs.getInt(4), rs.getBytes(5)));
+          }
+        });
+    return found;
   }
 
   /** Each partition's watermark: the end of its last sealed segment. */

@@ -2,6 +2,7 @@ package org.plateau.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.OptionalLong;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -21,17 +22,29 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   private final SourceOptions options;
   private final StructType schema;
   private final Bounds bounds;
+  private final BloomProbes probes;
   private final List<String> filters;
   private final long limit;
+  private final TopN topN; // null: none pushed
+  private Bounds readBounds; // the bounds, narrowed by a TopN's threshold once planned
   private final int fullRowSize;
   private InputPartition[] planned;
 
   PlateauScan(
-      SourceOptions options, StructType schema, StructType full, Bounds bounds, List<String> filters, long limit) {
+      SourceOptions options,
+      StructType schema,
+      StructType full,
+      Bounds bounds,
+      BloomProbes probes,
+      List<String> filters,
+      long limit,
+      TopN topN) {
     this.options = options;
     this.fullRowSize = full.defaultSize();
     this.schema = schema;
     this.bounds = bounds;
+    this.probes = probes;
+    this.topN = topN;
     this.filters = filters;
     this.limit = limit;
   }
@@ -44,7 +57,11 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
   @Override
   public String description() {
     return "PlateauScan[topic=" + options.topic + "] ReadSchema: " + schema.catalogString()
-        + ", PushedFilters: " + filters + (limit >= 0 ? ", PushedLimit: " + limit : "");
+        + ", PushedFilters: " + filters + (limit >= 0 ? ", PushedLimit: " + limit : "")
+        + (probes.isEmpty() ? "" : ", BloomFilterColumns: " + probes.columns())
+        + (topN == null
+            ? ""
+            : ", PushedTopN: timestamp " + (topN.descending ? "DESC" : "ASC") + " LIMIT " + topN.limit);
   }
 
   @Override
@@ -70,13 +87,28 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
       return List.of();
     }
     List<Segment> segments;
+    Map<Long, Map<String, Bloom>> blooms = Map.of();
     try (ManifestReader manifest = new ManifestReader(options)) {
       segments = manifest.segments(options.topic, bounds);
+      if (!probes.isEmpty()) {
+        blooms = manifest.blooms(options.topic, probes.columns());
+      }
+    }
+    if (topN != null) {
+      List<Segment> candidates = new ArrayList<>();
+      for (Segment s : segments) {
+        if (bounds.admits(s) && probes.admits(blooms.get(s.id()))) {
+          candidates.add(s);
+        }
+      }
+      TopN.Plan plan = topN.plan(candidates, bounds);
+      readBounds = plan.bounds();
+      return SegmentGroup.plan(plan.segments(), options.maxPartitionBytes, readBounds);
     }
     List<Segment> admitted = new ArrayList<>();
     long sure = 0; // rows certain to be returned by the segments admitted so far
     for (Segment s : segments) {
-      if (!bounds.admits(s)) {
+      if (!bounds.admits(s) || !probes.admits(blooms.get(s.id()))) {
         continue;
       }
       if (limit >= 0 && sure >= limit) {
@@ -123,6 +155,11 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
+    planInputPartitions(); // a TopN's threshold narrows the bounds the tasks read with
+    if (topN != null) {
+      // Rows are not read in time order, so no task may stop early: Spark takes the first k.
+      return new ReadPlan(options, schema, readBounds == null ? bounds : readBounds, -1);
+    }
     return new ReadPlan(options, schema, bounds, limit);
   }
 }

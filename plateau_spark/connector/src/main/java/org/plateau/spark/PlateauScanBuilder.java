@@ -2,6 +2,9 @@ package org.plateau.spark;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.spark.sql.connector.expressions.NamedReference;
+import org.apache.spark.sql.connector.expressions.SortDirection;
+import org.apache.spark.sql.connector.expressions.SortOrder;
 import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.expressions.filter.Predicate;
 import org.apache.spark.sql.connector.read.Scan;
@@ -9,6 +12,7 @@ import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownLimit;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.SupportsPushDownTopN;
 import org.apache.spark.sql.connector.read.SupportsPushDownV2Filters;
 import org.apache.spark.sql.types.StructType;
 
@@ -21,13 +25,16 @@ final class PlateauScanBuilder
         SupportsPushDownRequiredColumns,
         SupportsPushDownV2Filters,
         SupportsPushDownLimit,
+        SupportsPushDownTopN,
         SupportsPushDownAggregates {
   private final SourceOptions options;
   private final StructType full;
   private StructType required;
   private Bounds bounds = Bounds.NONE;
+  private BloomProbes probes = BloomProbes.NONE;
   private final List<Predicate> pushed = new ArrayList<>();
   private long limit = -1;
+  private TopN topN;
   private AggregateScan aggregate;
 
   PlateauScanBuilder(SourceOptions options, StructType schema) {
@@ -49,6 +56,7 @@ final class PlateauScanBuilder
     List<Predicate> left = new ArrayList<>();
     pushed.clear();
     bounds = Bounds.push(predicates, pushed, left);
+    probes = BloomProbes.of(predicates);
     return left.toArray(new Predicate[0]);
   }
 
@@ -63,6 +71,24 @@ final class PlateauScanBuilder
       return false;
     }
     limit = n;
+    return true;
+  }
+
+  /** Taken for one sort key, `timestamp` (never null in plateau), either direction. */
+  @Override
+  public boolean pushTopN(SortOrder[] orders, int n) {
+    if (!options.pushdown || orders.length != 1) {
+      return false;
+    }
+    SortOrder order = orders[0];
+    if (!(order.expression() instanceof NamedReference)) {
+      return false;
+    }
+    String[] names = ((NamedReference) order.expression()).fieldNames();
+    if (names.length != 1 || !names[0].equals(Bounds.TIMESTAMP)) {
+      return false;
+    }
+    topN = new TopN(order.direction() == SortDirection.DESCENDING, n);
     return true;
   }
 
@@ -90,6 +116,7 @@ final class PlateauScanBuilder
     if (aggregate != null) {
       return aggregate;
     }
-    return new PlateauScan(options, required, full, bounds, Bounds.describe(pushed), limit);
+    return new PlateauScan(
+        options, required, full, bounds, probes, Bounds.describe(pushed), limit, topN);
   }
 }

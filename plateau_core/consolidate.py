@@ -1,0 +1,283 @@
+"""Consolidation: runs of small sealed segments of one partition merged into larger ones.
+
+A short `roll.max_age` leaves many small segments; each costs a file to open and a manifest
+row to plan over. A run of neighbouring segments (same state, same schema, each older than
+`min_age`, together at most `target_bytes`) is rewritten as one segment holding exactly
+their rows, then swapped in by one manifest transaction (Manifest.swap_segments):
+
+1. the run's rows are read (every batch checked against its checksums) and written as one
+   file, `{start}-{end}.arrow` (temp, fsync, rename), with the topic's bloom filters;
+2. one transaction retires the run's rows (deleting) and records the new one in their state;
+3. retention removes the retired files after its deletion grace, so reads planned before the
+   swap still find them.
+
+A crash before step 2 commits leaves the old set and an unrecorded file that recovery
+removes as an orphan; after it, the new set, with the old files removed by retention later.
+Offsets, the watermark and replication state do not change. A partition is consolidated only
+while nothing else writes it: under its writer's `maintaining` guard, or its lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+
+from plateau_core.errors import ManifestConflictError, PartitionLockedError
+from plateau_core.handle import StoreHandle
+from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
+from plateau_core.manifest.records import SegmentFile
+from plateau_core.names import consolidated_name, partition_dir
+from plateau_core.partition_lock import PartitionLock
+from plateau_core.policies import Compression, ConsolidatePolicy, IndexPolicy
+from plateau_core.reader import ReadRequest, ScanCounters, segment_batches
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
+
+log = structlog.get_logger(__name__)
+
+WriteSegment = Callable[..., tuple[Path, SegmentStats]]
+# Holds a partition against writes and recovery for the duration of one merge; yields
+# whether the partition may be consolidated now (Writer.maintaining is one).
+Guard = Callable[[str, int], contextlib.AbstractContextManager[bool]]
+
+
+@dataclass(frozen=True)
+class Merge:
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    segments: int  # replaced by one
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass
+class ConsolidationReport:
+    merged: list[Merge] = field(default_factory=list)
+    conflicts: int = 0  # runs that changed while being merged: left as they were
+    failed: bool = False  # the pass stopped on an error (what was merged before it stays)
+
+    @property
+    def segments_removed(self) -> int:
+        return sum(m.segments - 1 for m in self.merged)
+
+
+MERGEABLE = (SegmentState.SEALED, SegmentState.REPLICATED)
+
+
+def plan_runs(
+    segments: Sequence[SegmentRecord],
+    policy: ConsolidatePolicy,
+    now: int,
+    states: Sequence[SegmentState] = MERGEABLE,
+) -> list[list[SegmentRecord]]:
+    """The runs to merge among one partition's rows (any state), in offset order: neighbours
+    in one readable state and schema, each older than min_age and smaller than the target,
+    together at most target_bytes, at least two. Any other row ends a run, so a merged
+    segment never spans an offset another row holds. `states`: the readable states merged
+    (replicated only, where a replication run may be copying sealed segments)."""
+    runs: list[list[SegmentRecord]] = []
+    current: list[SegmentRecord] = []
+    size = 0
+    min_age_ms = int(policy.min_age_s * 1000)
+    for segment in sorted(segments, key=lambda s: s.start_offset):
+        if segment.start_offset < 0:
+            continue  # retired by an earlier swap, waiting for its file to be removed
+        eligible = (
+            segment.state in states
+            and now - segment.created_at >= min_age_ms
+            and segment.size_bytes < policy.target_bytes
+        )
+        fits = (
+            current
+            and segment.state == current[0].state
+            and segment.schema_fingerprint == current[0].schema_fingerprint
+            and size + segment.size_bytes <= policy.target_bytes
+        )
+        if eligible and fits:
+            current.append(segment)
+            size += segment.size_bytes
+            continue
+        if len(current) > 1:
+            runs.append(current)
+        current, size = ([segment], segment.size_bytes) if eligible else ([], 0)
+    if len(current) > 1:
+        runs.append(current)
+    return runs
+
+
+class Consolidator:
+    """Merges the small segments of the topics it has a policy for; call `run()` or
+    `start()`."""
+
+    def __init__(
+        self,
+        store: StoreHandle,
+        topics: Mapping[str, ConsolidatePolicy],
+        *,
+        indexes: Mapping[str, IndexPolicy] | None = None,
+        resolve: Callable[[str], tuple[ConsolidatePolicy, IndexPolicy] | None] | None = None,
+        compression: Compression = "lz4",
+        fsync: bool = True,
+        guard: Guard | None = None,
+        states: Sequence[SegmentState] = MERGEABLE,
+        observer: Callable[[ConsolidationReport], None] | None = None,
+        write: WriteSegment = write_segment,
+    ) -> None:
+        """`topics` and `indexes` name policies outright; `resolve` answers for any other
+        topic of the store (None: not consolidated). `observer` hears every pass (metrics)."""
+        self.store = store
+        self.topics = dict(topics)
+        self.indexes = dict(indexes or {})
+        self.compression = compression
+        self.fsync = fsync
+        self.states = tuple(states)
+        self.failed_passes = 0
+        self._resolve = resolve
+        self._guard = guard or self._locked
+        self._observer = observer
+        self._write = write  # tests inject failing writers here
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def policies(self) -> dict[str, ConsolidatePolicy]:
+        """The topics of the store to consolidate now, with their policies."""
+        found = dict(self.topics)
+        if self._resolve is not None:
+            for topic in self.store.manifest.topics():
+                resolved = None if topic in found else self._resolve(topic)
+                if resolved is not None:
+                    found[topic], self.indexes[topic] = resolved
+        return found
+
+    def run(self, now: int | None = None) -> ConsolidationReport:
+        stamp = now_ms() if now is None else now
+        report = ConsolidationReport()
+        for topic, policy in sorted(self.policies().items()):
+            rows = self.store.manifest.segments(topic, states=tuple(SegmentState))
+            by_partition: dict[int, list[SegmentRecord]] = {}
+            for row in rows:
+                by_partition.setdefault(row.partition, []).append(row)
+            for partition, segments in sorted(by_partition.items()):
+                runs = plan_runs(segments, policy, stamp, self.states)
+                if not runs:
+                    continue
+                with self._guard(topic, partition) as allowed:
+                    if not allowed:
+                        continue
+                    for run in runs:
+                        self._merge(topic, partition, run, report)
+        if self._observer is not None:
+            self._observer(report)
+        return report
+
+    def start(self, interval_s: float = 30.0) -> None:
+        """Run a pass every `interval_s` on a daemon thread until `stop()`."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._loop, args=(interval_s,), name="consolidation", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                self.run()
+            except Exception as exc:  # the next pass tries again; the count shows it
+                self.failed_passes += 1
+                log.error("consolidation_failed", error=str(exc), error_type=type(exc).__name__)
+                if self._observer is not None:
+                    self._observer(ConsolidationReport(failed=True))
+
+    def _merge(
+        self, topic: str, partition: int, run: list[SegmentRecord], report: ConsolidationReport
+    ) -> None:
+        first, last = run[0], run[-1]
+        table = pa.Table.from_batches(list(self._rows(run)))
+        name = consolidated_name(first.start_offset, last.end_offset)
+        path, stats = self._write(
+            partition_dir(self.store.data_dir, topic, partition),
+            table,
+            self.compression,
+            fsync=self.fsync,
+            index=self.indexes.get(topic, IndexPolicy()),
+            name=name,
+        )
+        merged = SegmentFile(stats, f"topics/{topic}/{partition}/{name}", table.schema)
+        try:
+            self.store.manifest.swap_segments(run, merged)
+        except ManifestConflictError as exc:
+            path.unlink(missing_ok=True)
+            report.conflicts += 1
+            log.warning(
+                "consolidation_skipped",
+                topic=topic,
+                partition=partition,
+                start_offset=first.start_offset,
+                end_offset=last.end_offset,
+                reason=str(exc),
+            )
+            return
+        except Exception:
+            # Only a definite failure makes the file an orphan: the swap may have landed.
+            if not self.store.manifest.has_segment(topic, partition, stats):
+                path.unlink(missing_ok=True)
+                raise
+        done = Merge(
+            topic,
+            partition,
+            first.start_offset,
+            last.end_offset,
+            len(run),
+            sum(s.size_bytes for s in run),
+            stats.size_bytes,
+        )
+        report.merged.append(done)
+        log.info(
+            "segments_consolidated",
+            topic=topic,
+            partition=partition,
+            start_offset=done.start_offset,
+            end_offset=done.end_offset,
+            segments=done.segments,
+            records=stats.record_count,
+            bytes_before=done.bytes_before,
+            bytes_after=done.bytes_after,
+        )
+
+    def _rows(self, run: list[SegmentRecord]) -> Iterator[pa.RecordBatch]:
+        """Every row of the run in offset order, each batch checked against its checksums
+        (a corrupt segment raises, and the run stays as it is)."""
+        request = ReadRequest.whole(run[0].topic)
+        counters = ScanCounters()
+        for segment in run:
+            yield from segment_batches(self.store.segment_path(segment), segment, request, counters)
+
+    @contextlib.contextmanager
+    def _locked(self, topic: str, partition: int) -> Iterator[bool]:
+        """Without a writer's guard: the partition's lock, or skip it while a writer has it."""
+        directory = partition_dir(self.store.data_dir, topic, partition)
+        try:
+            lock = PartitionLock.acquire(directory, timeout_s=0)
+        except PartitionLockedError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()

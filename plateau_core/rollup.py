@@ -1,0 +1,211 @@
+"""Roll-ups: per-segment aggregates of a topic by time bucket and dimensions, sealed into a
+derived topic `{topic}.rollup.{label}` in the same manifest transaction as the raw segment.
+
+Each raw segment yields one roll-up segment whose rows are the segment's groups: `offset` is
+the raw segment's first offset (every row shares it), `timestamp` the bucket's start, then
+the dimensions and the metrics. A bucket spanning several raw segments has one row per
+segment: a query re-aggregates (sum the counts and sums, min of mins, max of maxes, merge the
+distinct sketches), which is what makes the roll-up exact for count/sum/min/max and
+mergeable for distinct counts.
+
+Distinct counts are k-minimum-values sketches: the K smallest xxHash64 values of the
+column's canonical bytes (plateau_core.bloom), as K little-endian uint64s. Below K distinct
+values the sketch holds them all and the count is exact; above, the estimate is
+(K - 1) * 2^64 / (the K-th smallest hash), within about 1/sqrt(K - 2) (9% at K = 128).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from plateau_core.bloom import bloom_kind, canonical, value_hash
+from plateau_core.errors import InvalidInputError
+from plateau_core.schema import OFFSET, TIMESTAMP, TIMESTAMP_TYPE
+
+MetricKind = Literal["count", "sum", "min", "max", "distinct"]
+METRIC_KINDS: tuple[MetricKind, ...] = ("count", "sum", "min", "max", "distinct")
+SKETCH_K = 128
+_LABEL = re.compile(r"[1-9][0-9]*[smhd]")
+
+
+@dataclass(frozen=True)
+class RollupMetric:
+    kind: MetricKind
+    column: str | None = None  # None for count
+
+    def __post_init__(self) -> None:
+        if (self.kind == "count") != (self.column is None):
+            raise InvalidInputError(
+                f"rollup metric {self.kind}: count takes no column, the others one"
+            )
+
+    @property
+    def name(self) -> str:
+        return "count" if self.column is None else f"{self.kind}_{self.column}"
+
+
+@dataclass(frozen=True)
+class RollupPolicy:
+    """One roll-up of a topic: `label` names its granularity (`1m`) in the derived topic."""
+
+    label: str
+    granularity_ms: int
+    dimensions: tuple[str, ...]
+    metrics: tuple[RollupMetric, ...]
+
+    def __post_init__(self) -> None:
+        if not _LABEL.fullmatch(self.label):
+            raise InvalidInputError(f"rollup granularity {self.label!r}: like 10s, 1m, 1h or 1d")
+        if self.granularity_ms <= 0:
+            raise InvalidInputError("rollup granularity must be positive")
+        if not self.metrics:
+            raise InvalidInputError("a rollup needs at least one metric")
+        names = [*self.dimensions, *(m.name for m in self.metrics)]
+        clash = {OFFSET, TIMESTAMP} & set(names)
+        if clash or len(set(names)) != len(names):
+            raise InvalidInputError(
+                f"rollup columns must be distinct and not {OFFSET}/{TIMESTAMP}: {names}"
+            )
+
+    def derived_topic(self, topic: str) -> str:
+        return f"{topic}.rollup.{self.label}"
+
+
+def rollup_table(table: pa.Table, policy: RollupPolicy) -> pa.Table:
+    """The roll-up rows of one raw segment table (non-empty), by bucket then dimensions."""
+    rows = table.num_rows
+    stamps = table.column(TIMESTAMP).cast(pa.int64()).to_numpy()
+    buckets = stamps // policy.granularity_ms * policy.granularity_ms
+    columns: dict[str, pa.ChunkedArray | pa.Array] = {"__bucket": pa.array(buckets)}
+    for dimension in policy.dimensions:
+        columns[dimension] = _column(table, dimension, rows)
+    sources = sorted({m.column for m in policy.metrics if m.column is not None})
+    for source in sources:
+        columns[f"__m_{source}"] = _column(table, source, rows)
+    keys = ["__bucket", *policy.dimensions]
+    aggregations: list[tuple[str | list[str], str]] = []
+    for metric in policy.metrics:
+        if metric.kind == "count":
+            aggregations.append(([], "count_all"))
+        elif metric.kind == "distinct":
+            aggregations.append((f"__m_{metric.column}", "distinct"))
+        else:
+            aggregations.append((f"__m_{metric.column}", metric.kind))
+    grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
+    grouped = grouped.sort_by([(k, "ascending") for k in keys])
+    out: dict[str, pa.Array | pa.ChunkedArray] = {
+        OFFSET: pa.array([table.column(OFFSET)[0].as_py()] * grouped.num_rows, pa.int64()),
+        TIMESTAMP: grouped.column("__bucket").cast(pa.int64()).cast(TIMESTAMP_TYPE),
+    }
+    for dimension in policy.dimensions:
+        out[dimension] = grouped.column(dimension)
+    for metric in policy.metrics:
+        produced = grouped.column(_aggregate_name(metric))
+        if metric.kind == "distinct":
+            kind = bloom_kind(columns[f"__m_{metric.column}"].type)
+            produced = pa.array(
+                [sketch(kind, values or []) for values in produced.to_pylist()], pa.binary()
+            )
+        out[metric.name] = produced
+    return pa.table(out)
+
+
+def _aggregate_name(metric: RollupMetric) -> str:
+    if metric.kind == "count":
+        return "count_all"
+    suffix = "distinct" if metric.kind == "distinct" else metric.kind
+    return f"__m_{metric.column}_{suffix}"
+
+
+def _column(table: pa.Table, name: str, rows: int) -> pa.ChunkedArray | pa.Array:
+    """A column of the segment, or nulls where the segment lacks it (a dimension or metric
+    a newer schema added): its rows group under a null dimension and add nothing."""
+    if name in table.column_names:
+        return table.column(name)
+    return pa.nulls(rows, pa.string())
+
+
+def sketch(kind: str | None, values: Iterable[object]) -> bytes:
+    """The KMV sketch of distinct `values` (nulls and values no hash can take are left out)."""
+    if kind not in ("int", "bytes"):
+        return b""
+    hashes = {
+        value_hash(raw)
+        for value in values
+        if value is not None and (raw := canonical(kind, value)) is not None  # type: ignore[arg-type]
+    }
+    smallest = sorted(hashes)[:SKETCH_K]
+    return np.array(smallest, dtype="<u8").tobytes()
+
+
+def merge_sketches(sketches: Iterable[bytes | None]) -> bytes:
+    """The sketch of the union of the sketches' value sets."""
+    union: set[int] = set()
+    for one in sketches:
+        if one:
+            union.update(np.frombuffer(one, dtype="<u8").tolist())
+    return np.array(sorted(union)[:SKETCH_K], dtype="<u8").tobytes()
+
+
+def estimate(merged: bytes) -> float:
+    """The distinct count a sketch stands for: exact below K values."""
+    hashes = np.frombuffer(merged, dtype="<u8")
+    if len(hashes) < SKETCH_K:
+        return float(len(hashes))
+    return (SKETCH_K - 1) * 2.0**64 / float(hashes[SKETCH_K - 1])
+
+
+def reaggregate(table: pa.Table, policy: RollupPolicy) -> pa.Table:
+    """Roll-up rows of several segments merged to one row per bucket and dimensions (what a
+    query over the derived topic computes), distinct sketches estimated."""
+    keys = [TIMESTAMP, *policy.dimensions]
+    aggregations: list[tuple[str, str]] = []
+    for metric in policy.metrics:
+        if metric.kind in ("count", "sum"):
+            aggregations.append((metric.name, "sum"))
+        elif metric.kind in ("min", "max"):
+            aggregations.append((metric.name, metric.kind))
+        else:
+            aggregations.append((metric.name, "list"))
+    grouped = table.group_by(keys, use_threads=False).aggregate(aggregations)
+    for metric in policy.metrics:
+        if metric.kind == "distinct":
+            name = f"{metric.name}_list"
+            estimates = [estimate(merge_sketches(s)) for s in grouped.column(name).to_pylist()]
+            index = grouped.schema.get_field_index(name)
+            grouped = grouped.set_column(index, metric.name, pa.array(estimates, pa.float64()))
+    renamed = {
+        f"{m.name}_{'sum' if m.kind in ('count', 'sum') else m.kind}": m.name
+        for m in policy.metrics
+        if m.kind != "distinct"
+    }
+    return grouped.rename_columns([renamed.get(n, n) for n in grouped.column_names]).sort_by(
+        [(k, "ascending") for k in keys]
+    )
+
+
+def rollup_metrics(specs: Iterable[str]) -> tuple[RollupMetric, ...]:
+    """Metrics from `count`, `sum:col`, `min:col`, `max:col`, `distinct:col`."""
+    found = []
+    for spec in specs:
+        kind, _, column = spec.partition(":")
+        if kind not in METRIC_KINDS:
+            raise InvalidInputError(
+                f"rollup metric {spec!r}: one of count, sum:<col>, min:<col>, max:<col>, "
+                "distinct:<col>"
+            )
+        found.append(RollupMetric(kind, column or None))
+    return tuple(found)
+
+
+def granularity_ms(label: str) -> int:
+    if not _LABEL.fullmatch(label):
+        raise InvalidInputError(f"rollup granularity {label!r}: like 10s, 1m, 1h or 1d")
+    unit = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[label[-1]]
+    return int(label[:-1]) * unit

@@ -1,0 +1,131 @@
+"""Equality and IN conditions on a topic's own columns (`Store.read(..., where=...)`): the rows
+they keep, and which segments the manifest's promoted statistics rule out.
+
+A condition keeps a row when its column equals one of the values; a null equals nothing, and
+a segment without the column holds no matching row. Segments are ruled out only when that is
+certain, so pruning never changes a result, only how many files are opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from plateau_core.bloom import Bloom, BloomKind, canonical, value_hash
+from plateau_core.column_stats import ColumnStats, may_contain
+from plateau_core.errors import InvalidInputError
+from plateau_core.schema import OFFSET, TIMESTAMP
+
+Scalar = str | bytes | int | float | bool
+_SCALARS = (str, bytes, int, float, bool)
+_BOUNDED = {
+    OFFSET: "start_offset/end_offset",
+    TIMESTAMP: "time_start/time_end",
+    "partition": "partitions",
+}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`column` equals one of `values` (one value: an equality; several: an IN)."""
+
+    column: str
+    values: frozenset[Scalar]
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array:
+        index = batch.schema.get_field_index(self.column)
+        # No such column, or one of Arrow's null type (a segment whose keys were all null):
+        # every row is null there, and a null equals nothing.
+        if index < 0 or pa.types.is_null(batch.schema.field(index).type):
+            return pa.array([False] * batch.num_rows, pa.bool_())
+        column = batch.column(index)
+        try:
+            wanted = pa.array(sorted(self.values, key=repr)).cast(column.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise InvalidInputError(
+                f"where {self.column!r}: {sorted(self.values, key=repr)!r} cannot be compared "
+                f"with the column's type {column.type}: {exc}"
+            ) from exc
+        return pc.fill_null(pc.is_in(column, value_set=wanted), False)
+
+    def admits(self, stats: ColumnStats | None, record_count: int) -> bool:
+        """Whether a segment with these statistics (None: none recorded) may hold a match."""
+        return stats is None or may_contain(stats, record_count, self.values)
+
+    def admits_bloom(self, bloom: Bloom | None) -> bool:
+        """Whether a segment with this bloom filter (None: none recorded) may hold a match."""
+        if bloom is None:
+            return True
+        hashes = self._hashes[bloom.kind]
+        return hashes is None or any(bloom.may_contain_hash(h) for h in hashes)
+
+    @cached_property
+    def _hashes(self) -> dict[BloomKind, list[int] | None]:
+        """The values hashed once per filter kind, for probing every segment's filter; None
+        when a value cannot be judged by filters of that kind."""
+        found: dict[BloomKind, list[int] | None] = {}
+        for kind in ("int", "bytes"):
+            raws = [canonical(kind, v) for v in self.values]
+            found[kind] = None if None in raws else [value_hash(r) for r in raws if r is not None]
+        return found
+
+
+Where = tuple[Condition, ...]
+
+
+def build_where(where: Mapping[str, object] | None) -> Where:
+    """Conditions from `{column: value}` (equality) or `{column: [values]}` (IN).
+
+    Raises InvalidInputError naming the column for a value that is not a string, bytes or
+    number, an empty list, or one of the columns the dedicated bounds filter.
+    """
+    if not where:
+        return ()
+    conditions = []
+    for column, raw in sorted(where.items()):
+        if column in _BOUNDED:
+            raise InvalidInputError(
+                f"where {column!r}: filter {column} with {_BOUNDED[column]} instead"
+            )
+        values: list[Scalar] = []
+        for value in [raw] if isinstance(raw, _SCALARS) else _listed(column, raw):
+            if not isinstance(value, _SCALARS):
+                raise InvalidInputError(
+                    f"where {column!r}: values must be strings, bytes or numbers, got {value!r}"
+                )
+            values.append(value)
+        conditions.append(Condition(column, frozenset(values)))
+    return tuple(conditions)
+
+
+def _listed(column: str, raw: object) -> list[object]:
+    if not isinstance(raw, (list, tuple, set, frozenset)):
+        raise InvalidInputError(
+            f"where {column!r}: give a value or a list of values, got {type(raw).__name__}"
+        )
+    if not raw:
+        raise InvalidInputError(f"where {column!r}: an empty list matches no row")
+    return list(raw)
+
+
+def where_mask(batch: pa.RecordBatch, where: Where) -> pa.Array | None:
+    """The rows of `batch` every condition keeps (None: no conditions)."""
+    combined = None
+    for condition in where:
+        mask = condition.mask(batch)
+        combined = mask if combined is None else pc.and_(combined, mask)
+    return combined
+
+
+def admitted_by_blooms(where: Where, blooms: Mapping[str, Bloom]) -> bool:
+    """Whether a segment with these bloom filters may hold a row every condition keeps."""
+    return all(c.admits_bloom(blooms.get(c.column)) for c in where)
+
+
+def admitted_by_stats(where: Where, stats: Mapping[str, ColumnStats], record_count: int) -> bool:
+    """Whether a segment with these promoted statistics may hold a row every condition keeps."""
+    return all(c.admits(stats.get(c.column), record_count) for c in where)

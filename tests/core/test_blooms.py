@@ -1,0 +1,155 @@
+"""Bloom filters of indexed columns: in the segment footer, copied into the manifest with the
+segment, restored by a rebuild, used by `where` reads to leave segments unopened."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from sqlalchemy import text
+
+from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.bloom import from_footer
+from plateau_core.manifest.migrations import LATEST
+from plateau_core.policies import IndexPolicy
+from plateau_core.rebuild import rebuild_manifest
+from plateau_core.segment_file import open_segment
+from tests.support import append_patiently
+
+TS = pa.timestamp("ms", tz="UTC")
+BASE_MS = 1_700_000_000_000
+ROWS = 50
+SEGMENTS = 20
+INDEX = IndexPolicy(bloom=("request_id", "key", "latency", "status"), fpp=0.01)
+
+
+def request_id(i: int) -> str:
+    """Ids in no order, so every segment's min/max spans nearly all of them: only the
+    filters can rule a segment out."""
+    return hashlib.sha256(str(i).encode()).hexdigest()[:16]
+
+
+def _batch(start: int) -> pa.RecordBatch:
+    n = range(start, start + ROWS)
+    return pa.RecordBatch.from_pydict(
+        {
+            "offset": pa.array(n, pa.int64()),
+            "timestamp": pa.array([BASE_MS + i for i in n], TS),
+            "key": pa.array([f"user-{i % 7}".encode() for i in n], pa.binary()),
+            "request_id": pa.array([request_id(i) for i in n], pa.string()),
+            "status": pa.array([200 + (i % 3) for i in n], pa.int32()),
+            "latency": pa.array([i * 0.1 for i in n], pa.float64()),
+        }
+    )
+
+
+def _write(store: Store, index: IndexPolicy | None = INDEX) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("logs", 0, roll=RollPolicy(max_rows=ROWS, max_age_s=3600), index=index)
+        for i in range(SEGMENTS):
+            append_patiently(writer, "logs", 0, _batch(i * ROWS))
+        writer.flush()
+    finally:
+        writer.close()
+
+
+def test_filters_are_in_the_footer_and_the_manifest(store: Store) -> None:
+    _write(store)
+    segments = store.manifest.segments("logs")
+    assert len(segments) == SEGMENTS
+    blooms = store.manifest.blooms("logs", ["request_id", "key", "latency", "status"])
+    assert set(blooms) == {s.id for s in segments}
+    for segment in segments:
+        # A float column has statistics but no filter.
+        assert set(blooms[segment.id]) == {"request_id", "key", "status"}
+        footer = from_footer(open_segment(store.segment_path(segment)).metadata)
+        assert {b.column: b for b in footer} == blooms[segment.id]
+
+
+def test_needle_opens_only_the_segment_holding_it(store: Store) -> None:
+    _write(store)
+    needle = request_id(7 * ROWS + 3)
+    result = store.read("logs", where={"request_id": needle})
+    assert result.to_table().column("offset").to_pylist() == [7 * ROWS + 3]
+    assert result.opened == [f"topics/logs/0/{7 * ROWS:020d}.arrow"]
+    assert result.pruned == SEGMENTS - 1
+    several = store.read("logs", where={"request_id": [needle, request_id(2), "absent"]})
+    assert several.to_table().column("offset").to_pylist() == [2, 7 * ROWS + 3]
+    assert len(several.opened) == 2
+    by_key = store.read("logs", where={"key": "user-3", "status": 201})
+    expected = [i for i in range(SEGMENTS * ROWS) if i % 7 == 3 and i % 3 == 1]
+    assert by_key.to_table().column("offset").to_pylist() == expected
+
+
+def test_without_an_index_no_segment_is_ruled_out_by_filters(store: Store) -> None:
+    _write(store, index=None)
+    assert store.manifest.blooms("logs", ["request_id"]) == {}
+    result = store.read("logs", where={"request_id": request_id(3)})
+    assert result.to_table().column("offset").to_pylist() == [3]
+    assert result.pruned == 0
+
+
+def test_rebuild_restores_the_filters_from_the_footers(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        _write(store)
+        before = sorted(
+            (s.start_offset, sorted(b.items()))
+            for s in store.manifest.segments("logs")
+            for b in [store.manifest.blooms("logs", ["request_id", "key"])[s.id]]
+        )
+        pruned = store.read("logs", where={"request_id": request_id(5)}).pruned
+        assert pruned >= SEGMENTS - 3  # request_id(5) has false positives in two segments
+    for name in ("manifest.db", "manifest.db-wal", "manifest.db-shm"):
+        (data / name).unlink(missing_ok=True)
+    rebuild_manifest(data)
+    with Store.open(data) as store:
+        after = sorted(
+            (s.start_offset, sorted(b.items()))
+            for s in store.manifest.segments("logs")
+            for b in [store.manifest.blooms("logs", ["request_id", "key"])[s.id]]
+        )
+        assert after == before
+        assert store.read("logs", where={"request_id": request_id(5)}).pruned == pruned
+
+
+def test_removed_segments_take_their_filters_along(store: Store) -> None:
+    _write(store)
+    first = store.manifest.segments("logs")[0]
+    store.manifest.mark_deleting([first.id])
+    store.manifest.remove([first.id])
+    with store.manifest.engine.connect() as conn:
+        ids = set(conn.execute(text("SELECT segment_id FROM segment_blooms")).scalars())
+    assert first.id not in ids
+    assert len(ids) == SEGMENTS - 1
+
+
+def test_segments_recorded_before_the_migration_are_read_unpruned(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        _write(store)
+        with store.manifest.engine.begin() as conn:
+            conn.execute(text("DROP TABLE segment_blooms"))
+            conn.execute(text("DELETE FROM schema_version WHERE version >= 6"))
+    with Store.open(data) as store:
+        assert store.manifest.schema_version == LATEST
+        assert store.manifest.blooms("logs", ["request_id"]) == {}
+        result = store.read("logs", where={"request_id": request_id(60)})
+        assert result.to_table().column("offset").to_pylist() == [60]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"fpp": 0.0}, "index.fpp"),
+        ({"fpp": 1.0}, "index.fpp"),
+        ({"bloom": ("offset",)}, "index.bloom: 'offset'"),
+        ({"bloom": ("a", "a")}, "twice"),
+    ],
+)
+def test_bad_index_policy_names_the_field(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        IndexPolicy(**kwargs)  # type: ignore[arg-type]

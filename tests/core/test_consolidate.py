@@ -1,0 +1,234 @@
+"""Consolidation: small segments merged into larger ones by one manifest swap; reads, offsets
+and replication state unchanged; readers in flight keep their files; a crash at any step
+leaves the old set or the new one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from plateau_core import RollPolicy, Store, StoreLimits, WriterPolicy
+from plateau_core.consolidate import Consolidator, plan_runs
+from plateau_core.manifest import SegmentState
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy
+from plateau_core.recovery import recover_partition
+from plateau_core.retention import Retention
+from plateau_core.segment_file import write_segment
+from plateau_core.segment_stats import SegmentStats
+from tests.core.test_blooms import _batch, request_id
+from tests.support import append_patiently
+
+ROWS = 50
+SEGMENTS = 12
+NOW_POLICY = ConsolidatePolicy(target_bytes=10**9, min_age_s=0)
+INDEX = IndexPolicy(bloom=("request_id",))
+
+
+@pytest.fixture
+def small(store: Store) -> Store:
+    """Topic `logs`, partition 0: twelve 50-row segments."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("logs", 0, roll=RollPolicy(max_rows=ROWS, max_age_s=3600), index=INDEX)
+        for i in range(SEGMENTS):
+            append_patiently(writer, "logs", 0, _batch(i * ROWS))
+        writer.flush()
+    finally:
+        writer.close()
+    return store
+
+
+def _rows(store: Store) -> pa.Table:
+    return store.read("logs").to_table()
+
+
+def _consolidator(store: Store, policy: ConsolidatePolicy = NOW_POLICY, **kw: Any) -> Consolidator:
+    return Consolidator(store, {"logs": policy}, indexes={"logs": INDEX}, fsync=False, **kw)
+
+
+def _files(store: Store) -> list[str]:
+    return sorted(p.name for p in (store.data_dir / "topics" / "logs" / "0").glob("*.arrow"))
+
+
+def test_a_run_becomes_one_segment_with_the_same_rows_offsets_and_indexes(small: Store) -> None:
+    before = _rows(small)
+    watermark = small.manifest.watermark("logs", 0)
+    report = _consolidator(small).run()
+    assert [(m.start_offset, m.end_offset, m.segments) for m in report.merged] == [
+        (0, SEGMENTS * ROWS, SEGMENTS)
+    ]
+    [merged] = small.manifest.segments("logs")
+    assert merged.path == f"topics/logs/0/{0:020d}-{SEGMENTS * ROWS:020d}.arrow"
+    assert merged.record_count == SEGMENTS * ROWS
+    assert _rows(small).equals(before)
+    assert small.manifest.watermark("logs", 0) == watermark
+    assert small.spans("logs")[0].records == SEGMENTS * ROWS
+    needle = small.read("logs", where={"request_id": request_id(333)})
+    assert needle.to_table().column("offset").to_pylist() == [333]
+    assert set(small.manifest.blooms("logs", ["request_id"])) == {merged.id}
+    # The old files stay for the deletion grace, then retention removes them and their rows.
+    assert len(_files(small)) == SEGMENTS + 1
+    Retention(small, limits=StoreLimits(deletion_grace_s=0)).run()
+    assert _files(small) == [merged.path.rsplit("/", 1)[1]]
+    assert len(small.manifest.segments("logs", states=tuple(SegmentState))) == 1
+    assert _consolidator(small).run().merged == []  # nothing left to merge
+
+
+def test_runs_respect_the_target_age_state_and_schema(small: Store) -> None:
+    rows = small.manifest.segments("logs")
+    size = rows[0].size_bytes
+    now = max(r.created_at for r in rows)
+    runs = plan_runs(rows, ConsolidatePolicy(target_bytes=size * 5, min_age_s=0), now)
+    assert [len(r) for r in runs] == [5, 5, 2]
+    assert plan_runs(rows, ConsolidatePolicy(min_age_s=60), now) == []
+    small.manifest.quarantine(rows[4].id, "test")
+    small.manifest.mark_replicated([r.id for r in rows[7:]])
+    mixed = small.manifest.segments("logs", states=tuple(SegmentState))
+    runs = plan_runs(mixed, NOW_POLICY, now)
+    assert [[s.start_offset // ROWS for s in r] for r in runs] == [
+        [0, 1, 2, 3],
+        [5, 6],
+        [7, 8, 9, 10, 11],
+    ]
+
+
+def test_replication_state_is_kept(small: Store) -> None:
+    rows = small.manifest.segments("logs")
+    small.manifest.mark_replicated([r.id for r in rows[:6]])
+    replicated_offset = small.spans("logs")[0].replicated_offset
+    report = _consolidator(small).run()
+    assert [m.segments for m in report.merged] == [6, 6]
+    states = [(s.start_offset, s.state) for s in small.manifest.segments("logs")]
+    assert states == [(0, SegmentState.REPLICATED), (6 * ROWS, SegmentState.SEALED)]
+    assert small.spans("logs")[0].replicated_offset == replicated_offset
+
+
+def test_a_read_planned_before_the_swap_reads_the_old_files(small: Store) -> None:
+    before = _rows(small)
+    planned = small.read("logs")
+    _consolidator(small).run()
+    Retention(small, limits=StoreLimits(deletion_grace_s=300)).run()
+    assert planned.to_table().equals(before)
+    assert len(planned.opened) == SEGMENTS
+
+
+class CrashAfterWrite:
+    """Writes the merged file, then fails: a crash after the rename, before the swap."""
+
+    def __call__(self, directory: Path, table: pa.Table, *args: Any, **kw: Any) -> Any:
+        write_segment(directory, table, *args, **kw)
+        raise OSError("power lost")
+
+
+def _crash_in_swap(store: Store, *, after_commit: bool) -> Callable[..., int]:
+    original = store.manifest.swap_segments
+
+    def swap(*args: Any) -> int:
+        if after_commit:
+            original(*args)
+        raise OSError("connection lost")
+
+    return swap
+
+
+@pytest.mark.parametrize("step", ["write", "swap", "after_swap"])
+def test_a_crash_at_each_step_leaves_the_old_or_the_new_set(
+    small: Store, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _rows(small)
+    old = _files(small)
+    consolidator = _consolidator(
+        small, write=CrashAfterWrite() if step == "write" else write_segment
+    )
+    if step != "write":
+        swap = _crash_in_swap(small, after_commit=step == "after_swap")
+        monkeypatch.setattr(small.manifest, "swap_segments", swap)
+    if step == "after_swap":
+        assert len(consolidator.run().merged) == 1  # the swap landed: the outcome is known
+    else:
+        with pytest.raises(OSError):
+            consolidator.run()
+    monkeypatch.undo()
+    # What a restart does: recovery of the folder against the manifest.
+    recover_partition(small, "logs", 0)
+    assert _rows(small).equals(before)
+    readable = small.manifest.segments("logs")
+    if step == "after_swap":
+        assert len(readable) == 1
+        assert len(_files(small)) == SEGMENTS + 1  # old files kept for the grace
+    else:
+        assert len(readable) == SEGMENTS
+        assert _files(small) == old  # the unrecorded merged file is gone
+        assert len(_consolidator(small).run().merged) == 1  # and the next run succeeds
+        assert _rows(small).equals(before)
+
+
+def test_a_run_changed_meanwhile_is_left_as_it_was(
+    small: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _rows(small)
+    original = small.manifest.swap_segments
+
+    def retention_first(run: Any, merged: Any) -> int:
+        small.manifest.mark_deleting([run[3].id])
+        return original(run, merged)
+
+    monkeypatch.setattr(small.manifest, "swap_segments", retention_first)
+    report = _consolidator(small).run()
+    assert report.merged == [] and report.conflicts == 1
+    assert len(small.manifest.segments("logs")) == SEGMENTS - 1
+    assert len(_files(small)) == SEGMENTS
+    assert _rows(small).num_rows == before.num_rows - ROWS
+
+
+def test_a_partition_a_writer_owns_is_merged_only_under_its_guard(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("logs", 0, roll=RollPolicy(max_rows=ROWS, max_age_s=3600), index=INDEX)
+        for i in range(4):
+            append_patiently(writer, "logs", 0, _batch(i * ROWS))
+        writer.flush()
+        assert _consolidator(store).run().merged == []  # its lock is held: skipped
+        guarded = _consolidator(store, guard=writer.maintaining)
+        assert len(guarded.run().merged) == 1
+        append_patiently(writer, "logs", 0, _batch(4 * ROWS))
+        writer.flush()
+        with writer.maintaining("logs", 0) as held:
+            assert held
+            with writer.maintaining("logs", 0) as again:
+                assert not again
+        with writer.maintaining("logs", 9) as other:
+            assert not other
+    finally:
+        writer.close()
+    assert store.read("logs").to_table().column("offset").to_pylist() == list(range(5 * ROWS))
+
+
+def test_rebuild_records_a_consolidated_file_under_its_own_name(small: Store) -> None:
+    from plateau_core.rebuild import rebuild_manifest  # noqa: PLC0415
+
+    before = _rows(small)
+    _consolidator(small).run()
+    Retention(small, limits=StoreLimits(deletion_grace_s=0)).run()
+    data = small.data_dir
+    small.close()
+    for name in ("manifest.db", "manifest.db-wal", "manifest.db-shm"):
+        (data / name).unlink(missing_ok=True)
+    rebuild_manifest(data)
+    with Store.open(data) as store:
+        [row] = store.manifest.segments("logs")
+        assert row.path.endswith(f"{0:020d}-{SEGMENTS * ROWS:020d}.arrow")
+        assert store.read("logs").to_table().equals(before)
+
+
+def test_stats_match_for_a_merged_segment(small: Store) -> None:
+    _consolidator(small).run()
+    [merged] = small.manifest.segments("logs")
+    stats: SegmentStats = merged.stats
+    assert (stats.start_offset, stats.end_offset) == (0, SEGMENTS * ROWS)
+    columns = small.manifest.column_stats("logs", ["status"])[merged.id]["status"]
+    assert (columns.min_value, columns.max_value) == ("200", "202")

@@ -1,0 +1,189 @@
+"""Roll-ups: sealed with the raw segments into `{topic}.rollup.{label}`, in the same
+transaction; their aggregates equal the same aggregates over the raw rows."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.rollup import (
+    RollupMetric,
+    RollupPolicy,
+    estimate,
+    granularity_ms,
+    merge_sketches,
+    reaggregate,
+    rollup_metrics,
+    sketch,
+)
+from tests.support import append_patiently
+
+TS = pa.timestamp("ms", tz="UTC")
+BASE_MS = 1_700_000_000_000
+POLICY = RollupPolicy(
+    "1m",
+    60_000,
+    ("service", "level"),
+    rollup_metrics(["count", "sum:latency", "min:latency", "max:latency", "distinct:user"]),
+)
+SERVICES = ["api", "web", "db"]
+LEVELS = ["INFO", "ERROR"]
+
+
+def _rows(seed: int, count: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [
+        {
+            "offset": i,
+            "timestamp": BASE_MS + i * 700,  # about 86 rows a minute
+            "service": rng.choice(SERVICES),
+            "level": rng.choice(LEVELS),
+            "latency": rng.randint(1, 500),
+            "user": rng.randint(0, 40),
+        }
+        for i in range(count)
+    ]
+
+
+def _write(store: Store, rows: list[dict[str, Any]], roll_rows: int) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire(
+            "logs", 0, roll=RollPolicy(max_rows=roll_rows, max_age_s=3600), rollups=(POLICY,)
+        )
+        for at in range(0, len(rows), 25):
+            part = rows[at : at + 25]
+            batch = pa.RecordBatch.from_pydict(
+                {
+                    "offset": pa.array([r["offset"] for r in part], pa.int64()),
+                    "timestamp": pa.array([r["timestamp"] for r in part], TS),
+                    "service": [r["service"] for r in part],
+                    "level": [r["level"] for r in part],
+                    "latency": pa.array([r["latency"] for r in part], pa.int64()),
+                    "user": pa.array([r["user"] for r in part], pa.int64()),
+                }
+            )
+            append_patiently(writer, "logs", 0, batch)
+        writer.flush()
+    finally:
+        writer.close()
+
+
+def _expected(rows: list[dict[str, Any]]) -> dict[tuple[int, str, str], tuple[Any, ...]]:
+    groups: dict[tuple[int, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["timestamp"] // 60_000 * 60_000, r["service"], r["level"])].append(r)
+    return {
+        key: (
+            len(g),
+            sum(r["latency"] for r in g),
+            min(r["latency"] for r in g),
+            max(r["latency"] for r in g),
+            float(len({r["user"] for r in g})),
+        )
+        for key, g in groups.items()
+    }
+
+
+def _rolled(store: Store) -> dict[tuple[int, str, str], tuple[Any, ...]]:
+    table = reaggregate(store.read("logs.rollup.1m").to_table(), POLICY)
+    times = table.column("timestamp").cast(pa.int64()).to_pylist()
+    found = {}
+    for i, at in enumerate(times):
+        key = (at, table.column("service")[i].as_py(), table.column("level")[i].as_py())
+        found[key] = tuple(
+            table.column(name)[i].as_py()
+            for name in ("count", "sum_latency", "min_latency", "max_latency", "distinct_user")
+        )
+    return found
+
+
+@pytest.mark.parametrize("roll_rows", [50, 300, 1000])
+def test_rollup_aggregates_equal_those_over_the_raw_rows(store: Store, roll_rows: int) -> None:
+    rows = _rows(roll_rows, 1000)
+    _write(store, rows, roll_rows)
+    assert _rolled(store) == _expected(rows)
+    raw = store.manifest.segments("logs")
+    derived = store.manifest.segments("logs.rollup.1m")
+    # One roll-up segment per raw segment, at its first offset.
+    assert [s.start_offset for s in derived] == [s.start_offset for s in raw]
+    stored = sum(s.record_count for s in derived)
+    assert stored < len(rows) / 4 if roll_rows >= 300 else stored < len(rows)
+    errors = store.read("logs.rollup.1m", where={"level": "ERROR"}).to_table()
+    assert sum(errors.column("count").to_pylist()) == sum(r["level"] == "ERROR" for r in rows)
+
+
+def test_a_failed_commit_records_neither_and_the_retry_both_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = store.manifest.commit_seal
+    calls = {"n": 0}
+
+    def flaky(commits: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError("the disk went away")
+        if calls["n"] == 2:
+            original(commits)  # lands, then the answer is lost: an unknown outcome
+            raise OSError("connection reset")
+        return original(commits)
+
+    monkeypatch.setattr(store.manifest, "commit_seal", flaky)
+    rows = _rows(7, 400)
+    _write(store, rows, 100)
+    assert calls["n"] >= 2  # the failure, the lost answer (later seals may follow)
+    raw = store.manifest.segments("logs")
+    derived = store.manifest.segments("logs.rollup.1m")
+    assert [s.start_offset for s in derived] == [s.start_offset for s in raw]
+    assert _rolled(store) == _expected(rows)
+    assert store.manifest.watermark("logs.rollup.1m", 0) == raw[-1].start_offset + 1
+
+
+def test_sketches_merge_and_estimate() -> None:
+    small = sketch("int", range(100))
+    assert estimate(small) == 100.0
+    assert estimate(merge_sketches([small, sketch("int", range(50, 120)), None])) == 120.0
+    big = merge_sketches(
+        [sketch("bytes", [f"u{i}" for i in range(j, j + 5000)]) for j in (0, 5000)]
+    )
+    assert abs(estimate(big) - 10_000) / 10_000 < 0.3
+    assert sketch(None, [1.5]) == b""
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: RollupPolicy("1x", 1, (), rollup_metrics(["count"])), "granularity"),
+        (lambda: RollupPolicy("1m", 60_000, (), ()), "at least one metric"),
+        (lambda: rollup_metrics(["median:x"]), "one of count"),
+        (lambda: RollupMetric("sum"), "the others one"),
+        (lambda: RollupPolicy("1m", 60_000, ("count",), rollup_metrics(["count"])), "distinct"),
+        (lambda: granularity_ms("0m"), "granularity"),
+    ],
+)
+def test_bad_rollups_are_refused(build: Any, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        build()
+
+
+@given(seed=st.integers(0, 10**6), count=st.integers(1, 300), roll_rows=st.integers(1, 120))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_rollups_match_the_raw_rows_whatever_the_seals(
+    seed: int, count: int, roll_rows: int
+) -> None:
+    rows = _rows(seed, count)
+    with (
+        tempfile.TemporaryDirectory(prefix="plateau-rollup-") as tmp,
+        Store.open(Path(tmp)) as store,
+    ):
+        _write(store, rows, roll_rows)
+        assert _rolled(store) == _expected(rows)

@@ -1,0 +1,68 @@
+"""`topics[].rollups` from the configuration: policies, their own retention, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.config import load_config
+from bridge.errors import ConfigError
+from bridge.store import open_store, retention_for
+
+
+def _config(tmp_path: Path, topics: list[dict[str, object]]) -> Path:
+    path = tmp_path / "plateau.yaml"
+    body = {
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "defaults": {"retention": {"max_age": "1d"}},
+        "topics": topics,
+    }
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+ROLLUP = {
+    "granularity": "1m",
+    "dimensions": ["service", "level"],
+    "metrics": ["count", "sum:latency", "distinct:user"],
+    "retention": {"max_age": "90d"},
+}
+
+
+def test_rollups_become_policies_with_their_own_retention(tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, [{"source": "logs", "rollups": [ROLLUP]}]), env={})
+    [policy] = config.topics[0].rollup_policies()
+    assert (policy.label, policy.granularity_ms, policy.dimensions) == (
+        "1m",
+        60_000,
+        ("service", "level"),
+    )
+    assert [m.name for m in policy.metrics] == ["count", "sum_latency", "distinct_user"]
+    assert policy.derived_topic("logs") == "logs.rollup.1m"
+    derived = config.rollup_retention("logs.rollup.1m")
+    assert derived is not None and derived.max_age_s == 90 * 86_400
+    assert config.rollup_retention("logs.rollup.1h") is None
+    assert config.rollup_retention("logs") is None
+    with open_store(config) as store:
+        retention = retention_for(config, store)
+        assert retention.policy("logs.rollup.1m").max_age_s == 90 * 86_400
+        assert retention.policy("logs").max_age_s == 86_400
+
+
+@pytest.mark.parametrize(
+    ("rollup", "why"),
+    [
+        ({"granularity": "1 minute", "metrics": ["count"]}, "like 10s, 1m"),
+        ({"granularity": "1m", "metrics": ["p99:latency"]}, "one of count"),
+        ({"granularity": "1m", "metrics": ["sum"]}, "the others one"),
+        ({"granularity": "1m"}, "metrics"),
+    ],
+)
+def test_bad_rollups_name_the_field(tmp_path: Path, rollup: dict[str, object], why: str) -> None:
+    path = _config(tmp_path, [{"source": "logs", "rollups": [rollup]}])
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    assert "topics.0.rollups.0" in str(refused.value)
+    assert why in str(refused.value)
