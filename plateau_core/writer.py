@@ -106,6 +106,10 @@ class Writer:
         lock = PartitionLock.acquire(directory, timeout_s)
         try:
             watermark = recover_partition(self.store, topic, partition)
+            # A roll-up partition is written only with its raw partition, under this lock:
+            # a seal that crashed may have left a roll-up file no manifest row names.
+            for rollup in rollups:
+                recover_partition(self.store, rollup.derived_topic(topic), partition)
         except BaseException:
             lock.release()
             raise

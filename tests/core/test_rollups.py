@@ -122,6 +122,19 @@ def test_rollup_aggregates_equal_those_over_the_raw_rows(store: Store, roll_rows
     assert sum(errors.column("count").to_pylist()) == sum(r["level"] == "ERROR" for r in rows)
 
 
+def test_acquiring_the_raw_partition_removes_a_roll_up_file_no_row_names(store: Store) -> None:
+    rows = _rows(3, 200)
+    _write(store, rows, 100)
+    derived = store.data_dir / "topics" / "logs.rollup.1m" / "0"
+    named = sorted(p.name for p in derived.glob("*.arrow"))
+    # What a crash between a seal's files and its transaction leaves in the roll-up folder.
+    orphan = derived / f"{200:020d}.arrow"
+    orphan.write_bytes(next(derived.glob("*.arrow")).read_bytes())
+    _write(store, [], 100)  # acquire (and release) the raw partition again
+    assert sorted(p.name for p in derived.glob("*.arrow")) == named
+    assert _rolled(store) == _expected(rows)
+
+
 def test_a_failed_commit_records_neither_and_the_retry_both_once(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
