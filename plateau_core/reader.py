@@ -235,7 +235,7 @@ class ReadResult:
         where, topic = self.request.where, self.request.topic
         # Filters first: a needle's value is in few segments' filters, and then only those
         # few segments' statistics are read, by key, instead of the whole topic's.
-        blooms = self.store.manifest.blooms(topic, columns)
+        blooms = self.store.manifest.blooms_of(segments, columns)
         kept = [s for s in segments if admitted_by_blooms(where, blooms.get(s.id, {}))]
         stats = self.store.manifest.column_stats(topic, columns, [s.id for s in kept])
         kept = [s for s in kept if admitted_by_stats(where, stats.get(s.id, {}), s.record_count)]

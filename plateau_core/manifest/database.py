@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from plateau_core.manifest.bloom_cache import BloomCache
 from plateau_core.manifest.engine import DEFAULT_BUSY_TIMEOUT_S, sqlite_engine
 from plateau_core.manifest.migrations import current_version, migrate
 
@@ -26,6 +27,7 @@ class ManifestDatabase:
         """Open the manifest at `url`; `upgrade=False` leaves migrations to `upgrade()`, so
         the caller can look at `version_at_open` before a new manifest is created."""
         self.url = url
+        self.bloom_cache = BloomCache()
         self._sqlite = make_url(url).get_backend_name() == "sqlite"
         self._write_lock = threading.Lock()
         if self._sqlite:

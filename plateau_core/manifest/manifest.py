@@ -316,6 +316,17 @@ class Manifest(ManifestDatabase):
         with self._read() as session:
             return promoted.blooms(session, topic, columns)
 
+    def blooms_of(
+        self, segments: Sequence[SegmentRecord], columns: Iterable[str]
+    ) -> dict[int, dict[str, Bloom]]:
+        """`blooms` of these segments only, through the in-memory cache (bloom_cache.py)."""
+
+        def fetch(ids: Sequence[int], names: Sequence[str]) -> dict[int, dict[str, Bloom]]:
+            with self._read() as session:
+                return promoted.blooms_by_id(session, ids, names)
+
+        return self.bloom_cache.blooms(segments, columns, fetch)
+
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
         # Here rather than at the top: reading spans and watermarks (`plateau status`) must
         # not pay for loading Arrow.

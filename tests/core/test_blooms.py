@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
 from plateau_core.bloom import from_footer
+from plateau_core.manifest.bloom_cache import BloomCache
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.policies import IndexPolicy
 from plateau_core.rebuild import rebuild_manifest
@@ -153,3 +154,31 @@ def test_segments_recorded_before_the_migration_are_read_unpruned(tmp_path: Path
 def test_bad_index_policy_names_the_field(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         IndexPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_filters_are_read_from_the_database_once_then_from_memory(store: Store) -> None:
+    _write(store)
+    cache = store.manifest.bloom_cache
+    needle = request_id(7 * ROWS + 3)
+    first = store.read("logs", where={"request_id": needle}).to_table()
+    assert cache.misses == SEGMENTS and cache.hits == 0
+    again = store.read("logs", where={"request_id": needle}).to_table()
+    assert cache.misses == SEGMENTS  # nothing fetched the second time
+    assert cache.hits == SEGMENTS
+    assert again.equals(first) and first.column("offset").to_pylist() == [7 * ROWS + 3]
+
+
+def test_the_cache_stays_within_its_bytes_and_answers_the_same(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "data")
+    try:
+        _write(store)
+        one = len(
+            next(iter(store.manifest.blooms("logs", ["request_id"]).values()))["request_id"].bits
+        )
+        store.manifest.bloom_cache = BloomCache(max_bytes=3 * (one + 200))
+        for i in range(0, SEGMENTS * ROWS, 37):
+            rows = store.read("logs", where={"request_id": request_id(i)}).to_table()
+            assert rows.column("offset").to_pylist() == [i]
+            assert store.manifest.bloom_cache.bytes <= 3 * (one + 200)
+    finally:
+        store.close()
