@@ -17,7 +17,7 @@ import plateau_core.crc as crcs
 from plateau_core.checksums import ChecksumFormatError, Checksums
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.handle import StoreHandle
-from plateau_core.manifest import SegmentRecord
+from plateau_core.manifest import READABLE_STATES, SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
 from plateau_core.segment_file import BatchSpan, open_segment, read_batch_index
@@ -209,17 +209,17 @@ class ReadResult:
         check that pruning changes nothing but the files opened)."""
         self.store = store
         self.request = request
-        segments = store.manifest.segments(
-            request.topic,
-            partitions=request.partitions,
-            start_offset=request.start_offset,
-            end_offset=request.end_offset,
-            time_start=request.time_start,
-            time_end=request.time_end,
-        )
         self.pruned = 0  # segments the statistics or bloom filters ruled out, never opened
-        if request.where and prune:
-            segments = self._prune(segments)
+        segments = self._pruned() if request.where and prune else None
+        if segments is None:
+            segments = store.manifest.segments(
+                request.topic,
+                partitions=request.partitions,
+                start_offset=request.start_offset,
+                end_offset=request.end_offset,
+                time_start=request.time_start,
+                time_end=request.time_end,
+            )
         if request.order_by == "timestamp":
             segments = time_ordered(segments, request.order)
         else:
@@ -230,17 +230,34 @@ class ReadResult:
         self.schema = self._schema()
         self.scan = ScanCounters()
 
-    def _prune(self, segments: list[SegmentRecord]) -> list[SegmentRecord]:
-        columns = [c.column for c in self.request.where]
-        where, topic = self.request.where, self.request.topic
+    def _pruned(self) -> list[SegmentRecord] | None:
+        """The segments a `where` read must open: spans listed, pruned, then the full
+        records of those kept (listing.py says why). None when a kept segment changed in
+        between (retired by retention or merged away): the caller lists them all again."""
+        request, manifest = self.request, self.store.manifest
+        spans = manifest.segment_spans(
+            request.topic,
+            partitions=request.partitions,
+            start_offset=request.start_offset,
+            end_offset=request.end_offset,
+            time_start=request.time_start,
+            time_end=request.time_end,
+        )
+        where, columns = request.where, [c.column for c in request.where]
         # Filters first: a needle's value is in few segments' filters, and then only those
         # few segments' statistics are read, by key, instead of the whole topic's.
-        blooms = self.store.manifest.blooms_of(segments, columns)
-        kept = [s for s in segments if admitted_by_blooms(where, blooms.get(s.id, {}))]
-        stats = self.store.manifest.column_stats(topic, columns, [s.id for s in kept])
+        blooms = manifest.blooms_of(spans, columns)
+        kept = [s for s in spans if admitted_by_blooms(where, blooms.get(s.id, {}))]
+        stats = manifest.column_stats(request.topic, columns, [s.id for s in kept])
         kept = [s for s in kept if admitted_by_stats(where, stats.get(s.id, {}), s.record_count)]
-        self.pruned = len(segments) - len(kept)
-        return kept
+        records = manifest.segments_by_id([s.id for s in kept])
+        same = [(r.id, r.partition, r.start_offset, r.end_offset) for r in records]
+        if same != [(s.id, s.partition, s.start_offset, s.end_offset) for s in kept] or any(
+            r.state not in READABLE_STATES for r in records
+        ):
+            return None
+        self.pruned = len(spans) - len(kept)
+        return records
 
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""

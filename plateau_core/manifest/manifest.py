@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 from plateau_core.bloom import Bloom
 from plateau_core.column_stats import ColumnStats
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest import produced, promoted, swap
+from plateau_core.manifest import listing, produced, promoted, swap
+from plateau_core.manifest.bloom_cache import Spanned
 from plateau_core.manifest.commit import (
     advance_for_segment,
     advance_over,
@@ -284,22 +285,51 @@ class Manifest(ManifestDatabase):
         """Segments overlapping the offset range [start, end) and time range [start, end)."""
         # Plain column tuples, not ORM objects: every read plans with this list, and building
         # an entity per row cost more than SQLite's part of the query.
-        query = select(*RECORD_COLUMNS).where(SegmentRow.state.in_([s.value for s in states]))
-        if topic is not None:
-            query = query.where(SegmentRow.topic == topic)
-        if partitions is not None:
-            query = query.where(SegmentRow.partition.in_(list(partitions)))
-        if start_offset is not None:
-            query = query.where(SegmentRow.end_offset > start_offset)
-        if end_offset is not None:
-            query = query.where(SegmentRow.start_offset < end_offset)
-        if time_start is not None:
-            query = query.where(SegmentRow.time_max >= time_start)
-        if time_end is not None:
-            query = query.where(SegmentRow.time_min < time_end)
-        query = query.order_by(SegmentRow.topic, SegmentRow.partition, SegmentRow.start_offset)
+        query = listing.segment_query(
+            RECORD_COLUMNS,
+            topic,
+            partitions=partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            time_start=time_start,
+            time_end=time_end,
+            states=states,
+        )
         with self._read() as session:
             return [SegmentRecord.from_row(row) for row in session.execute(query)]
+
+    def segment_spans(
+        self,
+        topic: str,
+        *,
+        partitions: Iterable[int] | None = None,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        time_start: int | None = None,
+        time_end: int | None = None,
+    ) -> list[listing.SegmentSpan]:
+        """`segments`, readable ones, as spans only (listing.py says why)."""
+        query = listing.segment_query(
+            listing.SPAN_COLUMNS,
+            topic,
+            partitions=partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            time_start=time_start,
+            time_end=time_end,
+        )
+        with self._read() as session:
+            return [listing.SegmentSpan(*row) for row in session.execute(query)]
+
+    def segments_by_id(self, segment_ids: Sequence[int]) -> list[SegmentRecord]:
+        """These segments' records in any state, in (partition, start_offset) order."""
+        with self._read() as session:
+            found = [
+                SegmentRecord.from_row(row)
+                for query in listing.by_id_queries(segment_ids)
+                for row in session.execute(query)
+            ]
+        return sorted(found, key=lambda s: (s.topic, s.partition, s.start_offset))
 
     def column_stats(
         self, topic: str, columns: Iterable[str], segment_ids: Sequence[int] | None = None
@@ -317,7 +347,7 @@ class Manifest(ManifestDatabase):
             return promoted.blooms(session, topic, columns)
 
     def blooms_of(
-        self, segments: Sequence[SegmentRecord], columns: Iterable[str]
+        self, segments: Sequence[Spanned], columns: Iterable[str]
     ) -> dict[int, dict[str, Bloom]]:
         """`blooms` of these segments only, through the in-memory cache (bloom_cache.py)."""
 

@@ -4,6 +4,8 @@ segment, restored by a rebuild, used by `where` reads to leave segments unopened
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +14,7 @@ from sqlalchemy import text
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
 from plateau_core.bloom import from_footer
+from plateau_core.manifest import SegmentRecord, SegmentState
 from plateau_core.manifest.bloom_cache import BloomCache
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.policies import IndexPolicy
@@ -182,3 +185,25 @@ def test_the_cache_stays_within_its_bytes_and_answers_the_same(tmp_path: Path) -
             assert store.manifest.bloom_cache.bytes <= 3 * (one + 200)
     finally:
         store.close()
+
+
+def test_a_kept_segment_that_changed_meanwhile_makes_the_read_list_them_all_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between listing spans and reading the kept segments' records, retention or a
+    consolidation may retire one: the read then plans from the full listing instead."""
+    _write(store)
+    real = store.manifest.segments_by_id
+    calls: list[list[int]] = []
+
+    def merged_away(ids: Sequence[int]) -> list[SegmentRecord]:
+        calls.append(list(ids))
+        return [replace(r, state=SegmentState.DELETING) for r in real(ids)]
+
+    monkeypatch.setattr(store.manifest, "segments_by_id", merged_away)
+    needle = request_id(11 * ROWS + 1)
+    result = store.read("logs", where={"request_id": needle})
+    rows = result.to_table()
+    assert len(calls) == 1 and len(calls[0]) < SEGMENTS  # the pruned path was tried
+    assert result.pruned == 0 and len(result.segments) == SEGMENTS  # then the full listing
+    assert rows.column("offset").to_pylist() == [11 * ROWS + 1]
