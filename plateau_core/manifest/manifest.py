@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from plateau_core.bloom import Bloom
-from plateau_core.column_stats import ColumnStats
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest import listing, produced, promoted, swap
-from plateau_core.manifest.bloom_cache import Spanned
+from plateau_core.manifest import produced, promoted, swap
 from plateau_core.manifest.commit import (
     advance_for_segment,
     advance_over,
@@ -22,7 +19,6 @@ from plateau_core.manifest.commit import (
     remember_schema,
     rowcount,
 )
-from plateau_core.manifest.database import ManifestDatabase
 from plateau_core.manifest.models import (
     READABLE_STATES,
     GapRow,
@@ -32,13 +28,13 @@ from plateau_core.manifest.models import (
     SegmentState,
 )
 from plateau_core.manifest.records import (
-    RECORD_COLUMNS,
     PartitionCommit,
     PartitionSpan,
     SegmentFile,
     SegmentRecord,
     now_ms,
 )
+from plateau_core.manifest.segment_reads import SegmentReads
 from plateau_core.producers import ProducerBatch, ProducerState
 from plateau_core.segment_stats import SegmentStats
 
@@ -46,7 +42,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class Manifest(ManifestDatabase):
+class Manifest(SegmentReads):
     """Typed access to the manifest database; every change is one short transaction."""
 
     # --- the seal commit -------------------------------------------------------------------
@@ -270,92 +266,6 @@ class Manifest(ManifestDatabase):
                 )
                 for row in session.execute(query)
             ]
-
-    def segments(
-        self,
-        topic: str | None = None,
-        *,
-        partitions: Iterable[int] | None = None,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        time_start: int | None = None,
-        time_end: int | None = None,
-        states: Sequence[SegmentState] = READABLE_STATES,
-    ) -> list[SegmentRecord]:
-        """Segments overlapping the offset range [start, end) and time range [start, end)."""
-        # Plain column tuples, not ORM objects: every read plans with this list, and building
-        # an entity per row cost more than SQLite's part of the query.
-        query = listing.segment_query(
-            RECORD_COLUMNS,
-            topic,
-            partitions=partitions,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            time_start=time_start,
-            time_end=time_end,
-            states=states,
-        )
-        with self._read() as session:
-            return [SegmentRecord.from_row(row) for row in session.execute(query)]
-
-    def segment_spans(
-        self,
-        topic: str,
-        *,
-        partitions: Iterable[int] | None = None,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        time_start: int | None = None,
-        time_end: int | None = None,
-    ) -> list[listing.SegmentSpan]:
-        """`segments`, readable ones, as spans only (listing.py says why)."""
-        query = listing.segment_query(
-            listing.SPAN_COLUMNS,
-            topic,
-            partitions=partitions,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            time_start=time_start,
-            time_end=time_end,
-        )
-        with self._read() as session:
-            return [listing.SegmentSpan(*row) for row in session.execute(query)]
-
-    def segments_by_id(self, segment_ids: Sequence[int]) -> list[SegmentRecord]:
-        """These segments' records in any state, in (partition, start_offset) order."""
-        with self._read() as session:
-            found = [
-                SegmentRecord.from_row(row)
-                for query in listing.by_id_queries(segment_ids)
-                for row in session.execute(query)
-            ]
-        return sorted(found, key=lambda s: (s.topic, s.partition, s.start_offset))
-
-    def column_stats(
-        self, topic: str, columns: Iterable[str], segment_ids: Sequence[int] | None = None
-    ) -> dict[int, dict[str, ColumnStats]]:
-        """Promoted statistics of these columns in the topic's readable segments (of
-        `segment_ids` only, when given), by segment id then column; a segment or column
-        without any is absent."""
-        with self._read() as session:
-            return promoted.column_stats(session, topic, columns, segment_ids)
-
-    def blooms(self, topic: str, columns: Iterable[str]) -> dict[int, dict[str, Bloom]]:
-        """Bloom filters of these columns in the topic's readable segments, by segment id
-        then column; a segment or column without one is absent."""
-        with self._read() as session:
-            return promoted.blooms(session, topic, columns)
-
-    def blooms_of(
-        self, segments: Sequence[Spanned], columns: Iterable[str]
-    ) -> dict[int, dict[str, Bloom]]:
-        """`blooms` of these segments only, through the in-memory cache (bloom_cache.py)."""
-
-        def fetch(ids: Sequence[int], names: Sequence[str]) -> dict[int, dict[str, Bloom]]:
-            with self._read() as session:
-                return promoted.blooms_by_id(session, ids, names)
-
-        return self.bloom_cache.blooms(segments, columns, fetch)
 
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
         # Here rather than at the top: reading spans and watermarks (`plateau status`) must

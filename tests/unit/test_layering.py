@@ -45,6 +45,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest.records": 2,
     "plateau_core.manifest.bloom_cache": 2,
     "plateau_core.manifest.listing": 2,
+    "plateau_core.manifest.segment_reads": 2,
     "plateau_core.manifest.commit": 2,
     "plateau_core.manifest.database": 2,
     "plateau_core.manifest.manifest": 2,
