@@ -35,7 +35,8 @@ from plateau_core.manifest.records import SegmentFile
 from plateau_core.names import consolidated_name, partition_dir
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import Compression, ConsolidatePolicy, IndexPolicy
-from plateau_core.reader import ReadRequest, ScanCounters, segment_batches
+from plateau_core.read_request import ReadRequest
+from plateau_core.reader import ScanCounters, segment_batches
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 

@@ -115,7 +115,8 @@ class Store:
         segments first and stops once the limit's rows are certain (ORDER BY timestamp DESC
         LIMIT k). The default, "offset", returns each segment's rows in offset order.
         """
-        from plateau_core.reader import ReadRequest, ReadResult  # noqa: PLC0415
+        from plateau_core.read_request import ReadRequest  # noqa: PLC0415
+        from plateau_core.reader import ReadResult  # noqa: PLC0415
         from plateau_core.where import build_where  # noqa: PLC0415
 
         request = ReadRequest.build(

@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from plateau_core.manifest import SegmentRecord
-from plateau_core.reader import ReadRequest, ScanCounters, segment_batches
+from plateau_core.read_request import ReadRequest
+from plateau_core.reader import ScanCounters, segment_batches
 from plateau_core.schema import OFFSET, TIMESTAMP, conform
 from plateau_spark.replication.target import Target
 

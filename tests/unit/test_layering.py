@@ -63,6 +63,7 @@ ENGINE_LAYERS: dict[str, int] = {
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
     "plateau_core.top_by_time": 4,
+    "plateau_core.read_request": 4,
     "plateau_core.reader": 4,
     "plateau_core.retention": 4,
     "plateau_core.recovery": 5,

@@ -1,0 +1,168 @@
+"""What a read asks for: the topic, partitions, offset and time ranges, columns, `where`
+conditions, order and limit, checked once, and the row mask they make of a batch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from plateau_core.errors import InvalidInputError
+from plateau_core.manifest import SegmentRecord
+from plateau_core.schema import OFFSET, TIMESTAMP
+from plateau_core.segment_file import BatchSpan
+from plateau_core.where import Where, where_mask
+
+Order = Literal["asc", "desc"]
+OrderBy = Literal["offset", "timestamp"]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        # Integer arithmetic: float seconds * 1000 can land a hair below the millisecond.
+        return (aware - _EPOCH) // timedelta(milliseconds=1)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InvalidInputError(f"{name} must be a datetime or epoch milliseconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    topic: str
+    partitions: tuple[int, ...] | None
+    start_offset: int | None
+    end_offset: int | None
+    time_start: int | None  # epoch ms, inclusive
+    time_end: int | None  # epoch ms, exclusive
+    columns: tuple[str, ...] | None
+    limit: int | None
+    order: Order
+    # Exact value sets (a SQL IN); the bounds above are then narrowed to their min/max.
+    offsets_in: frozenset[int] | None = None
+    times_in: frozenset[int] | None = None  # epoch ms
+    # Equality / IN conditions on the topic's own columns (plateau_core.where).
+    where: Where = ()
+    # "timestamp": rows strictly in timestamp order across segments and partitions
+    # (plateau_core.top_by_time); "offset": each segment's rows in offset order.
+    order_by: OrderBy = "offset"
+
+    @classmethod
+    def build(
+        cls,
+        topic: str,
+        *,
+        partitions: list[int] | None,
+        start_offset: int | None,
+        end_offset: int | None,
+        time_start: datetime | int | None,
+        time_end: datetime | int | None,
+        columns: list[str] | None,
+        limit: int | None,
+        order: Order,
+        where: Where = (),
+        order_by: OrderBy = "offset",
+    ) -> ReadRequest:
+        if order not in ("asc", "desc"):
+            raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
+        if order_by not in ("offset", "timestamp"):
+            raise InvalidInputError(f"order_by must be 'offset' or 'timestamp', got {order_by!r}")
+        if limit is not None and limit < 0:
+            raise InvalidInputError(f"limit must not be negative, got {limit}")
+        return cls(
+            topic=topic,
+            partitions=None if partitions is None else tuple(partitions),
+            start_offset=start_offset,
+            end_offset=end_offset,
+            time_start=to_epoch_ms(time_start, "time_start"),
+            time_end=to_epoch_ms(time_end, "time_end"),
+            columns=None if columns is None else tuple(columns),
+            limit=limit,
+            order=order,
+            where=where,
+            order_by=order_by,
+        )
+
+    @classmethod
+    def whole(cls, topic: str, columns: tuple[str, ...] | None = None) -> ReadRequest:
+        """Every row of `topic`, in offset order."""
+        return cls(
+            topic=topic,
+            partitions=None,
+            start_offset=None,
+            end_offset=None,
+            time_start=None,
+            time_end=None,
+            columns=columns,
+            limit=None,
+            order="asc",
+        )
+
+    def covers(self, segment: SegmentRecord) -> bool:
+        """True when every row of the segment passes the filters (no row mask needed)."""
+        return (
+            self.offsets_in is None
+            and self.times_in is None
+            and not self.where
+            and (self.start_offset is None or segment.start_offset >= self.start_offset)
+            and (self.end_offset is None or segment.end_offset <= self.end_offset)
+            and (self.time_start is None or segment.time_min >= self.time_start)
+            and (self.time_end is None or segment.time_max < self.time_end)
+        )
+
+    def overlaps(self, span: BatchSpan) -> bool:
+        """Whether a batch with this [first, last] offset and [min, max] time can match."""
+        first, last, time_min, time_max = span
+        return (
+            (self.start_offset is None or last >= self.start_offset)
+            and (self.end_offset is None or first < self.end_offset)
+            and (self.time_start is None or time_max >= self.time_start)
+            and (self.time_end is None or time_min < self.time_end)
+        )
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array | None:
+        conditions = []
+        offsets = batch.column(OFFSET)
+        # Typed scalars: a plain int would be converted again for every batch.
+        if self.start_offset is not None:
+            conditions.append(pc.greater_equal(offsets, _int64(self.start_offset)))
+        if self.offsets_in is not None:
+            conditions.append(pc.is_in(offsets, pa.array(sorted(self.offsets_in), pa.int64())))
+        if self.end_offset is not None:
+            conditions.append(pc.less(offsets, _int64(self.end_offset)))
+        if self.time_start is not None or self.time_end is not None or self.times_in is not None:
+            times = batch.column(TIMESTAMP).cast(pa.int64())
+            if self.times_in is not None:
+                conditions.append(pc.is_in(times, pa.array(sorted(self.times_in), pa.int64())))
+            if self.time_start is not None:
+                conditions.append(pc.greater_equal(times, _int64(self.time_start)))
+            if self.time_end is not None:
+                conditions.append(pc.less(times, _int64(self.time_end)))
+        if self.where:
+            conditions.append(where_mask(batch, self.where))
+        if not conditions:
+            return None
+        combined = conditions[0]
+        for condition in conditions[1:]:
+            combined = pc.and_(combined, condition)
+        return combined
+
+
+def at_or_beyond(request: ReadRequest, threshold: int) -> ReadRequest:
+    """`request` narrowed to the rows a timestamp-ordered read can still use: at or after
+    `threshold` (descending) or at or before it (ascending)."""
+    if request.order == "desc":
+        start = threshold if request.time_start is None else max(request.time_start, threshold)
+        return replace(request, time_start=start)
+    end = threshold + 1 if request.time_end is None else min(request.time_end, threshold + 1)
+    return replace(request, time_end=end)
+
+
+def _int64(value: int) -> pa.Scalar:
+    return pa.scalar(value, pa.int64())
