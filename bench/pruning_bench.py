@@ -413,7 +413,7 @@ def main() -> None:
         payload: dict[str, Any] = {
             "settings": settings,
             "build_s": build_s,
-            "machine": machine_info(store.data_dir),
+            "machine": {**machine_info(store.data_dir), "work_dir": "<tmp>"},
             "store_bytes": sum(s.bytes for s in store.spans(TOPIC)),
             "needle": needles(store, settings, args.needles),
             "newest": newest(store, args.repeat),
