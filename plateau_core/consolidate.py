@@ -20,7 +20,6 @@ while nothing else writes it: under its writer's `maintaining` guard, or its loc
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 
+from plateau_core.background import BackgroundTask
 from plateau_core.errors import ManifestConflictError, PartitionLockedError
 from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
@@ -114,9 +114,11 @@ def plan_runs(
     return runs
 
 
-class Consolidator:
+class Consolidator(BackgroundTask):
     """Merges the small segments of the topics it has a policy for; call `run()` or
     `start()`."""
+
+    thread_name = "consolidation"
 
     def __init__(
         self,
@@ -145,8 +147,7 @@ class Consolidator:
         self._guard = guard or self._locked
         self._observer = observer
         self._write = write  # tests inject failing writers here
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def policies(self) -> dict[str, ConsolidatePolicy]:
         """The topics of the store to consolidate now, with their policies."""
@@ -178,22 +179,6 @@ class Consolidator:
         if self._observer is not None:
             self._observer(report)
         return report
-
-    def start(self, interval_s: float = 30.0) -> None:
-        """Run a pass every `interval_s` on a daemon thread until `stop()`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._loop, args=(interval_s,), name="consolidation", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
 
     def _loop(self, interval_s: float) -> None:
         while not self._stop.wait(interval_s):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from plateau_core.background import BackgroundTask
 from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
 from plateau_core.policies import RetentionPolicy, StoreLimits
@@ -42,8 +43,10 @@ def _age_key(segment: SegmentRecord) -> tuple[int, int, int]:
     return (segment.time_max, segment.partition, segment.start_offset)
 
 
-class Retention:
+class Retention(BackgroundTask):
     """Applies per-topic policies and the store-wide limits; call `run()` or `start()`."""
+
+    thread_name = "retention"
 
     def __init__(
         self,
@@ -62,8 +65,7 @@ class Retention:
         self.limits = limits or StoreLimits()
         self._disk_free = disk_free or (lambda: shutil.disk_usage(store.data_dir).free)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
         self.forced_total = 0
         self.failed_passes = 0
         self._resolve = resolve
@@ -221,22 +223,6 @@ class Retention:
             )
 
     # --- in the background ------------------------------------------------------------------
-
-    def start(self, interval_s: float = 30.0) -> None:
-        """Run a pass every `interval_s` on a daemon thread until `stop()`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._loop, args=(interval_s,), name="retention", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
 
     def _loop(self, interval_s: float) -> None:
         # A full pass every interval; in between, a cheap look at the limits a seal can

@@ -33,6 +33,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.listener": 0,
     "plateau_core.partition_lock": 0,
     "plateau_core.disk_floor": 0,
+    "plateau_core.background": 0,
     "plateau_core.where": 0,
     # segment files
     "plateau_core.crc": 1,
