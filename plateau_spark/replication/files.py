@@ -8,9 +8,9 @@ discovery reads `date` and `partition` back, and a task re-run writes the same n
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import IO
@@ -128,6 +128,13 @@ def _days(task: ReplicaTask) -> dict[date, tuple[int, int, int]]:
 
 def utc_day(epoch_ms: int) -> date:
     return datetime.fromtimestamp(epoch_ms / 1000, UTC).date()
+
+
+def pending_days(segments: Sequence[SegmentRecord]) -> list[date]:
+    """Every UTC day from the segments' oldest row to their newest: where a run's files lie."""
+    first = utc_day(min(s.time_min for s in segments))
+    last = utc_day(max(s.time_max for s in segments))
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
 def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> None:

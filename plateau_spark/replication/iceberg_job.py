@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -31,7 +31,7 @@ from pyiceberg.table import Table
 
 from plateau_core.schema import merge_schemas
 from plateau_core.store import Store
-from plateau_spark.replication.files import ReplicaFile, ReplicaTask, utc_day
+from plateau_spark.replication.files import ReplicaFile, ReplicaTask, pending_days
 from plateau_spark.replication.iceberg_catalog import IcebergSettings, open_catalog
 from plateau_spark.replication.iceberg_commit import (
     OffsetRange,
@@ -58,7 +58,6 @@ log = structlog.get_logger("plateau.replication.iceberg")
 # Steps a test can fail at (the `step` hook): after planning, after each task's data files,
 # after all of them, after the Iceberg commit (before the manifest update).
 Step = Callable[[str], None]
-_MAX_DAY_LISTINGS = 62
 
 
 class IcebergReplicator(Replicator):
@@ -230,19 +229,9 @@ class IcebergReplicator(Replicator):
     def _candidates(
         self, location: Target, filesystem: fs.FileSystem, partition: int, tasks: list[ReplicaTask]
     ) -> Iterator[str]:
-        segments = [s for t in tasks for s in t.segments]
-        first_day = utc_day(min(s.time_min for s in segments))
-        days = (utc_day(max(s.time_max for s in segments)) - first_day).days + 1
-        if days <= _MAX_DAY_LISTINGS:
-            for i in range(days):
-                folder = data_dir(first_day + timedelta(days=i), partition)
-                for name in location.list_files(filesystem, folder):
-                    yield f"{folder}/{name}"
-            return
-        selector = fs.FileSelector(location.path(DATA_DIR), recursive=True, allow_not_found=True)
-        for info in filesystem.get_file_info(selector):
-            if info.type == fs.FileType.File and f"/partition={partition}/" in info.path:
-                yield info.path.removeprefix(location.root + "/")
+        days = pending_days([s for t in tasks for s in t.segments])
+        folder = partial(data_dir, partition=partition)
+        return location.partition_files(filesystem, DATA_DIR, days, folder, partition)
 
 
 def _merged(ranges: list[OffsetRange]) -> list[OffsetRange]:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -33,8 +33,8 @@ from plateau_spark.replication.files import (
     ReplicaFile,
     ReplicaTask,
     parse_replica_name,
+    pending_days,
     replica_dir,
-    utc_day,
     write_task,
 )
 from plateau_spark.replication.spark_write import run_spark
@@ -47,8 +47,6 @@ log = structlog.get_logger("plateau.replication")
 
 DEFAULT_FILE_BYTES = 128 * MiB
 LOCK_FILE = "replication.lock"
-# Beyond this many days of pending data, list the topic once instead of a folder per day.
-_MAX_DAY_LISTINGS = 62
 
 Runner = Callable[[list[ReplicaTask]], list[list[ReplicaFile]]]
 
@@ -186,21 +184,9 @@ class Replicator:
     def _candidate_files(
         self, filesystem: fs.FileSystem, topic: str, partition: int, segments: list[SegmentRecord]
     ) -> Iterator[str]:
-        first_day = utc_day(min(s.time_min for s in segments))
-        last_day = utc_day(max(s.time_max for s in segments))
-        days = (last_day - first_day).days + 1
-        if days <= _MAX_DAY_LISTINGS:
-            for i in range(days):
-                folder = replica_dir(topic, first_day + timedelta(days=i), partition)
-                for name in self.target.list_files(filesystem, folder):
-                    yield f"{folder}/{name}"
-            return
-        selector = fs.FileSelector(self.target.path(topic), recursive=True, allow_not_found=True)
-        suffix = f"/partition={partition}"
-        for info in filesystem.get_file_info(selector):
-            folder, _, name = info.path.rpartition("/")
-            if info.type == fs.FileType.File and folder.endswith(suffix):
-                yield info.path.removeprefix(self.target.root + "/")
+        days = pending_days(segments)
+        folder = partial(replica_dir, topic, partition=partition)
+        return self.target.partition_files(filesystem, topic, days, folder, partition)
 
     @contextmanager
     def _lock(self) -> Iterator[None]:

@@ -7,8 +7,9 @@ S3-compatible server and to local disk; only durability differs (see `FileTarget
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
@@ -17,6 +18,9 @@ from pyarrow import fs
 
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.names import TEMP_MARKER
+
+# Beyond this many days of pending data, list the whole tree once instead of a folder per day.
+MAX_DAY_LISTINGS = 62
 
 
 class TargetError(PlateauError):
@@ -109,6 +113,30 @@ class Target:
         except OSError as exc:
             raise TargetError(f"cannot list {self.uri}/{relative_dir}: {exc}") from exc
         return [i.base_name for i in infos if i.type == fs.FileType.File]
+
+    def partition_files(
+        self,
+        filesystem: fs.FileSystem,
+        under: str,
+        days: Sequence[date],
+        folder: Callable[[date], str],
+        partition: int,
+    ) -> Iterator[str]:
+        """Relative paths of the files one Kafka partition holds in these days' folders
+        (`folder(day)`); past MAX_DAY_LISTINGS days, one recursive listing of `under` kept to
+        folders named `partition={partition}`, cheaper than a request per day."""
+        if len(days) <= MAX_DAY_LISTINGS:
+            for day in days:
+                relative_dir = folder(day)
+                for name in self.list_files(filesystem, relative_dir):
+                    yield f"{relative_dir}/{name}"
+            return
+        selector = fs.FileSelector(self.path(under), recursive=True, allow_not_found=True)
+        suffix = f"/partition={partition}"
+        for info in filesystem.get_file_info(selector):
+            parent = info.path.rpartition("/")[0]
+            if info.type == fs.FileType.File and parent.endswith(suffix):
+                yield info.path.removeprefix(self.root + "/")
 
     def delete(self, filesystem: fs.FileSystem, relative: str) -> None:
         filesystem.delete_file(self.path(relative))
