@@ -178,7 +178,7 @@ class ProduceSink(WriterListener):
         decoder = None if state is None else state.decoder
         if not isinstance(decoder, SchemaDecoder):
             return
-        missing = decoder.unfetched(batch.records(0))
+        missing = decoder.unfetched(batch.values, batch.keys)
         if missing:
             await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
 

@@ -26,7 +26,14 @@ from bridge.ingest.decode.avro_arrow import UnsupportedSchemaError
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.json_format import RESERVED, event_times
 from bridge.ingest.decode.registry import SchemaSource, UnknownSchemaError
-from bridge.ingest.decode.wire import Framed, FramingError, Reader, make_reader, unframe
+from bridge.ingest.decode.wire import (
+    HEADER,
+    Framed,
+    FramingError,
+    Reader,
+    make_reader,
+    unframe,
+)
 from bridge.ingest.records import KEY, VALUE, Kept, kept_columns
 from plateau_core.schema import conform
 
@@ -107,26 +114,24 @@ class SchemaDecoder:
         result.poison.sort(key=lambda p: p.row)
         return result
 
-    def unfetched(self, records: pa.RecordBatch) -> list[tuple[int, str | None]]:
-        """The writer schemas these records name that are not in memory yet, as (schema id,
-        rendering): a caller that must not block (the Kafka API's event loop) fetches them
-        elsewhere first with `source.prefetch`."""
-        if records.num_rows == 0:
-            return []
-        values = self._framed(self.value, records.column(VALUE).to_pylist())
-        keys = (
-            self._framed(self.key, records.column(KEY).to_pylist())
-            if self.key is not None
-            else None
-        )
+    def unfetched(
+        self, values: Sequence[bytes | None], keys: Sequence[bytes | None]
+    ) -> list[tuple[int, str | None]]:
+        """The writer schemas these records' values and keys name that are not in memory
+        yet, as (schema id, rendering): a caller that must not block (the Kafka API's event
+        loop) fetches them elsewhere first with `source.prefetch`. Only the header's id is
+        read; a bad header is left for `decode` to report."""
         missing: set[tuple[int, str | None]] = set()
         for side, column in ((self.value, values), (self.key, keys)):
-            if side is None or column is None or side.fmt == "raw":
+            if side is None or side.fmt == "raw":
                 continue
             rendering = "serialized" if side.fmt == "protobuf" else None
-            for framed in column:
-                if type(framed) is Framed and not self.source.cached(framed.schema_id):
-                    missing.add((framed.schema_id, rendering))
+            for data in column:
+                if data is None or len(data) < HEADER or data[0] != 0:
+                    continue
+                schema_id = int.from_bytes(data[1:HEADER], "big")
+                if not self.source.cached(schema_id):
+                    missing.add((schema_id, rendering))
         return sorted(missing, key=lambda m: m[0])
 
     # --- schemas --------------------------------------------------------------------------
