@@ -25,6 +25,8 @@ from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
 )
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from bridge.ingest.decode.registry import forget_schema_sources
+
 NOT_FOUND = {"error_code": 40403, "message": "Schema not found"}
 
 
@@ -79,6 +81,9 @@ class RegistryServer:
         self._server = None
 
     def __enter__(self) -> RegistryServer:
+        # A new registry: ids from 1 again, so what the process cached for an earlier one
+        # (maybe on this same port) must go.
+        forget_schema_sources()
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

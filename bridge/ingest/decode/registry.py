@@ -180,3 +180,11 @@ def schema_source(config: SchemaRegistryConfig) -> SchemaSource:
             found = SchemaSource(config, SchemaRegistryClient(config.client_settings()))
             _sources[key] = found
         return found
+
+
+def forget_schema_sources() -> None:
+    """Drop every cached source: for a registry replaced by another at the same address,
+    whose schema ids mean other schemas (each test starts its own on a free port, and the
+    system may hand the same port out again)."""
+    with _sources_lock:
+        _sources.clear()
