@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bridge.config import Config, parse_config
 from bridge.errors import LocalKafkaError
@@ -79,14 +79,28 @@ def serving(config: Config, workers: int = 1) -> Iterator[threading.Event]:
         raise outcome["error"]
 
 
-def end_offsets(kafka: str, topic: str) -> dict[int, int]:
+_LEADERLESS = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+)
+
+
+def end_offsets(kafka: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """Each partition's end offset, retrying while a new partition has no leader yet."""
     consumer = Consumer({"bootstrap.servers": kafka, "group.id": "plateau-test-probe"})
+    deadline = time.monotonic() + timeout_s
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in metadata.topics[topic].partitions
-        }
+        while True:
+            try:
+                metadata = consumer.list_topics(topic, timeout=10)
+                return {
+                    p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in metadata.topics[topic].partitions
+                }
+            except KafkaException as e:
+                # Partitions just added show in metadata before their leader is elected.
+                if e.args[0].code() not in _LEADERLESS or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
