@@ -53,13 +53,22 @@ def consolidated_name(start_offset: int, end_offset: int) -> str:
 def segment_start(name: str) -> int | None:
     """The start offset a segment file name encodes (sealed or consolidated), or None for any
     other file."""
+    span = segment_span(name)
+    return None if span is None else span[0]
+
+
+def segment_span(name: str) -> tuple[int, int | None] | None:
+    """(start, end) a segment file name encodes; end is None for a sealed segment's name (only
+    a consolidated one names its end). None for any other file."""
     stem = name.removesuffix(SEGMENT_SUFFIX)
     start, dash, end = stem.partition("-")
     if stem == name or len(start) != 20 or not start.isdigit():
         return None
-    if dash and (len(end) != 20 or not end.isdigit()):
+    if not dash:
+        return int(start), None
+    if len(end) != 20 or not end.isdigit():
         return None
-    return int(start)
+    return int(start), int(end)
 
 
 def relative_segment_path(topic: str, partition: int, start_offset: int) -> str:

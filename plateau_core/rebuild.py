@@ -20,7 +20,7 @@ from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.names import (
     MANIFEST_FILE,
     TEMP_MARKER,
-    segment_start,
+    segment_span,
     validate_topic,
 )
 from plateau_core.partition_lock import PartitionLock
@@ -74,6 +74,7 @@ class RebuildReport:
     moved_aside: list[str] = field(default_factory=list)
     partitions: list[RebuiltPartition] = field(default_factory=list)
     quarantined: list[SkippedFile] = field(default_factory=list)
+    retired: list[SkippedFile] = field(default_factory=list)
     set_aside: list[SkippedFile] = field(default_factory=list)
     temp_removed: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
@@ -93,6 +94,8 @@ class RebuildReport:
             )
         for skipped in self.quarantined:
             out.append(f"  QUARANTINED {skipped.path}: {skipped.problem}")
+        for skipped in self.retired:
+            out.append(f"  retired {skipped.path}: {skipped.problem}")
         for skipped in self.set_aside:
             out.append(
                 f"  SET ASIDE {skipped.path}: {skipped.problem}; its records from offset "
@@ -140,6 +143,7 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
         segments=report.segments,
         partitions=len(report.partitions),
         quarantined=len(report.quarantined),
+        retired=len(report.retired),
         set_aside=len(report.set_aside),
     )
     return report
@@ -228,12 +232,15 @@ class _PartitionRebuild:
     partition: int
     report: RebuildReport
     watermark: int | None = None
+    # The span of the last consolidated segment recorded: files inside it are its inputs,
+    # left for the deletion grace.
+    consolidated: tuple[int, int] | None = None
     segments: int = 0
     records: int = 0
     bytes: int = 0
 
     def run(self, folder: Path) -> None:
-        files: list[tuple[int, Path]] = []
+        files: list[tuple[int, int, Path]] = []
         for entry in sorted(folder.iterdir()):
             if TEMP_MARKER in entry.name:
                 entry.unlink(missing_ok=True)
@@ -241,13 +248,17 @@ class _PartitionRebuild:
                 log.warning(
                     "temp_file_removed", topic=self.topic, partition=self.partition, path=str(entry)
                 )
-            elif (start := segment_start(entry.name)) is not None:
-                files.append((start, entry))
+            elif (span := segment_span(entry.name)) is not None:
+                # Of files starting at one offset, the widest first: a consolidated segment
+                # before the inputs it replaced, which may still wait out the deletion grace.
+                files.append((span[0], -(span[1] if span[1] is not None else -1), entry))
         unreadable: list[tuple[int, Path, str]] = []  # since the last good segment
-        for start, path in sorted(files):
+        for start, _, path in sorted(files):
             stats, schema, problem = _read(path, start)
             if stats is None or schema is None:
                 unreadable.append((start, path, problem or "unreadable"))
+            elif self.replaced(stats):
+                self.retire(path, stats)
             elif self.watermark is not None and stats.start_offset < self.watermark:
                 problem = (
                     f"offsets [{stats.start_offset}, {stats.end_offset}) overlap the segment "
@@ -285,6 +296,9 @@ class _PartitionRebuild:
         relative = path.relative_to(self.root).as_posix()
         self.manifest.commit_segment(self.topic, self.partition, stats, relative, schema)
         self.watermark = stats.end_offset
+        span = segment_span(path.name)
+        if span is not None and span[1] is not None:
+            self.consolidated = (stats.start_offset, stats.end_offset)
         self.segments += 1
         self.records += stats.record_count
         self.bytes += stats.size_bytes
@@ -296,6 +310,33 @@ class _PartitionRebuild:
             end_offset=stats.end_offset,
             records=stats.record_count,
             path=relative,
+        )
+
+    def replaced(self, stats: SegmentStats) -> bool:
+        """Whether the segment's offsets lie inside the consolidated segment recorded last."""
+        return self.consolidated is not None and (
+            self.consolidated[0] <= stats.start_offset and stats.end_offset <= self.consolidated[1]
+        )
+
+    def retire(self, path: Path, stats: SegmentStats) -> None:
+        relative = path.relative_to(self.root).as_posix()
+        self.manifest.record_retired(
+            self.topic, self.partition, relative, stats, path.stat().st_size
+        )
+        assert self.consolidated is not None
+        start, end = self.consolidated
+        problem = f"its offsets are in the consolidated segment [{start}, {end})"
+        self.report.retired.append(
+            SkippedFile(self.topic, self.partition, relative, stats.start_offset, problem)
+        )
+        log.info(
+            "segment_retired",
+            topic=self.topic,
+            partition=self.partition,
+            start_offset=stats.start_offset,
+            end_offset=stats.end_offset,
+            path=relative,
+            reason=problem,
         )
 
     def quarantine(

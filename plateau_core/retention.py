@@ -13,12 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 import structlog
 
 from plateau_core.background import BackgroundTask
 from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
+from plateau_core.names import segment_start
 from plateau_core.policies import RetentionPolicy, StoreLimits
 
 log = structlog.get_logger(__name__)
@@ -192,7 +194,10 @@ class Retention(BackgroundTask):
                 "segment_deleted",
                 topic=segment.topic,
                 partition=segment.partition,
-                start_offset=segment.start_offset,
+                # A row a consolidation retired keeps its offsets only in its file's name.
+                start_offset=segment_start(PurePosixPath(segment.path).name)
+                if segment.start_offset < 0
+                else segment.start_offset,
                 end_offset=segment.end_offset,
                 bytes=segment.size_bytes,
             )

@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+# Held for the instant between a retired row's insert and its key -id - 1.
+_PLACEHOLDER_START = -(2**62)
+
+
 class Manifest(SegmentReads):
     """Typed access to the manifest database; every change is one short transaction."""
 
@@ -105,28 +109,73 @@ class Manifest(SegmentReads):
         The row keeps the file from being removed as an orphan and lists it in reports. It
         does not move the watermark. `stats` fills in what the file told, when it was read.
         """
+        self._record_unserved(
+            topic,
+            partition,
+            path,
+            state=SegmentState.QUARANTINED,
+            problem=problem,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            size_bytes=size_bytes,
+            stats=stats,
+        )
+
+    def record_retired(
+        self, topic: str, partition: int, path: str, stats: SegmentStats, size_bytes: int
+    ) -> None:
+        """Record a consolidated segment's input file found beside it (rebuilding a manifest
+        during the deletion grace) as retired, as the swap left it: retention removes it."""
+        self._record_unserved(
+            topic,
+            partition,
+            path,
+            state=SegmentState.DELETING,
+            problem=None,
+            start_offset=_PLACEHOLDER_START,
+            end_offset=stats.end_offset,
+            size_bytes=size_bytes,
+            stats=stats,
+        )
+
+    def _record_unserved(
+        self,
+        topic: str,
+        partition: int,
+        path: str,
+        *,
+        state: SegmentState,
+        problem: str | None,
+        start_offset: int,
+        end_offset: int,
+        size_bytes: int,
+        stats: SegmentStats | None,
+    ) -> None:
         stamp = now_ms()
         with self._write() as session:
-            session.add(
-                SegmentRow(
-                    topic=topic,
-                    partition=partition,
-                    start_offset=start_offset,
-                    end_offset=end_offset,
-                    record_count=0 if stats is None else stats.record_count,
-                    time_min=0 if stats is None else stats.time_min,
-                    time_max=0 if stats is None else stats.time_max,
-                    size_bytes=size_bytes,
-                    path=path,
-                    schema_fingerprint="" if stats is None else stats.schema_fingerprint,
-                    state=SegmentState.QUARANTINED.value,
-                    created_at=stamp,
-                    problem=problem,
-                    checksums=None
-                    if stats is None or stats.checksums is None
-                    else stats.checksums.to_json(),
-                )
+            row = SegmentRow(
+                topic=topic,
+                partition=partition,
+                start_offset=start_offset,
+                end_offset=end_offset,
+                record_count=0 if stats is None else stats.record_count,
+                time_min=0 if stats is None else stats.time_min,
+                time_max=0 if stats is None else stats.time_max,
+                size_bytes=size_bytes,
+                path=path,
+                schema_fingerprint="" if stats is None else stats.schema_fingerprint,
+                state=state.value,
+                created_at=stamp,
+                deleting_at=stamp if state == SegmentState.DELETING else None,
+                problem=problem,
+                checksums=None
+                if stats is None or stats.checksums is None
+                else stats.checksums.to_json(),
             )
+            session.add(row)
+            if state == SegmentState.DELETING:
+                session.flush()
+                row.start_offset = -row.id - 1  # the key a swap gives a retired row
 
     def swap_segments(self, run: Sequence[SegmentRecord], merged: SegmentFile) -> int:
         """Replace a run of one partition's segments by `merged`, which holds their rows, in

@@ -12,13 +12,15 @@ from plateau_core.manifest.commit import insert_segment, remember_schema, rowcou
 from plateau_core.manifest.models import SegmentState
 from plateau_core.manifest.records import SegmentFile, SegmentRecord
 
-# A retired row keeps its path (retention removes its file after the grace period) but its
-# start offset is stored as -start - 1: the (topic, partition, start_offset) key is then
-# free for the consolidated segment, which starts where the run did, and no offset range a
-# read asks for can match it.
+# A retired row keeps its path (retention removes its file after the grace period; the
+# file's name still tells its offsets) but its start offset is stored as -id - 1: the
+# (topic, partition, start_offset) key is then free for the consolidated segment, which
+# starts where the run did, no offset range a read asks for can match it, and two retired
+# rows never share it (a merge of merges retires a second row starting at the same offset
+# while the first waits out its grace).
 _RETIRE = text(
     "UPDATE segments SET state = :deleting, deleting_at = :stamp, "
-    "start_offset = -start_offset - 1 WHERE id = :id AND state = :state AND start_offset >= 0"
+    "start_offset = -id - 1 WHERE id = :id AND state = :state AND start_offset >= 0"
 )
 _STATE = text("UPDATE segments SET state = :state, replicated_at = :replicated_at WHERE id = :id")
 
