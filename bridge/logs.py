@@ -15,6 +15,9 @@ import structlog
 
 LogFormat = Literal["auto", "console", "json"]
 LOG_FORMATS: tuple[LogFormat, ...] = ("auto", "console", "json")
+# Off only in the test suite: a logger cached on first use keeps the configuration of that
+# moment, and structlog.testing.capture_logs in a later test would no longer see it.
+CACHE_LOGGERS = True
 
 
 def configure_logging(level: str = "INFO", fmt: str | None = "auto") -> None:
@@ -39,7 +42,7 @@ def configure_logging(level: str = "INFO", fmt: str | None = "auto") -> None:
             logging.getLevelNamesMapping()[level.upper()]
         ),
         logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=CACHE_LOGGERS,
     )
 
 

@@ -20,6 +20,7 @@ import pytest
 import structlog
 from pyspark.sql import SparkSession
 
+from bridge import logs
 from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.topics import create_topic
 from plateau_spark import session
@@ -31,6 +32,8 @@ from tests.kafka_backend import (
     container_broker,
 )
 from tests.reliability.support import FULL, Recorder
+
+logs.CACHE_LOGGERS = False  # tests that run the CLI in-process configure logging
 
 # Fixtures whose use makes a test an integration test (selected out by -m "not integration").
 _INTEGRATION_FIXTURES = {"kafka", "kafka_broker", "spark"}
