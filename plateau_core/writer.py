@@ -22,9 +22,9 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 
+from plateau_core.admission import admit
 from plateau_core.disk_floor import DiskFloor
 from plateau_core.errors import (
-    BackpressureError,
     FlushTimeoutError,
     InvalidInputError,
     PlateauError,
@@ -43,7 +43,7 @@ from plateau_core.seal_groups import SealGroups, relieve_pressure
 from plateau_core.sealing import announce, log_failure, seal_group
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
-from plateau_core.slog import Append, SealJob, SegmentLog, check_order
+from plateau_core.slog import Append, SealJob, SegmentLog
 
 log = structlog.get_logger(__name__)
 
@@ -230,7 +230,22 @@ class Writer:
         nbytes = sum(b.nbytes for batches in prepared for b, _ in batches)
         with self._cond:
             slogs = [self._owned(a.topic, a.partition) for a in appends]
-            self._check_group(appends, slogs, prepared, nbytes)
+            refused = admit(
+                appends,
+                slogs,
+                prepared,
+                nbytes,
+                disk=self._disk,
+                held=self._buffered + self._in_flight,
+                budget=self.policy.memory_budget_bytes,
+            )
+            if refused is not None:
+                self._start(
+                    relieve_pressure(
+                        self._logs.values(), self._buffered, self.policy.memory_budget_bytes
+                    )
+                )
+                raise refused
             now = time.monotonic()
             changed: dict[TopicPartition, SegmentLog] = {}
             for append, slog, batches in zip(appends, slogs, prepared, strict=True):
@@ -249,43 +264,6 @@ class Writer:
                     slog.links.update(k for k in changed if k != slog.key)
             if not self.policy.seal_together:
                 self._schedule(changed.values())
-
-    def _check_group(
-        self,
-        appends: Sequence[Append],
-        slogs: list[SegmentLog],
-        prepared: list[list[tuple[pa.RecordBatch, str]]],
-        nbytes: int,
-    ) -> None:
-        """Raise if append_group must refuse these appends; changes nothing but the
-        partitions' note of the size refused (which `accepting` waits for)."""
-        check_order(appends, slogs, [[b for b, _ in batches] for batches in prepared])
-        if nbytes == 0:
-            return  # a watermark move or a producer note: nothing to buffer
-        landing = [s for s, batches in zip(slogs, prepared, strict=True) if batches]
-        self._disk.check(landing[0].topic, landing[0].partition)
-        for slog in landing:
-            busy = slog.busy_reason()
-            if busy is not None:
-                raise BackpressureError(slog.topic, slog.partition, "partition_busy", busy)
-        total = self._buffered + self._in_flight
-        if total > 0 and total + nbytes > self.policy.memory_budget_bytes:
-            self._start(
-                relieve_pressure(
-                    self._logs.values(), self._buffered, self.policy.memory_budget_bytes
-                )
-            )
-            for slog in landing:
-                slog.refused_nbytes = nbytes  # accepting() waits for room for these
-            raise BackpressureError(
-                landing[0].topic,
-                landing[0].partition,
-                "memory_budget",
-                f"{total} bytes buffered or being written, budget "
-                f"{self.policy.memory_budget_bytes}, batch {nbytes}",
-            )
-        for slog in landing:
-            slog.refused_nbytes = 0
 
     def accepting(self, topic: str, partition: int) -> bool:
         """Whether an append to this partition would likely be accepted now."""

@@ -61,6 +61,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.slog": 3,
     "plateau_core.sealing": 4,
     "plateau_core.seal_groups": 4,
+    "plateau_core.admission": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
     "plateau_core.top_by_time": 4,
