@@ -106,13 +106,17 @@ def end_offsets(kafka: str, topic: str, timeout_s: float = 30.0) -> dict[int, in
 
 
 def wait_landed(
-    data_dir: Path, topic: str, expected: Mapping[int, int], timeout_s: float = 60.0
+    data_dir: Path,
+    topic: str,
+    expected: Mapping[int, int],
+    timeout_s: float = 60.0,
+    manifest_url: str | None = None,
 ) -> None:
     """Until every partition's watermark reaches its expected end offset."""
     deadline = time.monotonic() + timeout_s
     seen: dict[int, int] = {}
     while time.monotonic() < deadline:
-        with Store.open(data_dir) as store:
+        with Store.open(data_dir, manifest_url=manifest_url) as store:
             seen = {s.partition: s.next_offset for s in store.spans(topic)}
         if all(seen.get(p, 0) >= end for p, end in expected.items()):
             return
@@ -120,8 +124,8 @@ def wait_landed(
     raise AssertionError(f"{topic}: watermarks {seen}, expected {dict(expected)}")
 
 
-def stored(data_dir: Path, topic: str) -> pa.Table:
-    with Store.open(data_dir) as store:
+def stored(data_dir: Path, topic: str, manifest_url: str | None = None) -> pa.Table:
+    with Store.open(data_dir, manifest_url=manifest_url) as store:
         tables = [_with_partition(store, topic, s.partition) for s in store.spans(topic)]
     return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 

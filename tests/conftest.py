@@ -31,6 +31,7 @@ from tests.kafka_backend import (
     choose_backend,
     container_broker,
 )
+from tests.postgres_server import PostgresServer, postgres_server
 from tests.reliability.support import FULL, Recorder
 
 logs.CACHE_LOGGERS = False  # tests that run the CLI in-process configure logging
@@ -64,6 +65,13 @@ def kafka_broker(
         return
     with running_broker(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (started on first use, about a second)."""
+    with postgres_server(tmp_path_factory.mktemp("pg")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

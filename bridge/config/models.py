@@ -82,7 +82,8 @@ class StorageConfig(Strict):
     manifest_url: str | None = Field(
         default=None,
         description=(
-            "SQLAlchemy URL of the manifest; default SQLite at data_dir/manifest.db. Spark's "
+            "SQLAlchemy URL of the manifest; default SQLite at data_dir/manifest.db. "
+            "PostgreSQL (postgresql://user@host/db) needs plateau[postgres]. Spark's "
             "plateau connector (query, replicate) reads SQLite manifests only."
         ),
     )

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, insert, inspect, select
+from sqlalchemy import Connection, Engine, insert, inspect, select, text
 
 from plateau_core.errors import PlateauError
 from plateau_core.manifest.models import Base, SchemaVersion
@@ -66,6 +66,18 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST = MIGRATIONS[-1].version
 
 
+# Any constant: the key of the PostgreSQL advisory lock that serializes migrations.
+_MIGRATION_LOCK = 0x706C6174  # "plat"
+
+
+def _serialize(conn: Connection) -> None:
+    """Make openers racing on a new manifest migrate it one after another. SQLite's
+    BEGIN IMMEDIATE already does; PostgreSQL's transactions do not lock tables about to be
+    created, so a transaction-scoped advisory lock does."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+
+
 def current_version(engine: Engine) -> int:
     with engine.connect() as conn:
         return _version(conn)
@@ -88,6 +100,7 @@ def migrate(engine: Engine, read_engine: Engine | None = None) -> int:
     if version == LATEST:
         return version
     with engine.begin() as conn:
+        _serialize(conn)
         version = _version(conn)
         if version > LATEST:
             raise PlateauError(

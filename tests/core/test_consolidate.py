@@ -15,6 +15,7 @@ from plateau_core import RollPolicy, Store, StoreLimits, WriterPolicy
 from plateau_core.consolidate import Consolidator, plan_runs
 from plateau_core.manifest import SegmentState
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy
+from plateau_core.rebuild import RebuildReport, rebuild_manifest
 from plateau_core.recovery import recover_partition
 from plateau_core.retention import Retention
 from plateau_core.segment_file import write_segment
@@ -22,6 +23,7 @@ from plateau_core.segment_stats import SegmentStats
 from tests.core.test_blooms import _batch, request_id
 from tests.support import append_patiently
 
+EmptyManifest = Callable[[Store], str | None]
 ROWS = 50
 SEGMENTS = 12
 NOW_POLICY = ConsolidatePolicy(target_bytes=10**9, min_age_s=0)
@@ -208,18 +210,14 @@ def test_a_partition_a_writer_owns_is_merged_only_under_its_guard(store: Store) 
     assert store.read("logs").to_table().column("offset").to_pylist() == list(range(5 * ROWS))
 
 
-def test_rebuild_records_a_consolidated_file_under_its_own_name(small: Store) -> None:
-    from plateau_core.rebuild import rebuild_manifest  # noqa: PLC0415
-
+def test_rebuild_records_a_consolidated_file_under_its_own_name(
+    small: Store, empty_manifest: EmptyManifest
+) -> None:
     before = _rows(small)
     _consolidator(small).run()
     Retention(small, limits=StoreLimits(deletion_grace_s=0)).run()
-    data = small.data_dir
-    small.close()
-    for name in ("manifest.db", "manifest.db-wal", "manifest.db-shm"):
-        (data / name).unlink(missing_ok=True)
-    rebuild_manifest(data)
-    with Store.open(data) as store:
+    data, url = _rebuild(small, empty_manifest)[1:]
+    with Store.open(data, manifest_url=url) as store:
         [row] = store.manifest.segments("logs")
         assert row.path.endswith(f"{0:020d}-{SEGMENTS * ROWS:020d}.arrow")
         assert store.read("logs").to_table().equals(before)
@@ -234,27 +232,26 @@ def test_stats_match_for_a_merged_segment(small: Store) -> None:
     assert (columns.min_value, columns.max_value) == ("200", "202")
 
 
-def _rebuild(store: Store) -> Any:
-    from plateau_core.rebuild import rebuild_manifest  # noqa: PLC0415
-
+def _rebuild(store: Store, empty_manifest: EmptyManifest) -> tuple[RebuildReport, Path, str | None]:
+    """Close the store and rebuild its manifest into an empty one of the same kind."""
     data = store.data_dir
     store.close()
-    for name in ("manifest.db", "manifest.db-wal", "manifest.db-shm"):
-        (data / name).unlink(missing_ok=True)
-    return rebuild_manifest(data)
+    url = empty_manifest(store)
+    return rebuild_manifest(data, url), data, url
 
 
-def test_rebuild_in_the_deletion_grace_retires_the_replaced_files(small: Store) -> None:
+def test_rebuild_in_the_deletion_grace_retires_the_replaced_files(
+    small: Store, empty_manifest: EmptyManifest
+) -> None:
     """The merged file and its inputs side by side: the merged one is served, the inputs are
     recorded as retired (not quarantined as overlaps), and retention then removes them."""
     before = _rows(small)
     _consolidator(small, ConsolidatePolicy(target_bytes=10**9, min_age_s=0)).run()
-    data = small.data_dir
-    report = _rebuild(small)
+    report, data, url = _rebuild(small, empty_manifest)
     assert report.quarantined == [] and report.set_aside == []
     assert len(report.retired) == SEGMENTS
     assert [p.records for p in report.partitions] == [SEGMENTS * ROWS]
-    with Store.open(data) as store:
+    with Store.open(data, manifest_url=url) as store:
         [row] = store.manifest.segments("logs")
         assert row.path.endswith(f"{0:020d}-{SEGMENTS * ROWS:020d}.arrow")
         assert store.read("logs").to_table().equals(before)
@@ -263,17 +260,18 @@ def test_rebuild_in_the_deletion_grace_retires_the_replaced_files(small: Store) 
         assert len(store.manifest.segments("logs", states=tuple(SegmentState))) == 1
 
 
-def test_rebuild_prefers_the_widest_of_nested_consolidations(small: Store) -> None:
+def test_rebuild_prefers_the_widest_of_nested_consolidations(
+    small: Store, empty_manifest: EmptyManifest
+) -> None:
     """A merge of merges, with every earlier file still in its grace: the widest file holds
     the rows, whatever the names' sort order."""
     before = _rows(small)
     half = ConsolidatePolicy(target_bytes=_segment_bytes(small) * SEGMENTS // 2, min_age_s=0)
     assert len(_consolidator(small, half).run().merged) >= 2
     assert len(_consolidator(small).run().merged) == 1
-    data = small.data_dir
-    report = _rebuild(small)
+    report, data, url = _rebuild(small, empty_manifest)
     assert report.quarantined == []
-    with Store.open(data) as store:
+    with Store.open(data, manifest_url=url) as store:
         [row] = store.manifest.segments("logs")
         assert row.path.endswith(f"{0:020d}-{SEGMENTS * ROWS:020d}.arrow")
         assert store.read("logs").to_table().equals(before)

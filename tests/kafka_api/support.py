@@ -19,17 +19,19 @@ from kio.serial import entity_reader, entity_writer
 from bridge.config import Config, parse_config
 from bridge.kafka_api.protocol import build
 from bridge.kafka_api.server import KafkaApiServer
+from bridge.store import open_store
 from plateau_core import Store
 
 
 def api_config(
     data_dir: Path,
     topics: list[dict[str, Any]] | None = None,
+    manifest_url: str | None = None,
     **api: Any,
 ) -> Config:
     return parse_config(
         {
-            "storage": {"data_dir": str(data_dir)},
+            "storage": {"data_dir": str(data_dir), "manifest_url": manifest_url},
             "kafka_api": {"listen": "127.0.0.1:0", **api},
             "topics": topics if topics is not None else [{"name": "events", "partitions": 2}],
             "shutdown_timeout": "20s",
@@ -40,7 +42,7 @@ def api_config(
 @contextmanager
 def listening(config: Config) -> Iterator[tuple[KafkaApiServer, str]]:
     """The listener over the config's store; yields it and its bootstrap address."""
-    store = Store.open(config.storage.data_dir)
+    store = open_store(config)
     server = KafkaApiServer(config, store)
     try:
         host, port = server.start()
@@ -50,8 +52,8 @@ def listening(config: Config) -> Iterator[tuple[KafkaApiServer, str]]:
         store.close()
 
 
-def stored(data_dir: Path, topic: str) -> pa.Table:
-    store = Store.open(data_dir)
+def stored(data_dir: Path, topic: str, manifest_url: str | None = None) -> pa.Table:
+    store = Store.open(data_dir, manifest_url=manifest_url)
     try:
         return store.read(topic).to_table()
     finally:

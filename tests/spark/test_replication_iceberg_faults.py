@@ -20,6 +20,7 @@ from plateau_core import SegmentState, Store
 from plateau_spark.replication import IcebergSettings, Target, TargetError
 from plateau_spark.replication.iceberg_commit import committed_offsets
 from tests.bridge_support import REPO
+from tests.postgres_server import PostgresServer
 from tests.spark.conftest import minute_batches, write_segments
 from tests.spark.iceberg_support import data_files, replicator, table_keys
 from tests.spark.test_commands import config_file
@@ -60,9 +61,11 @@ def sealed(store: Store) -> int:
     return len(store.manifest.segments("t", states=(SegmentState.SEALED,)))
 
 
-def check_after_failure(store: Store, warehouse: Path, step: str) -> None:
+def check_after_failure(
+    store: Store, warehouse: Path, step: str, settings: IcebergSettings | None = None
+) -> None:
     """What the failed run left, then the re-run: every row once, offsets moved on."""
-    job = replicator(store, warehouse)
+    job = replicator(store, warehouse, settings=settings)
     table = job.table("t")
     assert sealed(store) == 4, "a segment was marked replicated by the failed run"
     written = {p for p in (warehouse / "plateau" / "t" / "data").rglob("*.parquet")}
@@ -90,12 +93,16 @@ def check_after_failure(store: Store, warehouse: Path, step: str) -> None:
     assert on_disk == data_files(table), "a data file no snapshot reads was left behind"
 
 
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("step", STEPS)
-def test_failure_at_each_step_then_rerun(tmp_path: Path, step: str) -> None:
+def test_failure_at_each_step_then_rerun(
+    tmp_path: Path, step: str, catalog: str, request: pytest.FixtureRequest
+) -> None:
+    settings = _catalog(catalog, tmp_path, request)
     store = Store.open(tmp_path / "data")
     warehouse = tmp_path / "warehouse"
     two_runs_of_data(store, first=True)
-    replicator(store, warehouse, file_bytes=1).run_once()
+    replicator(store, warehouse, file_bytes=1, settings=settings).run_once()
     two_runs_of_data(store, first=False)
 
     def fail(name: str) -> None:
@@ -103,9 +110,17 @@ def test_failure_at_each_step_then_rerun(tmp_path: Path, step: str) -> None:
             raise OSError(f"injected failure at {name}")
 
     with pytest.raises(TargetError, match="injected failure"):
-        replicator(store, warehouse, step=fail, file_bytes=1).run_once()
-    check_after_failure(store, warehouse, step)
+        replicator(store, warehouse, step=fail, file_bytes=1, settings=settings).run_once()
+    check_after_failure(store, warehouse, step, settings)
     store.close()
+
+
+def _catalog(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> IcebergSettings:
+    """A SQL catalog of its own: SQLite in the test's folder, or a PostgreSQL database."""
+    if kind == "sqlite":
+        return IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    server: PostgresServer = request.getfixturevalue("postgres")
+    return IcebergSettings(catalog_uri=server.new_database("iceberg"))
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -130,13 +145,14 @@ def test_kill_9_at_each_step_then_rerun(tmp_path: Path, step: str) -> None:
     store.close()
 
 
+@pytest.mark.parametrize("catalog", ["sqlite", "postgresql"])
 def test_a_node_committing_first_makes_the_other_retry_on_the_new_snapshot(
-    tmp_path: Path,
+    tmp_path: Path, catalog: str, request: pytest.FixtureRequest
 ) -> None:
     """Two plateau nodes, their own stores and partitions, one catalog and warehouse: node B
     commits between node A's load of the table and A's commit. A's commit is refused by the
     catalog, retried on B's snapshot, and the offsets of both survive."""
-    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    shared = _catalog(catalog, tmp_path, request)
     warehouse = tmp_path / "warehouse"
     node_a = Store.open(tmp_path / "a")
     two_runs_of_data(node_a, first=True)

@@ -1,0 +1,143 @@
+"""The manifest on a real PostgreSQL server, where SQLite's file-level behaviour does not
+apply: migrations raced by several openers, an older manifest upgraded, a rebuild into an
+empty database, and two processes sharing one manifest. (Every test of tests/core that uses
+the `store` fixture also runs on PostgreSQL.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from plateau_core import Store, WriterPolicy
+from plateau_core.manifest import Manifest
+from plateau_core.manifest.migrations import LATEST
+from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
+from tests.bridge_support import REPO
+from tests.core.test_blooms import SEGMENTS, _write, request_id
+from tests.postgres_server import PostgresServer
+from tests.support import batch
+
+
+def test_openers_racing_on_a_new_database_migrate_it_once(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    for attempt in range(3):
+        url = postgres.new_database()
+        barrier = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def open_store(
+            data: Path = tmp_path / f"d{attempt}",
+            url: str = url,
+            barrier: threading.Barrier = barrier,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            barrier.wait()
+            try:
+                Store.open(data, manifest_url=url).close()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_store) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert not errors, errors[0]
+        manifest = Manifest(url)
+        try:
+            with manifest.engine.connect() as conn:
+                rows = conn.execute(text("SELECT version FROM schema_version")).scalars().all()
+            assert sorted(rows) == list(range(1, LATEST + 1))
+        finally:
+            manifest.close()
+
+
+def test_rebuild_fills_an_empty_database_and_refuses_a_used_one(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    first = postgres.new_database()
+    with Store.open(data, manifest_url=first) as store:
+        _write(store)
+        before = [
+            (s.start_offset, s.end_offset, s.record_count) for s in store.manifest.segments("logs")
+        ]
+        pruned = store.read("logs", where={"request_id": request_id(5)}).pruned
+    with pytest.raises(RebuildRefusedError, match="already holds a manifest"):
+        rebuild_manifest(data, first)
+    second = postgres.new_database()
+    report = rebuild_manifest(data, second)
+    assert report.segments == SEGMENTS and report.quarantined == []
+    with Store.open(data, manifest_url=second) as store:
+        after = [
+            (s.start_offset, s.end_offset, s.record_count) for s in store.manifest.segments("logs")
+        ]
+        assert after == before
+        # Bloom filters come back from the footers: the needle prunes as before.
+        needle = store.read("logs", where={"request_id": request_id(5)})
+        assert needle.pruned == pruned
+        assert needle.to_table().column("offset").to_pylist() == [5]
+
+
+def test_an_older_manifest_is_upgraded_in_place(postgres: PostgresServer, tmp_path: Path) -> None:
+    url = postgres.new_database()
+    with Store.open(tmp_path, manifest_url=url) as store:
+        _write(store)
+        with store.manifest.engine.begin() as conn:
+            # Back to a manifest of schema version 4: no statistics, no bloom filters.
+            conn.execute(text("DROP TABLE segment_blooms"))
+            conn.execute(text("DROP TABLE segment_columns"))
+            conn.execute(text("DELETE FROM schema_version WHERE version >= 5"))
+    with Store.open(tmp_path, manifest_url=url) as store:
+        assert store.manifest.schema_version == LATEST
+        result = store.read("logs", where={"request_id": request_id(60)})
+        assert result.to_table().column("offset").to_pylist() == [60]
+        assert result.pruned == 0  # recorded before the filters existed
+
+
+def test_two_processes_share_the_manifest(postgres: PostgresServer, tmp_path: Path) -> None:
+    """A writer in another process seals partition 1 while this one writes partition 0 and
+    reads both: one database, no file lock between them but the partitions' own."""
+    url = postgres.new_database()
+    with Store.open(tmp_path, manifest_url=url) as store:
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys\n"
+                "from plateau_core import RollPolicy, Store, WriterPolicy\n"
+                "from tests.support import append_patiently, batch\n"
+                "with Store.open(sys.argv[1], manifest_url=sys.argv[2]) as store:\n"
+                "    w = store.writer(WriterPolicy(fsync=False))\n"
+                "    w.acquire('t', 1, roll=RollPolicy(max_rows=100))\n"
+                "    for start in range(0, 1000, 100):\n"
+                "        append_patiently(w, 't', 1, batch(range(start, start + 100)))\n"
+                "    w.flush()\n"
+                "    w.close()\n",
+                str(tmp_path),
+                url,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        writer = store.writer(WriterPolicy(fsync=False))
+        writer.acquire("t", 0)
+        writer.append("t", 0, batch(range(500)))
+        writer.flush()
+        writer.close()
+        assert other.returncode == 0, other.stderr[-2000:]
+        by_partition = {
+            p: sorted(store.read("t", partitions=[p]).to_table().column("offset").to_pylist())
+            for p in (0, 1)
+        }
+        assert by_partition == {0: list(range(500)), 1: list(range(1000))}
+        assert len(store.manifest.segments("t", partitions=[1])) == 10
