@@ -406,3 +406,29 @@ def test_json_schema_refs_and_nullable_unions(registry: RegistryServer) -> None:
         {"at": {"x": 1.5}, "maybe": None, "either": '"a"'},
         {"at": {"x": -2.0}, "maybe": 7, "either": "3"},
     ]
+
+
+def test_an_array_of_items_encoded_in_no_bytes_is_poison_not_a_hang(
+    registry: RegistryServer,
+) -> None:
+    """Seven bytes can claim 2**40 nulls: the schema is refused before anything decodes."""
+    client = SchemaRegistryClient({"url": registry.url})
+    empty = {"type": "record", "name": "Nothing", "fields": []}
+    for items in ("null", empty, {"type": "fixed", "name": "Zero", "size": 0}):
+        schema = {
+            "type": "record",
+            "name": "Holder",
+            "fields": [{"name": "many", "type": {"type": "array", "items": items}}],
+        }
+        schema_id = client.register_schema(f"zero-{items!r}", Schema(json.dumps(schema), "AVRO"))
+        count = 2**40
+        varint, zigzag = bytearray(), count << 1
+        while zigzag >= 0x80:
+            varint.append((zigzag & 0x7F) | 0x80)
+            zigzag >>= 7
+        varint.append(zigzag)
+        value = b"\0" + schema_id.to_bytes(4, "big") + bytes(varint) + b"\0"
+        decoded = _decoder(registry, "avro").decode(_records([value]))
+        assert decoded.batches == [] or sum(b.num_rows for b in decoded.batches) == 0
+        [poison] = decoded.poison
+        assert "encoded in no bytes" in poison.error

@@ -49,6 +49,9 @@ class Mapped:
     type: pa.DataType
     fix: Fix | None  # None: fastavro's value is already what pa.array takes
     accepts: Callable[[Any], bool]  # is a decoded value of this branch (for unions)
+    # Encoded in zero bytes (null, an empty fixed, a record of such fields): an array of them
+    # could claim any count in a few bytes, and the decoder would loop through all of it.
+    empty: bool = False
 
 
 class AvroReader:
@@ -97,7 +100,7 @@ class _Mapper:
             return self._union(node, namespace)
         if isinstance(node, str):
             if node in PRIMITIVES:
-                return Mapped(PRIMITIVES[node], None, _accepts_primitive(node))
+                return Mapped(PRIMITIVES[node], None, _accepts_primitive(node), node == "null")
             name = node if "." in node or not namespace else f"{namespace}.{node}"
             found = self.named.get(name, self.named.get(node))
             if found is None:
@@ -116,6 +119,11 @@ class _Mapper:
             return self._named(node, namespace)
         if kind == "array":
             item = self.map(node.get("items"), namespace)
+            if item.empty:
+                raise UnsupportedSchemaError(
+                    f"an array of {node.get('items')!r}, whose items are encoded in no bytes: "
+                    "a record could claim any number of them"
+                )
             fix = None if item.fix is None else _list_fix(item.fix)
             return Mapped(pa.list_(item.type), fix, _is(list))
         if kind == "map":
@@ -129,7 +137,7 @@ class _Mapper:
             symbols = frozenset(node.get("symbols", ()))
             return Mapped(pa.string(), None, lambda v: isinstance(v, str) and v in symbols)
         if kind == "fixed":
-            return Mapped(pa.binary(), None, _is(bytes))
+            return Mapped(pa.binary(), None, _is(bytes), node.get("size") == 0)
         name = _full_name(node, namespace)
         if name in self.active:
             raise UnsupportedSchemaError(f"record {name} contains itself: it has no column type")
@@ -141,7 +149,8 @@ class _Mapper:
             self.active.discard(name)
         arrow = pa.struct([pa.field(n, m.type) for n, m in fields])
         fixes = {n: m.fix for n, m in fields if m.fix is not None}
-        return Mapped(arrow, _record_fix(fixes) if fixes else None, _accepts_record(name))
+        empty = all(m.empty for _, m in fields)
+        return Mapped(arrow, _record_fix(fixes) if fixes else None, _accepts_record(name), empty)
 
     def _union(self, branches: list[Any], namespace: str) -> Mapped:
         mapped = [self.map(b, namespace) for b in branches]
