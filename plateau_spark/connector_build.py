@@ -2,8 +2,9 @@
 
 `plateau_spark/connector/` is a Maven project. It compiles against the jars of the Spark that
 will load it (pyspark's, or $SPARK_HOME's), passed to Maven by path, so the classes match that
-Spark exactly; Maven fetches the SQLite JDBC driver. The jars land in the cache folder under a
-key made of the source and the Spark version: an edited source or another Spark builds anew.
+Spark exactly; Maven fetches the SQLite and PostgreSQL JDBC drivers. The jars land in the cache
+folder under a key made of the source and the Spark version: an edited source or another Spark
+builds anew.
 
     make spark-connector        # runs main() below
 """
@@ -77,7 +78,7 @@ def source_key() -> str:
 
 
 def connector_jars() -> list[Path]:
-    """The connector's jar and the JDBC driver it needs, built on first use."""
+    """The connector's jar and the JDBC drivers it needs, built on first use."""
     folder = default_cache_dir() / "spark" / f"connector-{source_key()}"
     if not (folder / CONNECTOR_JAR).is_file():
         _build(folder)

@@ -1,15 +1,19 @@
-"""A real PostgreSQL server for the tests: pgserver runs the PostgreSQL binaries its wheel
-ships, on a Unix socket in a folder of the test session, so the manifest and the Iceberg SQL
-catalog are exercised on PostgreSQL as well as on SQLite. Each test gets a database of its
-own."""
+"""A real PostgreSQL server for the tests, so the manifest and the Iceberg SQL catalog are
+exercised on PostgreSQL as well as on SQLite. pgserver ships the PostgreSQL binaries in its
+wheel and prepares a data folder (initdb, and a system user of its own when the tests run as
+root, which PostgreSQL refuses to run as); the server is then started on a free loopback
+port, as Spark's JDBC reader needs one. Each test gets a database of its own."""
 
 from __future__ import annotations
 
 import itertools
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import psycopg2
 
 _numbers = itertools.count()
 
@@ -18,20 +22,49 @@ class PostgresServer:
     def __init__(self, pgdata: Path) -> None:
         import pgserver  # noqa: PLC0415 (its import probes the machine; only when asked for)
 
-        self._server: Any = pgserver.get_server(pgdata, cleanup_mode="stop")
-        self.socket_dir = str(pgdata)
+        # Prepares the folder and starts a server on a Unix socket only; it is stopped and
+        # started again below with a TCP port.
+        prepared: Any = pgserver.get_server(pgdata, cleanup_mode="stop")
+        self._user: str | None = prepared.system_user
+        prepared.cleanup()
+        self._pg_ctl: Any = pgserver.pg_ctl
+        self._pgdata = pgdata
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self._pg_ctl(
+            [
+                "-w",
+                "-o",
+                f"-h 127.0.0.1 -p {self.port} -k {pgdata}",
+                "-l",
+                str(pgdata / "server.log"),
+                "start",
+            ],
+            pgdata=pgdata,
+            user=self._user,
+            timeout=60,
+        )
 
     def url(self, database: str, driver: str = "psycopg2") -> str:
-        return f"postgresql+{driver}://postgres@/{database}?host={self.socket_dir}"
+        return f"postgresql+{driver}://postgres@127.0.0.1:{self.port}/{database}"
 
     def new_database(self, prefix: str = "plateau") -> str:
         """A fresh empty database; its SQLAlchemy URL."""
         name = f"{prefix}_{next(_numbers)}"
-        self._server.psql(f"CREATE DATABASE {name};")
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres"
+        )
+        try:
+            conn.autocommit = True  # CREATE DATABASE runs outside a transaction
+            with conn.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE {name}")
+        finally:
+            conn.close()
         return self.url(name)
 
     def stop(self) -> None:
-        self._server.cleanup()
+        self._pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._pgdata, user=self._user, timeout=60)
 
 
 @contextmanager

@@ -83,8 +83,8 @@ class StorageConfig(Strict):
         default=None,
         description=(
             "SQLAlchemy URL of the manifest; default SQLite at data_dir/manifest.db. "
-            "PostgreSQL (postgresql://user@host/db) needs plateau[postgres]. Spark's "
-            "plateau connector (query, replicate) reads SQLite manifests only."
+            "PostgreSQL (postgresql://user@host:port/db) needs plateau[postgres]; Spark's "
+            "plateau connector (query, replicate) reaches it over TCP."
         ),
     )
     max_bytes: Size | None = Field(

@@ -43,10 +43,14 @@ def minute_batches(partition: int, segments: int, rows: int = 100) -> list[pa.Re
     return out
 
 
-@pytest.fixture
-def minutes_store(tmp_path: Path) -> Iterator[Store]:
-    """Topic `t`, partitions 0-2, ten 100-row segments each; segment i spans minute i."""
-    store = Store.open(tmp_path / "data")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def minutes_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Topic `t`, partitions 0-2, ten 100-row segments each; segment i spans minute i. Its
+    manifest on SQLite, or on PostgreSQL (which the connector reads over JDBC as well)."""
+    url = None
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres").new_database()
+    store = Store.open(tmp_path / "data", manifest_url=url)
     for partition in range(3):
         write_segments(store, "t", partition, minute_batches(partition, 10), roll_rows=100)
     try:

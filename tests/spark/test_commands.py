@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from bridge.cli import main
 from plateau_core import SegmentState, Store
 from plateau_spark.replication import Replicator, Target
+from tests.postgres_server import PostgresServer
 from tests.spark.conftest import minute_batches, write_segments
 from tests.spark.test_replication import spark_keys, stored_keys
 from tests.support import batch
@@ -122,3 +123,34 @@ def test_replicate_killed_mid_run_then_rerun_has_no_duplicates(
     assert report.orphans_removed == written
     assert spark_keys(spark, str(replica / "web-clicks")) == stored_keys(store, "web-clicks")
     store.close()
+
+
+def test_query_and_replicate_with_a_postgresql_manifest(
+    spark: SparkSession,
+    tmp_path: Path,
+    postgres: PostgresServer,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = postgres.new_database()
+    with Store.open(tmp_path / "data", manifest_url=url) as store:
+        for partition in (0, 1):
+            write_segments(store, "web-clicks", partition, minute_batches(partition, 3), 100)
+    capsys.readouterr()  # the writes' log lines
+    config = config_file(tmp_path, target=str(tmp_path / "replica"))
+    config.write_text(
+        config.read_text().replace(
+            "  data_dir: data\n", f"  data_dir: data\n  manifest_url: {url}\n"
+        )
+    )
+    sql = "SELECT partition, count(*) AS n FROM `web-clicks` GROUP BY partition ORDER BY 1"
+    assert main(["query", "-c", str(config), sql, "--format", "json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows == [{"partition": 0, "n": 300}, {"partition": 1, "n": 300}]
+
+    assert main(["replicate", "-c", str(config), "--once"]) == 0
+    copied = pq.read_table(tmp_path / "replica")
+    assert copied.num_rows == 600
+    with Store.open(tmp_path / "data", manifest_url=url) as store:
+        states = {s.state for s in store.manifest.segments("web-clicks")}
+        assert states == {SegmentState.REPLICATED}
+    assert not (tmp_path / "data" / "manifest.db").exists()

@@ -21,6 +21,8 @@ from tests.support import BASE_MS, batch
 
 def load(spark: SparkSession, store: Store, topic: str, **options: str) -> DataFrame:
     reader = spark.read.format("plateau").option("path", str(store.data_dir)).option("topic", topic)
+    if not store.manifest.is_sqlite:
+        reader = reader.option("manifest", store.manifest.url)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -171,8 +173,15 @@ def test_dataframe_queried_with_then_without_a_filter_is_not_stale(
 def test_manifest_url_option_reads_the_same_store(
     spark: SparkSession, minutes_store: Store
 ) -> None:
-    url = f"sqlite:///{minutes_store.data_dir / 'manifest.db'}"
-    df = spark.read.format("plateau").option("manifest", url).option("topic", "t").load()
+    reader = spark.read.format("plateau").option("topic", "t")
+    if minutes_store.manifest.is_sqlite:
+        url = f"sqlite:///{minutes_store.data_dir / 'manifest.db'}"
+        df = reader.option("manifest", url).load()  # the data folder is the file's
+    else:
+        url = minutes_store.manifest.url
+        with pytest.raises(Exception, match=r"a PostgreSQL manifest needs option"):
+            reader.option("manifest", url).load()
+        df = reader.option("manifest", url).option("path", str(minutes_store.data_dir)).load()
     assert df.filter("partition = 1").count() == 1000
 
 

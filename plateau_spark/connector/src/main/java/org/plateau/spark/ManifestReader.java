@@ -11,29 +11,25 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
-import org.sqlite.SQLiteConfig;
 
 /**
- * The manifest, read through SQLite's JDBC driver: read-only connections, autocommit queries.
+ * The manifest, read through JDBC (SQLite's driver, or PostgreSQL's): read-only connections,
+ * autocommit queries, in SQL both databases run.
  *
- * <p>The manifest is in WAL mode (the writer sets it), so a reader never blocks the writer and
- * sees the last committed state. Each query is its own short read transaction: a long one would
- * keep SQLite from checkpointing the WAL past it.
+ * <p>An SQLite manifest is in WAL mode (the writer sets it), so a reader never blocks the writer
+ * and sees the last committed state. Each query is its own short read transaction: a long one
+ * would keep SQLite from checkpointing the WAL past it.
  */
 final class ManifestReader implements AutoCloseable {
   private static final String READABLE = "state IN ('sealed', 'replicated')";
-  private static final int BUSY_TIMEOUT_MS = 30_000;
   private final Connection connection;
 
   ManifestReader(SourceOptions options) {
-    SQLiteConfig config = new SQLiteConfig();
-    config.setReadOnly(true);
-    config.setBusyTimeout(BUSY_TIMEOUT_MS);
     try {
-      this.connection = config.createConnection("jdbc:sqlite:" + options.manifestFile);
+      this.connection = options.manifest.connect();
     } catch (SQLException e) {
       throw new IllegalStateException(
-          "cannot open the plateau manifest " + options.manifestFile + ": " + e.getMessage(), e);
+          "cannot open the plateau manifest " + options.manifest + ": " + e.getMessage(), e);
     }
   }
 

@@ -16,7 +16,7 @@ final class SourceOptions implements Serializable {
   private static final Pattern TOPIC = Pattern.compile("[A-Za-z0-9._-]{1,249}");
 
   final String dataDir; // where segment paths are relative to
-  final String manifestFile;
+  final ManifestLocation manifest;
   final String topic;
   final long maxPartitionBytes;
   final String traceFile; // null: no trace
@@ -34,8 +34,16 @@ final class SourceOptions implements Serializable {
           "the plateau source needs option(\"path\", <data_dir>) or option(\"manifest\", <url>)");
     }
     if (!empty(manifest)) {
-      this.manifestFile = sqliteFile(manifest);
-      this.dataDir = empty(path) ? parentOf(manifestFile) : expand(path);
+      this.manifest = ManifestLocation.parse(manifest);
+      if (this.manifest.sqliteFile != null) {
+        this.dataDir = empty(path) ? parentOf(this.manifest.sqliteFile) : expand(path);
+      } else if (empty(path)) {
+        throw new IllegalArgumentException(
+            "a PostgreSQL manifest needs option(\"path\", <data_dir>) too: the segment files"
+                + " are not beside it");
+      } else {
+        this.dataDir = expand(path);
+      }
     } else {
       Path data = Paths.get(expand(path));
       if (!Files.isRegularFile(data.resolve(MANIFEST_FILE))) {
@@ -43,7 +51,7 @@ final class SourceOptions implements Serializable {
             "no plateau store at '" + path + "': it has no " + MANIFEST_FILE);
       }
       this.dataDir = data.toString();
-      this.manifestFile = data.resolve(MANIFEST_FILE).toString();
+      this.manifest = ManifestLocation.sqlite(data.resolve(MANIFEST_FILE).toString());
     }
     String name = options.get("topic");
     if (empty(name)) {
@@ -123,20 +131,6 @@ final class SourceOptions implements Serializable {
   private static String parentOf(String file) {
     Path parent = Paths.get(file).toAbsolutePath().getParent();
     return parent == null ? "." : parent.toString();
-  }
-
-  /** The database file of a SQLAlchemy SQLite URL (sqlite:///relative or sqlite:////absolute). */
-  private static String sqliteFile(String url) {
-    String prefix = "sqlite:///";
-    if (!url.startsWith(prefix) || url.length() == prefix.length()) {
-      throw new IllegalArgumentException(
-          "the plateau connector reads SQLite manifests (sqlite:///<file>); got '"
-              + url.replaceAll("//[^@/]*@", "//***@")
-              + "'");
-    }
-    String file = url.substring(prefix.length());
-    int query = file.indexOf('?');
-    return query < 0 ? file : file.substring(0, query);
   }
 
   private static long positive(CaseInsensitiveStringMap options, String key) {
