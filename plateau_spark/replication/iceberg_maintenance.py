@@ -39,7 +39,9 @@ from plateau_spark.replication.iceberg_files import DATA_DIR, data_dir, data_nam
 from plateau_spark.replication.iceberg_schema import iceberg_arrow_schema
 from plateau_spark.replication.target import Target
 
-STALE_COMPACTION_S = 3600.0
+# A data or metadata file nothing names is removed once this old: younger ones may belong to
+# a run or compaction still in progress (on this node or another sharing the table).
+STALE_FILE_S = 3600.0
 
 log = structlog.get_logger("plateau.replication.iceberg")
 
@@ -182,7 +184,7 @@ def expire(
     now: float | None = None,
 ) -> MaintenanceReport:
     """Drop snapshots older than `retention_s` (never the newest `keep`, nor the current),
-    then delete the data files that only they read, and stale files of killed compactions."""
+    then delete the data files that only they read, and stale files nothing reads."""
     report = MaintenanceReport()
     cutoff_ms = int(((time.time() if now is None else now) - retention_s) * 1000)
     snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
@@ -203,7 +205,7 @@ def expire(
     for path in sorted(before - after):
         table.io.delete(path)
     report.snapshots_expired, report.files_deleted = len(doomed), len(before - after)
-    report.files_deleted += _remove_stale_compactions(table, location, after)
+    report.files_deleted += _remove_unreferenced_data(table, location, after)
     report.metadata_files_deleted = _remove_stale_metadata(table, location)
     log.info(
         "iceberg_snapshots_expired",
@@ -228,22 +230,25 @@ def _referenced(table: Table, snapshot_ids: Iterable[int]) -> set[str]:
     return paths
 
 
-def _remove_stale_compactions(table: Table, location: Target, referenced: set[str]) -> int:
-    """Compacted files no snapshot reads, left by a compaction killed before its commit."""
+def _remove_unreferenced_data(table: Table, location: Target, referenced: set[str]) -> int:
+    """Data files of plateau's naming no snapshot reads, older than STALE_FILE_S: left by a
+    compaction killed before its commit, or by a replication run that failed before its
+    commit and whose segments retention deleted before a next run could find the files."""
     filesystem = location.filesystem()
     selector = fs.FileSelector(location.path(DATA_DIR), recursive=True, allow_not_found=True)
     removed = 0
-    stale_before = datetime.now(UTC) - timedelta(seconds=STALE_COMPACTION_S)
+    stale_before = datetime.now(UTC) - timedelta(seconds=STALE_FILE_S)
     for info in filesystem.get_file_info(selector):
         parsed = parse_data_name(info.base_name)
-        if info.type != fs.FileType.File or parsed is None or not parsed[2]:
+        if info.type != fs.FileType.File or parsed is None:
             continue
         full = f"{table.location()}/{info.path.removeprefix(location.root + '/')}"
         if full in referenced or info.mtime is None or info.mtime > stale_before:
             continue
         filesystem.delete_file(info.path)
         removed += 1
-        log.warning("iceberg_stale_compaction_file_removed", path=full)
+        kind = "compaction" if parsed[2] else "replication"
+        log.warning("iceberg_unreferenced_data_file_removed", path=full, left_by=kind)
     return removed
 
 
@@ -264,7 +269,7 @@ def _remove_stale_metadata(table: Table, location: Target) -> int:
     named = _named_metadata(table)
     filesystem = location.filesystem()
     selector = fs.FileSelector(location.path("metadata"), allow_not_found=True)
-    stale_before = datetime.now(UTC) - timedelta(seconds=STALE_COMPACTION_S)
+    stale_before = datetime.now(UTC) - timedelta(seconds=STALE_FILE_S)
     removed = 0
     for info in filesystem.get_file_info(selector):
         if info.type != fs.FileType.File or info.base_name in named:

@@ -237,3 +237,48 @@ def test_compact_command_and_its_refusal_for_parquet(
     assert main(["replicate", "-c", str(parquet), "--compact"]) == 2
     assert "--compact needs replication.format: iceberg" in capsys.readouterr().err
     store.close()
+
+
+def test_files_of_a_failed_run_whose_segments_retention_deleted_are_swept_by_maintenance(
+    tmp_path: Path,
+) -> None:
+    """A run fails after writing its files; before the next run, retention deletes the
+    segments those files hold (a store over its hard limit). No run will find the files
+    through its segments again; maintenance removes them once they are an hour old."""
+    store = Store.open(tmp_path / "data")
+    warehouse = tmp_path / "warehouse"
+    two_runs_of_data(store, first=True)
+    replicator(store, warehouse, file_bytes=1).run_once()
+    two_runs_of_data(store, first=False)
+
+    def fail(name: str) -> None:
+        if name == "files_written":
+            raise OSError("injected failure at files_written")
+
+    with pytest.raises(TargetError, match="injected failure"):
+        replicator(store, warehouse, step=fail, file_bytes=1).run_once()
+    unreplicated = store.manifest.segments("t", states=(SegmentState.SEALED,))
+    assert len(unreplicated) == 4
+    store.manifest.mark_deleting([s.id for s in unreplicated])
+    for segment in unreplicated:
+        (store.data_dir / segment.path).unlink()
+    store.manifest.remove([s.id for s in unreplicated])
+
+    data = warehouse / "plateau" / "t" / "data"
+    assert replicator(store, warehouse).run_once().orphans_removed == 0  # nothing to plan
+    table = replicator(store, warehouse).table("t")
+    on_disk = {str(p.relative_to(data)) for p in data.rglob("*.parquet")}
+    left = on_disk - set(data_files(table))
+    assert len(left) == 4
+    keep = IcebergSettings(snapshot_retention_s=7 * 86400, small_file_bytes=1)  # no compaction
+    # Younger than an hour: maybe a run in progress elsewhere, so kept.
+    assert replicator(store, warehouse, settings=keep).maintain()["t"].files_deleted == 0
+    hour_ago = time.time() - 2 * 3600
+    for name in left:
+        os.utime(data / name, (hour_ago, hour_ago))
+    done = replicator(store, warehouse, settings=keep).maintain()["t"]
+    assert done.files_deleted == 4
+    table.refresh()
+    assert sorted(str(p.relative_to(data)) for p in data.rglob("*.parquet")) == data_files(table)
+    assert table_keys(table) == stored_keys(store)
+    store.close()
