@@ -80,29 +80,30 @@ def test_open_by_manifest_url_finds_the_data(tmp_path: Path) -> None:
         Store.open(manifest_url="postgresql://localhost/plateau")
 
 
+def race_opens(data: Path, url: str | None, openers: int = 8) -> None:
+    """`openers` threads open the same new store at the same instant; fails on any error."""
+    barrier = threading.Barrier(openers)
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        barrier.wait()
+        try:
+            Store.open(data, manifest_url=url).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(openers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[0]
+
+
 def test_concurrent_opens_of_a_new_store_migrate_once(tmp_path: Path) -> None:
     for attempt in range(5):
         data = tmp_path / f"d{attempt}"
-        barrier = threading.Barrier(8)
-        errors: list[BaseException] = []
-
-        def open_store(
-            data: Path = data,
-            barrier: threading.Barrier = barrier,
-            errors: list[BaseException] = errors,
-        ) -> None:
-            barrier.wait()
-            try:
-                Store.open(data).close()
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=open_store) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not errors, errors[0]
+        race_opens(data, None)
         manifest = Manifest(sqlite_url(data / "manifest.db"))
         try:
             with manifest.engine.connect() as conn:

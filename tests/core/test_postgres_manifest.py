@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from plateau_core.manifest.migrations import LATEST
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
 from tests.bridge_support import REPO
 from tests.core.test_blooms import SEGMENTS, _write, request_id
+from tests.core.test_manifest import race_opens
 from tests.postgres_server import PostgresServer
 from tests.support import batch
 
@@ -28,27 +28,7 @@ def test_openers_racing_on_a_new_database_migrate_it_once(
 ) -> None:
     for attempt in range(3):
         url = postgres.new_database()
-        barrier = threading.Barrier(6)
-        errors: list[BaseException] = []
-
-        def open_store(
-            data: Path = tmp_path / f"d{attempt}",
-            url: str = url,
-            barrier: threading.Barrier = barrier,
-            errors: list[BaseException] = errors,
-        ) -> None:
-            barrier.wait()
-            try:
-                Store.open(data, manifest_url=url).close()
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=open_store) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not errors, errors[0]
+        race_opens(tmp_path / f"d{attempt}", url, openers=6)
         manifest = Manifest(url)
         try:
             with manifest.engine.connect() as conn:
