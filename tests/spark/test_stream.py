@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -18,6 +19,8 @@ def run_available_now(
     reader = (
         spark.readStream.format("plateau").option("path", str(store.data_dir)).option("topic", "s")
     )
+    if not store.manifest.is_sqlite:
+        reader = reader.option("manifest", store.manifest.url)
     for key, value in options.items():
         reader = reader.option(key, value)
     query = (
@@ -38,8 +41,12 @@ def landed(spark: SparkSession, out: Path) -> list[tuple[int, int]]:
     return sorted((r.partition, r.offset) for r in rows)
 
 
-def test_available_now_reads_exactly_the_new_segments(spark: SparkSession, tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "data")
+@pytest.mark.parametrize("manifest", ["sqlite", "postgresql"])
+def test_available_now_reads_exactly_the_new_segments(
+    spark: SparkSession, tmp_path: Path, manifest: str, request: pytest.FixtureRequest
+) -> None:
+    url = None if manifest == "sqlite" else request.getfixturevalue("postgres").new_database()
+    store = Store.open(tmp_path / "data", manifest_url=url)
     for partition in (0, 1):
         write_segments(store, "s", partition, minute_batches(partition, 3), roll_rows=100)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
