@@ -32,16 +32,20 @@ class PostgresServer:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = int(probe.getsockname()[1])
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again: same port, same data)."""
         self._pg_ctl(
             [
                 "-w",
                 "-o",
-                f"-h 127.0.0.1 -p {self.port} -k {pgdata}",
+                f"-h 127.0.0.1 -p {self.port} -k {self._pgdata}",
                 "-l",
-                str(pgdata / "server.log"),
+                str(self._pgdata / "server.log"),
                 "start",
             ],
-            pgdata=pgdata,
+            pgdata=self._pgdata,
             user=self._user,
             timeout=60,
         )
@@ -64,6 +68,7 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
+        """Stop the server; its open connections are closed (fast shutdown)."""
         self._pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self._pgdata, user=self._user, timeout=60)
 
 

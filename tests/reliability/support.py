@@ -50,6 +50,7 @@ def audit(
     expected: Mapping[int, Iterable[int]],
     *,
     produced: int | None = None,
+    manifest_url: str | None = None,
 ) -> Audit:
     """Compare the (partition, offset) pairs stored for `topic` with `expected`.
 
@@ -59,7 +60,7 @@ def audit(
     """
     want = {(p, o) for p, offsets in expected.items() for o in offsets}
     seen: Counter[tuple[int, int]] = Counter()
-    with Store.open(data_dir) as store:
+    with Store.open(data_dir, manifest_url=manifest_url) as store:
         for span in store.spans(topic):
             table = store.read(topic, partitions=[span.partition], columns=["offset"]).to_table()
             seen.update((span.partition, o) for o in _offsets(table))
@@ -140,10 +141,11 @@ class Recorder:
         produced: int | None = None,
         recover_s: float | None = None,
         outcome: str | None = None,
+        manifest_url: str | None = None,
         **details: object,
     ) -> Audit:
         """Audit the store, record the row, and fail the test unless it is exact."""
-        result = audit(data_dir, topic, expected, produced=produced)
+        result = audit(data_dir, topic, expected, produced=produced, manifest_url=manifest_url)
         self.record(
             scenario,
             action,
