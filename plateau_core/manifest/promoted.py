@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
@@ -85,12 +86,7 @@ def blooms(session: Session, topic: str, columns: Iterable[str]) -> dict[int, di
             SegmentBloomRow.column_name.in_(names),
         )
     )
-    for segment_id, column, kind, hashes, bits in session.execute(query):
-        if kind not in ("int", "bytes"):
-            continue  # a kind this version does not know: left unused, never misread
-        found.setdefault(segment_id, {})[column] = Bloom(
-            column, "int" if kind == "int" else "bytes", hashes, bits
-        )
+    _add_blooms(found, session.execute(query))
     return found
 
 
@@ -105,13 +101,18 @@ def blooms_by_id(
         query = select(b.segment_id, b.column_name, b.kind, b.hash_count, b.bits).where(
             b.segment_id.in_(ids[at : at + _CHUNK]), b.column_name.in_(list(columns))
         )
-        for segment_id, column, kind, hashes, bits in session.execute(query):
-            if kind not in ("int", "bytes"):
-                continue  # a kind this version does not know: left unused, never misread
-            found.setdefault(segment_id, {})[column] = Bloom(
-                column, "int" if kind == "int" else "bytes", hashes, bits
-            )
+        _add_blooms(found, session.execute(query))
     return found
+
+
+def _add_blooms(found: dict[int, dict[str, Bloom]], rows: Iterable[Any]) -> None:
+    """(segment_id, column, kind, hash_count, bits) rows into `found`, by segment then column."""
+    for segment_id, column, kind, hashes, bits in rows:
+        if kind not in ("int", "bytes"):
+            continue  # a kind this version does not know: left unused, never misread
+        found.setdefault(segment_id, {})[column] = Bloom(
+            column, "int" if kind == "int" else "bytes", hashes, bits
+        )
 
 
 def remove_indexes(session: Session, segment_ids: Sequence[int]) -> None:
