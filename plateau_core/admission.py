@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pyarrow as pa
-
 from plateau_core.disk_floor import DiskFloor
 from plateau_core.errors import BackpressureError
-from plateau_core.slog import Append, SegmentLog, check_order
+from plateau_core.slog import Append, Prepared, SegmentLog, check_order
 
 
 def admit(
     appends: Sequence[Append],
     slogs: list[SegmentLog],
-    prepared: list[list[tuple[pa.RecordBatch, str]]],
+    prepared: list[list[Prepared]],
     nbytes: int,
     *,
     disk: DiskFloor,
@@ -26,7 +24,7 @@ def admit(
     return the refusal when `nbytes` more would overrun the memory budget (`held`: bytes
     buffered or being written), so the caller can start seals before raising it. Changes
     nothing but the partitions' note of the size refused, which `Writer.accepting` reads."""
-    check_order(appends, slogs, [[b for b, _ in batches] for batches in prepared])
+    check_order(appends, slogs, [[p.batch for p in batches] for batches in prepared])
     if nbytes == 0:
         return None  # a watermark move or a producer note: nothing to buffer
     landing = [s for s, batches in zip(slogs, prepared, strict=True) if batches]

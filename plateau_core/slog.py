@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -40,6 +41,15 @@ class Append:
     producer: ProducerBatch | None = None
     advance_to: int | None = None
     urgent: bool = False
+
+
+class Prepared(NamedTuple):
+    """A batch checked and normalized for its segment, with its schema's fingerprint and its
+    size (both asked for more than once; working out a batch's size is not free)."""
+
+    batch: pa.RecordBatch
+    fingerprint: str
+    nbytes: int
 
 
 @dataclass
@@ -183,13 +193,14 @@ class SegmentLog:
 
     # --- changes ----------------------------------------------------------------------------
 
-    def add(self, batch: pa.RecordBatch, fingerprint: str, now: float) -> None:
+    def add(self, prepared: Prepared, now: float) -> None:
+        batch = prepared.batch
         if batch.num_rows == 0:
             return
         self.batches.append(batch)
-        self.fingerprints.append(fingerprint)
+        self.fingerprints.append(prepared.fingerprint)
         self.rows += batch.num_rows
-        self.nbytes += batch.nbytes
+        self.nbytes += prepared.nbytes
         self.first_buffered_at = self.first_buffered_at or now
         self.last_offset = batch.column(OFFSET)[batch.num_rows - 1].as_py()
 

@@ -38,12 +38,12 @@ from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.rollup import RollupPolicy
-from plateau_core.schema import fingerprint, normalize_batch
+from plateau_core.schema import normalized
 from plateau_core.seal_groups import SealGroups, relieve_pressure
 from plateau_core.sealing import announce, log_failure, seal_group
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
-from plateau_core.slog import Append, SealJob, SegmentLog
+from plateau_core.slog import Append, Prepared, SealJob, SegmentLog
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +70,6 @@ class Writer:
         self._buffered = 0
         self._in_flight = 0
         self._groups = SealGroups(self._logs, self.policy.seal_together)
-        self._fingerprints: dict[pa.Schema, str] = {}
         self._disk = DiskFloor(store.data_dir, self.policy.min_free_disk_bytes)
         self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
         self._committer = GroupCommitter(store.manifest)
@@ -220,14 +219,10 @@ class Writer:
         of them are recorded in one manifest transaction, or none. Raises before changing
         anything (BackpressureError, InvalidInputError), as `append` does."""
         prepared = [
-            [
-                (b, self._fingerprint(b.schema))
-                for b in map(normalize_batch, a.batches)
-                if b.num_rows
-            ]
+            [Prepared(b, f, b.nbytes) for b, f in map(normalized, a.batches) if b.num_rows]
             for a in appends
         ]
-        nbytes = sum(b.nbytes for batches in prepared for b, _ in batches)
+        nbytes = sum(p.nbytes for batches in prepared for p in batches)
         with self._cond:
             slogs = [self._owned(a.topic, a.partition) for a in appends]
             refused = admit(
@@ -249,8 +244,8 @@ class Writer:
             now = time.monotonic()
             changed: dict[TopicPartition, SegmentLog] = {}
             for append, slog, batches in zip(appends, slogs, prepared, strict=True):
-                for batch, schema_id in batches:
-                    slog.add(batch, schema_id, now)
+                for batch in batches:
+                    slog.add(batch, now)
                     changed[slog.key] = slog
                 if append.producer is not None:
                     slog.producers.append(append.producer)
@@ -347,15 +342,6 @@ class Writer:
         if slog is None:
             raise InvalidInputError(f"{topic}[{partition}] is not acquired by this writer")
         return slog
-
-    def _fingerprint(self, schema: pa.Schema) -> str:
-        found = self._fingerprints.get(schema)
-        if found is None:
-            found = fingerprint(schema)
-            if len(self._fingerprints) > 1024:
-                self._fingerprints.clear()
-            self._fingerprints[schema] = found
-        return found
 
     def seal_due(self) -> None:
         """Start the seals that are due now. With `seal_together` appends do not start
