@@ -69,6 +69,11 @@ class WriterPolicy:
     # `Writer.seal_due()` rather than by each append: a group commit for many small seals,
     # as the produce path's acks=all makes them.
     seal_together: bool = False
+    # With seal_together: after a group seals, the next one starts no sooner than the
+    # group took (at most this long), so the producers it just answered have time to send
+    # their next records and they join it. Under load that makes fewer, larger seals; a
+    # record waits at most this much longer. 0: the next group starts at once.
+    group_hold_s: float = 0.0
 
     def __post_init__(self) -> None:
         _positive("memory_budget_bytes", self.memory_budget_bytes)
@@ -81,6 +86,8 @@ class WriterPolicy:
             )
         if self.min_free_disk_bytes < 0:
             raise InvalidInputError("min_free_disk_bytes must not be negative")
+        if self.group_hold_s < 0:
+            raise InvalidInputError("group_hold_s must not be negative")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Partitions changed by one append_group are linked and always seal as one group (one
 manifest transaction). With `seal_together`, every partition due at a moment joins one
 group, and at most one such group is in flight: what becomes due meanwhile waits for it
-and forms the next group, so group size grows with load (a group commit).
+and forms the next group, so group size grows with load (a group commit). A writer may
+also hold the next group back for a moment after one finishes (`hold`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ class SealGroups:
         self.together = together
         self.in_flight = 0  # groups handed to the pool and not finished
         self._waiting: set[TopicPartition] = set()  # selected while a group was in flight
+        self.held_until = 0.0  # monotonic; no group starts before (seal_together only)
 
     def form(self, selected: Iterable[SegmentLog]) -> list[list[SegmentLog]]:
         """The groups to start now for `selected` and the partitions linked to them; a
         group with a member still sealing waits (its completion schedules again)."""
         if self.together:
             self._waiting.update(s.key for s in selected)
-            if self.in_flight:
+            if self.in_flight or time.monotonic() < self.held_until:
                 return []
             selected = [self._logs[k] for k in self._waiting if k in self._logs]
             self._waiting = set()
@@ -43,6 +45,16 @@ class SealGroups:
         if self.together and len(groups) > 1:
             groups = [[m for group in groups for m in group]]
         return groups
+
+    def hold(self, seconds: float) -> None:
+        """Start no group for `seconds` (a group that finished just now)."""
+        if self.together and seconds > 0:
+            self.held_until = time.monotonic() + seconds
+
+    def wait_s(self, tick_s: float) -> float:
+        """How long the ticker may sleep: until the hold ends if that comes first."""
+        held = self.held_until - time.monotonic()
+        return min(tick_s, held) if held > 0 else tick_s
 
     def _linked(self, slog: SegmentLog) -> list[SegmentLog]:
         members = {slog.key: slog}

@@ -299,7 +299,7 @@ class Writer:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise FlushTimeoutError([(s.topic, s.partition) for s in pending], timeout_s)
-                self._cond.wait(min(remaining, 0.05))
+                self._cond.wait(min(remaining, self._groups.wait_s(0.05)))
 
     def close(self, *, timeout_s: float = 30.0) -> None:
         """Seal what is buffered, release every partition, stop the threads."""
@@ -375,6 +375,7 @@ class Writer:
 
     def _seal(self, group: list[SealJob]) -> None:
         """Runs on a pool thread, without the lock."""
+        began = time.monotonic()
         try:
             sealed = seal_group(
                 group,
@@ -391,6 +392,7 @@ class Writer:
             announce(one, self.listener)
         with self._cond:
             self._groups.in_flight -= 1
+            self._groups.hold(min(self.policy.group_hold_s, time.monotonic() - began))
             for job in group:
                 self._in_flight -= job.nbytes
                 slog = self._logs.get(job.key)
@@ -426,4 +428,4 @@ class Writer:
         while not self._closed:
             with self._cond:
                 self._schedule()
-                self._cond.wait(self.policy.tick_s)
+                self._cond.wait(self._groups.wait_s(self.policy.tick_s))

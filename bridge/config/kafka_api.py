@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from bridge.config.fields import Size, Strict
+from bridge.config.fields import Duration, Size, Strict
 
 
 class KafkaApiTls(Strict):
@@ -87,6 +87,15 @@ class KafkaApiConfig(Strict):
         default=1024 * 1024,
         description="The largest record batch accepted (Kafka's message.max.bytes); a larger "
         "one is refused with MESSAGE_TOO_LARGE.",
+    )
+    group_commit_hold: Duration = Field(
+        default=0.015,
+        ge=0,
+        le=1,
+        description="acks=all group commit: after a seal of the produced partitions, the "
+        "next waits up to this long (never longer than that seal took), so the producers "
+        "just answered send their next batches in time to join it. Under load: fewer, larger "
+        "seals and more records/s; a batch may wait this much longer. 0: seal at once.",
     )
     tls: KafkaApiTls | None = Field(default=None, description="TLS on the listener.")
     sasl: KafkaApiSasl | None = Field(

@@ -94,6 +94,9 @@ class ProduceSink(WriterListener):
                 # One manifest transaction per cycle for every partition that is due: the
                 # seal commit's CPU, not the disk, bounds how many acks=all batches land.
                 seal_together=True,
+                # The producers answered by a group send their next batches within a few
+                # ms; held that long, the next group takes them (docs/benchmarks.md).
+                group_hold_s=api.group_commit_hold,
             ),
             self,
         )

@@ -185,3 +185,55 @@ def test_sealing_together_records_every_due_partition_in_one_transaction(
     assert transactions == [["t[0]@0", "t[1]@0", "t[2]@0"]]
     assert len({t.split("_")[0] for t in threads}) == 1  # one seal thread wrote all three
     assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("hold_s", "expected"),
+    [
+        (0.0, [["t[0]@0"], ["t[1]@0"], ["t[2]@0"]]),
+        (5.0, [["t[0]@0"], ["t[1]@0", "t[2]@0"]]),
+    ],
+)
+def test_a_group_hold_gathers_what_arrives_after_a_seal_into_the_next_group(
+    store: Store, monkeypatch: pytest.MonkeyPatch, hold_s: float, expected: list[list[str]]
+) -> None:
+    original = store.manifest.commit_seal
+    transactions: list[list[str]] = []
+
+    def counted(commits: list[object]) -> list[bool]:
+        transactions.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
+        return original(commits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_seal", counted)
+
+    def slow(  # type: ignore[no-untyped-def]
+        directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
+    ):
+        # Each group takes half a second, so the hold after one (as long as the group took,
+        # at most hold_s) outlasts the appends below by far.
+        threading.Event().wait(0.5)
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
+
+    writer = store.writer(WriterPolicy(seal_together=True, tick_s=0.01, group_hold_s=hold_s))
+    writer._write_segment = slow
+    try:
+        for p in range(3):
+            writer.acquire("t", p, roll=HOUR)
+        writer.append("t", 0, batch([0, 1]), urgent=True)
+        writer.seal_due()
+        writer.flush([("t", 0)], timeout_s=10)
+        # Two produce requests right after the first group: without a hold the first starts
+        # a group at once and the second waits for it; with one, both join the next group.
+        for p in (1, 2):
+            writer.append("t", p, batch([0, 1]), urgent=True)
+            writer.seal_due()
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert transactions == expected
+    assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
+
+
+def test_a_negative_group_hold_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="group_hold_s"):
+        WriterPolicy(group_hold_s=-1)

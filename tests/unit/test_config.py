@@ -134,6 +134,11 @@ def test_the_example_config_is_valid() -> None:
         ({"kafka_api": {"listen": "9092"}, **MINIMAL}, "kafka_api.listen", "host:port"),
         ({"kafka_api": {"listen": "0.0.0.0:9092"}, **MINIMAL}, "kafka_api", "advertised"),
         (
+            {"kafka_api": {"group_commit_hold": "2s"}, **MINIMAL},
+            "kafka_api.group_commit_hold",
+            "less than or equal to 1",
+        ),
+        (
             {"kafka_api": {"sasl": {"users": [{"name": "a", "password": "x"}] * 2}}, **MINIMAL},
             "kafka_api.sasl",
             "user listed twice",
