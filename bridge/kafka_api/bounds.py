@@ -44,7 +44,7 @@ _FIXED = {
     "datetime_i64": 8,
 }
 _VARIABLE = ("string", "bytes", "records")
-_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+_I8, _I16, _I32 = struct.Struct(">b"), struct.Struct(">h"), struct.Struct(">i")
 
 
 class LengthError(ValueError):
@@ -102,7 +102,7 @@ def check_header(header_type: Any, frame: bytes) -> None:
 
 
 def _entity(entity_type: Any, cursor: _Cursor, *, nullable: bool) -> None:
-    if nullable and cursor.fixed(struct.Struct(">b")) < 0:
+    if nullable and cursor.fixed(_I8) < 0:
         return
     regular, _ = _fields(entity_type)
     flexible = entity_type.__flexible__
@@ -126,10 +126,10 @@ def _tags(entity_type: Any, cursor: _Cursor) -> None:
 
 
 def _field(field: Any, cursor: _Cursor, flexible: bool, *, tagged: bool = False) -> None:
-    kind = classify_field(field)
-    optional = not tagged and is_optional(field)
+    kind, optional, kafka_type = _shape(field)
+    optional = optional and not tagged
     if isinstance(kind, PrimitiveField | EntityField):
-        _one(field, kind, cursor, flexible, optional)
+        _one(field, kind, kafka_type, cursor, flexible, optional)
         return
     count = cursor.uvarint() - 1 if flexible else cursor.fixed(_I32)
     if count < 0:
@@ -139,15 +139,15 @@ def _field(field: Any, cursor: _Cursor, flexible: bool, *, tagged: bool = False)
             f"{field.name}: {count} elements claimed, {cursor.left()} bytes left in the frame"
         )
     for _ in range(count):
-        _one(field, kind, cursor, flexible, optional=False)
+        _one(field, kind, kafka_type, cursor, flexible, optional=False)
 
 
-def _one(field: Any, kind: Any, cursor: _Cursor, flexible: bool, optional: bool) -> None:
+def _one(  # noqa: PLR0917 - one field's shape, worked out once (_shape)
+    field: Any, kind: Any, kafka_type: str | None, cursor: _Cursor, flexible: bool, optional: bool
+) -> None:
     if isinstance(kind, EntityField | EntityTupleField):
         _entity(kind.type_, cursor, nullable=isinstance(kind, EntityField) and optional)
         return
-    assert isinstance(kind, PrimitiveField | PrimitiveTupleField)
-    kafka_type = get_schema_field_type(field)
     if kafka_type in _FIXED:
         cursor.skip(_FIXED[kafka_type], field.name)
         return
@@ -161,6 +161,17 @@ def _one(field: Any, kind: Any, cursor: _Cursor, flexible: bool, optional: bool)
         length = cursor.fixed(_I32)
     if length >= 0:
         cursor.skip(length, field.name)
+
+
+@cache
+def _shape(field: Any) -> tuple[Any, bool, str | None]:
+    """What kind of field this is, whether it may be null and its Kafka type (primitives):
+    worked out from type hints, so once per field of kio's schemas, not once per request."""
+    kind = classify_field(field)
+    kafka_type = None
+    if isinstance(kind, PrimitiveField | PrimitiveTupleField):
+        kafka_type = get_schema_field_type(field)
+    return kind, is_optional(field), kafka_type
 
 
 @cache

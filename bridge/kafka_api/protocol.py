@@ -16,6 +16,7 @@ import struct
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -163,32 +164,57 @@ def api_versions() -> list[dict[str, int]]:
 def build(entity_type: Any, values: dict[str, Any]) -> Any:
     """An instance of `entity_type` from `values`: keys the type lacks are dropped, fields
     not given take their default (or the zero of their type)."""
-    hints = _hints(entity_type)
     kwargs: dict[str, Any] = {}
-    for field in dataclasses.fields(entity_type):
-        if field.name.startswith("__"):
-            continue
-        if field.name in values:
-            kwargs[field.name] = _convert(hints[field.name], values[field.name])
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            kwargs[field.name] = _zero(hints[field.name])
+    for name, convert, annotation in _plan(entity_type):
+        if name in values:
+            kwargs[name] = convert(values[name])
+        elif annotation is not _DEFAULT:
+            kwargs[name] = _zero(annotation)
     return entity_type(**kwargs)
 
 
-def _convert(annotation: Any, value: Any) -> Any:
-    if value is None:
-        return None
+_DEFAULT = object()  # in place of the annotation: the field has a default of its own
+
+
+@cache
+def _plan(entity_type: Any) -> tuple[tuple[str, Callable[[Any], Any], Any], ...]:
+    """Per field: its name, how a plain value becomes its type, and its annotation when it
+    has no default (its zero stands in when no value is given). Worked out from the type
+    hints once per entity type: every response of an API version is built the same way."""
+    hints = typing.get_type_hints(entity_type)
+    plan = []
+    for field in dataclasses.fields(entity_type):
+        if field.name.startswith("__"):
+            continue
+        annotation = hints[field.name]
+        has_default = not (
+            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+        )
+        plan.append((field.name, _converter(annotation), _DEFAULT if has_default else annotation))
+    return tuple(plan)
+
+
+@cache
+def _converter(annotation: Any) -> Callable[[Any], Any]:
+    """None stays None at every level; tuples, unions, nested entities and durations in ms
+    are followed through."""
     origin = typing.get_origin(annotation)
     if origin is tuple:
-        inner = typing.get_args(annotation)[0]
-        return tuple(_convert(inner, item) for item in value)
+        inner = _converter(typing.get_args(annotation)[0])
+        return lambda value: None if value is None else tuple(inner(item) for item in value)
     if origin in (typing.Union, types.UnionType):
-        inner = next(a for a in typing.get_args(annotation) if a is not type(None))
-        return _convert(inner, value)
-    if dataclasses.is_dataclass(annotation) and isinstance(value, dict):
-        return build(typing.cast(type[Any], annotation), value)
-    if _is_timedelta(annotation) and isinstance(value, int | float):
-        return datetime.timedelta(milliseconds=value)
+        return _converter(next(a for a in typing.get_args(annotation) if a is not type(None)))
+    if dataclasses.is_dataclass(annotation):
+        entity = typing.cast(type[Any], annotation)
+        return lambda value: build(entity, value) if isinstance(value, dict) else value
+    if _is_timedelta(annotation):
+        return lambda value: (
+            datetime.timedelta(milliseconds=value) if isinstance(value, int | float) else value
+        )
+    return _same
+
+
+def _same(value: Any) -> Any:
     return value
 
 
@@ -217,11 +243,6 @@ def _zero(annotation: Any) -> Any:
 
 def _is_timedelta(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, datetime.timedelta)
-
-
-@cache
-def _hints(entity_type: Any) -> dict[str, Any]:
-    return typing.get_type_hints(entity_type)
 
 
 @cache
