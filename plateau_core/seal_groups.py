@@ -4,16 +4,20 @@ Partitions changed by one append_group are linked and always seal as one group (
 manifest transaction). With `seal_together`, every partition due at a moment joins one
 group, and at most one such group is in flight: what becomes due meanwhile waits for it
 and forms the next group, so group size grows with load (a group commit). A writer may
-also hold the next group back for a moment after one finishes (`hold`).
+also hold the next group back for a moment after one finishes (`after`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from plateau_core.listener import TopicPartition
-from plateau_core.slog import SegmentLog
+from plateau_core.slog import SealJob, SegmentLog
+
+# Below this many bytes per file on average, a group's cost is mostly per file (measured:
+# docs/benchmarks.md, the Kafka API), so holding the next group back pays.
+HOLD_BELOW_BYTES = 256 * 1024
 
 
 class SealGroups:
@@ -46,10 +50,16 @@ class SealGroups:
             groups = [[m for group in groups for m in group]]
         return groups
 
-    def hold(self, seconds: float) -> None:
-        """Start no group for `seconds` (a group that finished just now)."""
-        if self.together and seconds > 0:
-            self.held_until = time.monotonic() + seconds
+    def after(self, group: Sequence[SealJob], hold_s: float, took_s: float) -> None:
+        """A group finished sealing: hold the next one back for as long as this one took
+        (at most `hold_s`), when its files were small. A small file costs about the same to
+        write and record whatever it holds, so gathering what arrives meanwhile makes each
+        cost count for more records; big files cost by their bytes, and waiting only adds
+        latency."""
+        if not self.together or hold_s <= 0 or not group:
+            return
+        if sum(job.nbytes for job in group) / len(group) < HOLD_BELOW_BYTES:
+            self.held_until = time.monotonic() + min(hold_s, took_s)
 
     def wait_s(self, tick_s: float) -> float:
         """How long the ticker may sleep: until the hold ends if that comes first."""

@@ -392,7 +392,7 @@ class Writer:
             announce(one, self.listener)
         with self._cond:
             self._groups.in_flight -= 1
-            self._groups.hold(min(self.policy.group_hold_s, time.monotonic() - began))
+            self._groups.after(group, self.policy.group_hold_s, time.monotonic() - began)
             for job in group:
                 self._in_flight -= job.nbytes
                 slog = self._logs.get(job.key)

@@ -92,10 +92,11 @@ class KafkaApiConfig(Strict):
         default=0.015,
         ge=0,
         le=1,
-        description="acks=all group commit: after a seal of the produced partitions, the "
-        "next waits up to this long (never longer than that seal took), so the producers "
-        "just answered send their next batches in time to join it. Under load: fewer, larger "
-        "seals and more records/s; a batch may wait this much longer. 0: seal at once.",
+        description="acks=all group commit: after a seal of small files (under 256 KiB each "
+        "on average) the next seal waits up to this long, never longer than that seal took, "
+        "so the producers just answered send their next batches in time to join it. Under "
+        "load: fewer, larger seals and more records/s; a batch may wait this much longer. "
+        "0: seal at once.",
     )
     tls: KafkaApiTls | None = Field(default=None, description="TLS on the listener.")
     sasl: KafkaApiSasl | None = Field(

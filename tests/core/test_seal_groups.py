@@ -187,15 +187,24 @@ def test_sealing_together_records_every_due_partition_in_one_transaction(
     assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
 
 
+ONE_BY_ONE = [["t[0]@0"], ["t[1]@0"], ["t[2]@0"]]
+
+
 @pytest.mark.parametrize(
-    ("hold_s", "expected"),
+    ("hold_s", "value_size", "expected"),
     [
-        (0.0, [["t[0]@0"], ["t[1]@0"], ["t[2]@0"]]),
-        (5.0, [["t[0]@0"], ["t[1]@0", "t[2]@0"]]),
+        (0.0, 16, ONE_BY_ONE),
+        (5.0, 16, [["t[0]@0"], ["t[1]@0", "t[2]@0"]]),
+        # Files of 400 KB cost by their bytes, not per file: no hold after them.
+        (5.0, 200_000, ONE_BY_ONE),
     ],
 )
 def test_a_group_hold_gathers_what_arrives_after_a_seal_into_the_next_group(
-    store: Store, monkeypatch: pytest.MonkeyPatch, hold_s: float, expected: list[list[str]]
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    hold_s: float,
+    value_size: int,
+    expected: list[list[str]],
 ) -> None:
     original = store.manifest.commit_seal
     transactions: list[list[str]] = []
@@ -219,13 +228,13 @@ def test_a_group_hold_gathers_what_arrives_after_a_seal_into_the_next_group(
     try:
         for p in range(3):
             writer.acquire("t", p, roll=HOUR)
-        writer.append("t", 0, batch([0, 1]), urgent=True)
+        writer.append("t", 0, batch([0, 1], value_size=value_size), urgent=True)
         writer.seal_due()
         writer.flush([("t", 0)], timeout_s=10)
         # Two produce requests right after the first group: without a hold the first starts
         # a group at once and the second waits for it; with one, both join the next group.
         for p in (1, 2):
-            writer.append("t", p, batch([0, 1]), urgent=True)
+            writer.append("t", p, batch([0, 1], value_size=value_size), urgent=True)
             writer.seal_due()
         writer.flush(timeout_s=10)
     finally:
