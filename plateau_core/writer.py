@@ -349,6 +349,7 @@ class Writer:
         request) calls this after the last, so they seal as one group; the ticker does it
         every `tick_s` otherwise."""
         with self._cond:
+            self._groups.hold.arrived()
             self._schedule()
 
     def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:

@@ -187,19 +187,19 @@ def test_sealing_together_records_every_due_partition_in_one_transaction(
     assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
 
 
-ONE_BY_ONE = [["t[0]@0"], ["t[1]@0"], ["t[2]@0"]]
+ONE_BY_ONE = [["t[0]@0"], ["t[1]@0", "t[2]@0"], ["t[0]@2"], ["t[1]@2"]]
 
 
 @pytest.mark.parametrize(
     ("hold_s", "value_size", "expected"),
     [
         (0.0, 16, ONE_BY_ONE),
-        (5.0, 16, [["t[0]@0"], ["t[1]@0", "t[2]@0"]]),
+        (5.0, 16, [["t[0]@0"], ["t[1]@0", "t[2]@0"], ["t[0]@2", "t[1]@2"]]),
         # Files of 400 KB cost by their bytes, not per file: no hold after them.
         (5.0, 200_000, ONE_BY_ONE),
     ],
 )
-def test_a_group_hold_gathers_what_arrives_after_a_seal_into_the_next_group(
+def test_a_group_hold_waits_for_as_many_requests_as_the_group_answered(
     store: Store,
     monkeypatch: pytest.MonkeyPatch,
     hold_s: float,
@@ -218,29 +218,69 @@ def test_a_group_hold_gathers_what_arrives_after_a_seal_into_the_next_group(
     def slow(  # type: ignore[no-untyped-def]
         directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
     ):
-        # Each group takes half a second, so the hold after one (as long as the group took,
-        # at most hold_s) outlasts the appends below by far.
+        # Each group takes half a second: what is appended below lands while one is in
+        # flight or held, never by luck of timing.
         threading.Event().wait(0.5)
         return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
+
+    def request(p: int, first: int) -> None:  # one produce request: its records, then seal_due
+        writer.append("t", p, batch([first, first + 1], value_size=value_size), urgent=True)
+        writer.seal_due()
 
     writer = store.writer(WriterPolicy(seal_together=True, tick_s=0.01, group_hold_s=hold_s))
     writer._write_segment = slow
     try:
         for p in range(3):
             writer.acquire("t", p, roll=HOUR)
-        writer.append("t", 0, batch([0, 1], value_size=value_size), urgent=True)
-        writer.seal_due()
-        writer.flush([("t", 0)], timeout_s=10)
-        # Two produce requests right after the first group: without a hold the first starts
-        # a group at once and the second waits for it; with one, both join the next group.
-        for p in (1, 2):
-            writer.append("t", p, batch([0, 1], value_size=value_size), urgent=True)
-            writer.seal_due()
+        request(0, 0)  # starts a group at once
+        request(1, 0)  # these two wait for it, then seal as the next group
+        request(2, 0)
+        writer.flush([("t", 1), ("t", 2)], timeout_s=10)
+        # That group answered two requests: held, the next waits for two more.
+        request(0, 2)
+        request(1, 2)
         writer.flush(timeout_s=10)
     finally:
         writer.close()
     assert transactions == expected
-    assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
+    assert [store.manifest.watermark("t", p) for p in range(3)] == [4, 4, 2]
+
+
+def test_a_hold_runs_out_when_fewer_requests_come(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = store.manifest.commit_seal
+    transactions: list[list[str]] = []
+
+    def counted(commits: list[object]) -> list[bool]:
+        transactions.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
+        return original(commits)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_seal", counted)
+
+    def slow(  # type: ignore[no-untyped-def]
+        directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
+    ):
+        threading.Event().wait(0.3)
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
+
+    writer = store.writer(WriterPolicy(seal_together=True, tick_s=0.01, group_hold_s=0.2))
+    writer._write_segment = slow
+    try:
+        for p in range(3):
+            writer.acquire("t", p, roll=HOUR)
+        for p in range(3):
+            writer.append("t", p, batch([0, 1]), urgent=True)
+            writer.seal_due()
+        writer.flush(timeout_s=10)
+        # The last group answered two requests; one comes, and it seals once the hold ends.
+        writer.append("t", 0, batch([2, 3]), urgent=True)
+        writer.seal_due()
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert transactions[-1] == ["t[0]@2"]
+    assert store.manifest.watermark("t", 0) == 4
 
 
 def test_a_negative_group_hold_is_refused() -> None:
