@@ -93,10 +93,10 @@ class KafkaApiConfig(Strict):
         ge=0,
         le=1,
         description="acks=all group commit: after a seal of small files (under 256 KiB each "
-        "on average) the next seal waits up to this long, never longer than that seal took, "
-        "so the producers just answered send their next batches in time to join it. Under "
-        "load: fewer, larger seals and more records/s; a batch may wait this much longer. "
-        "0: seal at once.",
+        "on average) the next seal waits until as many produce requests came in as that seal "
+        "answered (the producers' next batches), at most this long and never longer than the "
+        "seal took. Under load: fewer, larger seals and more records/s; a batch may wait "
+        "this much longer. 0: seal at once.",
     )
     tls: KafkaApiTls | None = Field(default=None, description="TLS on the listener.")
     sasl: KafkaApiSasl | None = Field(
