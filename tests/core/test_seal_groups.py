@@ -14,6 +14,7 @@ import pytest
 from plateau_core import Append, InvalidInputError, RollPolicy, Store, WriterPolicy
 from plateau_core.policies import IndexPolicy
 from plateau_core.producers import ProducerBatch
+from plateau_core.sealing import WriteSegment
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from tests.support import batch
@@ -149,17 +150,36 @@ def test_a_refused_group_changes_no_partition(store: Store) -> None:
     assert store.read("b").to_table().column("offset").to_pylist() == [5, 6]
 
 
-def test_sealing_together_records_every_due_partition_in_one_transaction(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def transactions(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The partitions each manifest transaction of a seal recorded, in order."""
     original = store.manifest.commit_seal
-    transactions: list[list[str]] = []
+    seen: list[list[str]] = []
 
     def counted(commits: list[object]) -> list[bool]:
-        transactions.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
+        seen.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
         return original(commits)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store.manifest, "commit_seal", counted)
+    return seen
+
+
+def slow_write(seconds: float) -> WriteSegment:
+    """write_segment taking `seconds` longer: what is appended meanwhile lands while the
+    group is in flight or held, never by luck of timing."""
+
+    def slow(  # type: ignore[no-untyped-def]
+        directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
+    ):
+        threading.Event().wait(seconds)
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
+
+    return slow
+
+
+def test_sealing_together_records_every_due_partition_in_one_transaction(
+    store: Store, transactions: list[list[str]]
+) -> None:
     threads: set[str] = set()
     real_write = write_segment
 
@@ -201,34 +221,18 @@ ONE_BY_ONE = [["t[0]@0"], ["t[1]@0", "t[2]@0"], ["t[0]@2"], ["t[1]@2"]]
 )
 def test_a_group_hold_waits_for_as_many_requests_as_the_group_answered(
     store: Store,
-    monkeypatch: pytest.MonkeyPatch,
+    transactions: list[list[str]],
     hold_s: float,
     value_size: int,
     expected: list[list[str]],
 ) -> None:
-    original = store.manifest.commit_seal
-    transactions: list[list[str]] = []
-
-    def counted(commits: list[object]) -> list[bool]:
-        transactions.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
-        return original(commits)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(store.manifest, "commit_seal", counted)
-
-    def slow(  # type: ignore[no-untyped-def]
-        directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
-    ):
-        # Each group takes half a second: what is appended below lands while one is in
-        # flight or held, never by luck of timing.
-        threading.Event().wait(0.5)
-        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
 
     def request(p: int, first: int) -> None:  # one produce request: its records, then seal_due
         writer.append("t", p, batch([first, first + 1], value_size=value_size), urgent=True)
         writer.seal_due()
 
     writer = store.writer(WriterPolicy(seal_together=True, tick_s=0.01, group_hold_s=hold_s))
-    writer._write_segment = slow
+    writer._write_segment = slow_write(0.5)
     try:
         for p in range(3):
             writer.acquire("t", p, roll=HOUR)
@@ -247,25 +251,11 @@ def test_a_group_hold_waits_for_as_many_requests_as_the_group_answered(
 
 
 def test_a_hold_runs_out_when_fewer_requests_come(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, transactions: list[list[str]]
 ) -> None:
-    original = store.manifest.commit_seal
-    transactions: list[list[str]] = []
-
-    def counted(commits: list[object]) -> list[bool]:
-        transactions.append(sorted(c.describe() for c in commits))  # type: ignore[attr-defined]
-        return original(commits)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(store.manifest, "commit_seal", counted)
-
-    def slow(  # type: ignore[no-untyped-def]
-        directory: Path, table: pa.Table, compression: str, *, fsync: bool, index: IndexPolicy
-    ):
-        threading.Event().wait(0.3)
-        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
 
     writer = store.writer(WriterPolicy(seal_together=True, tick_s=0.01, group_hold_s=0.2))
-    writer._write_segment = slow
+    writer._write_segment = slow_write(0.3)
     try:
         for p in range(3):
             writer.acquire("t", p, roll=HOUR)
