@@ -189,25 +189,30 @@ class ProduceHandler:
         return first, held
 
     async def _settle(self, answers: list[_Answer], acks: int, deadline: float) -> None:
-        """Wait as long as `acks` asks: all (-1) until the records are sealed."""
+        """Wait as long as `acks` asks: all (-1) until the records are sealed. One wait for
+        every partition of the request: they seal in one group, and a wait per partition
+        cost a trip through the event loop each before the answer could go out."""
         if acks != -1:
             return
-        for answer in answers:
+        waiting = [a for a in answers if a.outcome.error is ErrorCode.none and a.outcome.durable]
+        pending = {f for a in waiting for f in a.outcome.durable if not f.done()}
+        if pending:
+            # asyncio.wait neither cancels the futures on timeout nor when this request is
+            # cancelled (its connection closed): other requests may wait for the same seal.
+            await asyncio.wait(pending, timeout=max(deadline - time.monotonic(), 0.001))
+        for answer in waiting:
             outcome = answer.outcome
-            if outcome.error is not ErrorCode.none or not outcome.durable:
-                continue
-            remaining = deadline - time.monotonic()
-            try:
-                await asyncio.wait_for(
-                    asyncio.shield(asyncio.gather(*outcome.durable)), max(remaining, 0.001)
-                )
-            except TimeoutError:
+            if not all(f.done() for f in outcome.durable):
                 outcome.error = ErrorCode.request_timed_out
                 outcome.message = "the records were not sealed within the request's timeout"
                 self._log_refused(answer.topic, answer.partition, outcome)
-            except ConnectionAbortedError as exc:
+                continue
+            failed = next((e for f in outcome.durable if (e := _failure(f)) is not None), None)
+            if isinstance(failed, ConnectionAbortedError):
                 outcome.error = ErrorCode.not_leader_or_follower
-                outcome.message = str(exc)
+                outcome.message = str(failed)
+            elif failed is not None:
+                raise failed
 
     def _log_refused(self, topic: str, partition: int, outcome: Outcome) -> None:
         self.sink.stats.errors[("Produce", outcome.error.name)] += 1
@@ -250,3 +255,11 @@ def _response(answers: list[_Answer], throttle_ms: int) -> dict[str, Any]:
 def _datetime(ms: int) -> datetime.datetime | None:
     """LogAppendTime as the protocol carries it; None (-1 on the wire) for CreateTime."""
     return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+
+def _failure(future: asyncio.Future[None]) -> BaseException | None:
+    """Why a done durability future did not resolve (None: it did). Nothing cancels them
+    today; were one cancelled, its records are as unsealed as after a shutdown."""
+    if future.cancelled():
+        return ConnectionAbortedError("the seal was abandoned")
+    return future.exception()

@@ -5,6 +5,7 @@ each answered as Kafka would while other connections carry on."""
 from __future__ import annotations
 
 import struct
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +274,37 @@ def test_an_idempotent_batch_of_only_poison_keeps_the_sequence_across_a_restart(
     with Store.open(tmp_path / "store") as store:
         assert store.manifest.watermark("j", 0) == 4
         assert store.read("j").to_table().column("n").to_pylist() == [1, 4]
+
+
+def test_a_seal_slower_than_the_request_timeout_is_answered_request_timed_out(
+    tmp_path: Path,
+) -> None:
+    """acks=all waits for the seal at most the request's timeout; the records still land,
+    and the partition goes on handing out offsets after them."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        writer = server.sink.writer
+        real = writer._write_segment
+        released = threading.Event()
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            released.wait(30)
+            return real(*args, **kwargs)
+
+        writer._write_segment = held
+        client = RawClient(bootstrap)
+        body = produce_body("events", 0, record_batch([b"a", b"b"]))
+        body["timeout"] = 300
+        body["topic_data"][0]["partition_data"].append(
+            {"index": 1, "records": record_batch([b"c"])}
+        )
+        answer = client.call(PRODUCE, 9, body)
+        codes = [p.error_code for p in answer.responses[0].partition_responses]
+        assert codes == [ErrorCode.request_timed_out, ErrorCode.request_timed_out]
+        released.set()
+        later = produce(client, "events", record_batch([b"d"]))
+        assert (later.error_code, later.base_offset) == (ErrorCode.none, 2)
+        client.close()
+    table = stored(tmp_path / "store", "events")
+    assert sorted(table.column("value").to_pylist()) == [b"a", b"b", b"c", b"d"]
