@@ -11,6 +11,8 @@ import itertools
 import json
 import os
 import platform
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -68,10 +70,19 @@ def kafka_broker(
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    """One PostgreSQL server for the session (started on first use, about a second)."""
-    with postgres_server(tmp_path_factory.mktemp("pg")) as server:
-        yield server
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (started on first use, about a second).
+
+    Its data folder is not under pytest's temporary root: the server runs as a user of its
+    own, and every pytest session started meanwhile (another test run on the machine) takes
+    that root's permissions back to its owner only, which stopped the server mid-run."""
+    folder = Path(tempfile.mkdtemp(prefix="plateau-tests-pg-"))
+    try:
+        (folder / "pg").mkdir()
+        with postgres_server(folder / "pg") as server:
+            yield server
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
