@@ -38,6 +38,9 @@ class WriterListener:
     def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
         """The watermark moved over skipped offsets: `next_offset` may be committed."""
 
+    def on_journaled(self, seq: int) -> None:
+        """Every append group numbered up to `seq` is durable in the writer's journal."""
+
 
 @dataclass(frozen=True)
 class WriterStats:

@@ -71,6 +71,8 @@ class SealJob:
     started: float = field(default_factory=time.monotonic)
     # When the oldest of these records was buffered (monotonic): how stale they are.
     buffered_since: float = field(default_factory=time.monotonic)
+    # The first journal group among these (None: not journaled).
+    journal_from: int | None = None
 
     @property
     def key(self) -> TopicPartition:
@@ -128,6 +130,7 @@ class SegmentLog:
         self.retry_at: float | None = None
         self.last_error: str | None = None
         self.refused_nbytes = 0  # size of the batch last refused for the memory budget
+        self.journal_from: int | None = None  # first journal group buffered here
 
     @property
     def key(self) -> TopicPartition:
@@ -228,6 +231,7 @@ class SegmentLog:
             index=self.index,
             rollups=self.rollups,
             buffered_since=self.first_buffered_at or time.monotonic(),
+            journal_from=self.journal_from,
         )
         self._clear()
         self.in_flight = job
@@ -251,6 +255,9 @@ class SegmentLog:
         ):
             self.pending_advance = job.advance_to
         self.first_buffered_at = job.buffered_since
+        if job.journal_from is not None:
+            # The job's records came first, so its first group is the lower one.
+            self.journal_from = job.journal_from
         self.in_flight = None
         self.failures += 1
         delay: float = min(30.0, backoff_s * 2 ** (self.failures - 1))
@@ -271,6 +278,7 @@ class SegmentLog:
         self.urgent = False
         self.first_buffered_at = None
         self.links = set()
+        self.journal_from = None
 
 
 def check_order(

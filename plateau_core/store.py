@@ -135,8 +135,20 @@ class Store:
         return ReadResult(self, request)
 
     def writer(
-        self, policy: WriterPolicy | None = None, listener: WriterListener | None = None
+        self,
+        policy: WriterPolicy | None = None,
+        listener: WriterListener | None = None,
+        *,
+        journal: bool = False,
     ) -> Writer:
+        """A writer of this store. `journal`: appends are journaled before they are sealed
+        (data_dir/journal, one writer at a time); replay what an earlier one left with
+        `plateau_core.journal_replay.replay` before appending."""
+        from plateau_core.journal import JOURNAL_DIR, Journal  # noqa: PLC0415
         from plateau_core.writer import Writer  # noqa: PLC0415
 
-        return Writer(self, policy, listener)
+        journaled = None
+        if journal:
+            fsync = policy.fsync if policy is not None else True
+            journaled = Journal(self.data_dir / JOURNAL_DIR, fsync=fsync)
+        return Writer(self, policy, listener, journal=journaled)

@@ -31,6 +31,7 @@ from plateau_core.errors import (
 )
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
+from plateau_core.journal import Journal
 from plateau_core.listener import TopicPartition, WriterListener, WriterStats
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
@@ -58,11 +59,19 @@ class Writer:
         listener: WriterListener | None = None,
         *,
         write: Callable[..., tuple[Path, SegmentStats]] = write_segment,
+        journal: Journal | None = None,
     ) -> None:
         self.store = store
         self.policy = policy or WriterPolicy()
         self.listener = listener or WriterListener()
         self._write_segment = write  # tests inject failing or slow writers here
+        # Appends are journaled first (plateau_core.journal); the listener hears when.
+        self.journal = journal
+        if journal is not None:
+            journal.notify = self.listener.on_journaled
+        # Journaled groups from here up are not sealed: a partition given up unsealed
+        # (its records dropped, not lost: they are in the journal) keeps them there.
+        self._journal_pinned: int | None = None
         self._cond = threading.Condition()
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._locks: dict[TopicPartition, PartitionLock] = {}
@@ -139,6 +148,11 @@ class Writer:
             if slog is None:
                 return
             dropped_rows = slog.rows
+            if slog.journal_from is not None:
+                pinned = self._journal_pinned
+                self._journal_pinned = min(
+                    slog.journal_from, slog.journal_from if pinned is None else pinned
+                )
             self._buffered -= slog.drop()
             deadline = time.monotonic() + timeout_s
             # A seal already running may still land, and a consolidation may be swapping
@@ -214,15 +228,19 @@ class Writer:
         (at once when nothing is buffered), so a restart does not read them again."""
         self.append_group([Append(topic, partition, advance_to=next_offset)])
 
-    def append_group(self, appends: Sequence[Append]) -> None:
+    def append_group(self, appends: Sequence[Append], *, journal: bool = True) -> int | None:
         """Buffer appends to one or more partitions that must become durable together: all
         of them are recorded in one manifest transaction, or none. Raises before changing
-        anything (BackpressureError, InvalidInputError), as `append` does."""
+        anything (BackpressureError, InvalidInputError), as `append` does.
+
+        With a journal, returns the group's sequence number there: the listener's
+        `on_journaled` says when it is durable. `journal=False`: a replay of the journal."""
         prepared = [
             [Prepared(b, f, b.nbytes) for b, f in map(normalized, a.batches) if b.num_rows]
             for a in appends
         ]
         nbytes = sum(p.nbytes for batches in prepared for p in batches)
+        journaled = self.journal if journal else None
         with self._cond:
             slogs = [self._owned(a.topic, a.partition) for a in appends]
             refused = admit(
@@ -231,7 +249,7 @@ class Writer:
                 prepared,
                 nbytes,
                 disk=self._disk,
-                held=self._buffered + self._in_flight,
+                held=self._held(),
                 budget=self.policy.memory_budget_bytes,
             )
             if refused is not None:
@@ -241,6 +259,8 @@ class Writer:
                     )
                 )
                 raise refused
+            # Under the lock: the journal holds each partition's groups in buffer order.
+            seq = None if journaled is None else journaled.append(appends, prepared)
             now = time.monotonic()
             changed: dict[TopicPartition, SegmentLog] = {}
             for append, slog, batches in zip(appends, slogs, prepared, strict=True):
@@ -257,8 +277,19 @@ class Writer:
             if len(changed) > 1:
                 for slog in changed.values():
                     slog.links.update(k for k in changed if k != slog.key)
+            if seq is not None:
+                for slog in changed.values():
+                    if slog.journal_from is None:
+                        slog.journal_from = seq
             if not self.policy.seal_together:
                 self._schedule(changed.values())
+        return seq
+
+    def next_offset(self, topic: str, partition: int) -> int:
+        """The offset an append to this owned partition must start at or after."""
+        with self._cond:
+            last = self._owned(topic, partition).last_offset
+        return 0 if last is None else last + 1
 
     def accepting(self, topic: str, partition: int) -> bool:
         """Whether an append to this partition would likely be accepted now."""
@@ -268,7 +299,7 @@ class Writer:
                 return False
             if slog.in_flight is not None and slog.full():
                 return False
-            total = self._buffered + self._in_flight
+            total = self._held()
             # The same test append() makes, for the batch it refused last (if any).
             if total > 0 and total + max(1, slog.refused_nbytes) > self.policy.memory_budget_bytes:
                 return False
@@ -316,6 +347,8 @@ class Writer:
             self._ticker.join(timeout=5)
             self._pool.shutdown(wait=True)
             self._committer.close()
+            if self.journal is not None:
+                self.journal.close(everything_sealed=self._journal_pinned is None)
 
     def unsealed_since(self) -> dict[TopicPartition, float]:
         """Per owned partition holding unsealed records: when the oldest was buffered
@@ -336,6 +369,28 @@ class Writer:
             )
 
     # --- internals (callers hold self._cond unless said otherwise) ---------------------------
+
+    def _held(self) -> int:
+        """Bytes buffered, being sealed, or queued for the journal: what the budget bounds."""
+        queued = 0 if self.journal is None else self.journal.backlog_bytes
+        return self._buffered + self._in_flight + queued
+
+    def _journal_floor(self) -> int | None:
+        """The lowest journal group not sealed yet (None: no journal)."""
+        if self.journal is None:
+            return None
+        unsealed = [
+            seq
+            for slog in self._logs.values()
+            for seq in (
+                slog.journal_from,
+                None if slog.in_flight is None else slog.in_flight.journal_from,
+            )
+            if seq is not None
+        ]
+        if self._journal_pinned is not None:
+            unsealed.append(self._journal_pinned)
+        return min(unsealed, default=self.journal.next_seq)
 
     def _owned(self, topic: str, partition: int) -> SegmentLog:
         slog = self._logs.get((topic, partition))
@@ -401,6 +456,9 @@ class Writer:
                     slog.sealed()
             self._schedule()
             self._cond.notify_all()
+            floor = self._journal_floor()
+        if floor is not None and self.journal is not None:
+            self.journal.release(floor)
         self.listener.on_capacity()
 
     def _failed(self, group: list[SealJob], exc: Exception) -> None:

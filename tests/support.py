@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from plateau_core import BackpressureError, RollPolicy, Store, Writer, WriterPolicy
+from plateau_core import Append, BackpressureError, RollPolicy, Store, Writer, WriterPolicy
 from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
@@ -49,6 +49,22 @@ def append_patiently(
             return refusals
         except BackpressureError:
             refusals += 1
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
+
+
+def append_group_patiently(
+    writer: Writer, appends: Sequence[Append], timeout_s: float = 30.0
+) -> int:
+    """append_group, waiting out backpressure; returns the group's journal number."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            seq = writer.append_group(appends)
+            assert seq is not None, "the writer has no journal"
+            return seq
+        except BackpressureError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.002)

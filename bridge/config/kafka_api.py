@@ -88,13 +88,24 @@ class KafkaApiConfig(Strict):
         description="The largest record batch accepted (Kafka's message.max.bytes); a larger "
         "one is refused with MESSAGE_TOO_LARGE.",
     )
+    durability: Literal["journal", "segment"] = Field(
+        default="journal",
+        description="What acks=all waits for. journal: the batch is written and synced to "
+        "the store's journal (data_dir/journal), one sequential write and sync for every "
+        "produce request in flight; the records are queryable once sealed, within the "
+        "topic's roll.max_age (1 s for produced topics unless set). segment: the batch is in "
+        "a sealed segment file recorded in the manifest, so it is queryable when "
+        "acknowledged, at a fraction of the records/s (a segment file per partition and a "
+        "manifest commit per round). Both survive kill -9 and power loss.",
+    )
     group_commit_hold: Duration = Field(
         default=0.015,
         ge=0,
         le=1,
-        description="acks=all group commit: after a seal of small files (under 256 KiB each "
-        "on average) the next seal waits until as many produce requests came in as that seal "
-        "answered (the producers' next batches), at most this long and never longer than the "
+        description="durability: segment only. acks=all group commit: after a seal of small "
+        "files (under 256 KiB each on average) the next seal waits until as many produce "
+        "requests came in as that seal answered (the producers' next batches), at most this "
+        "long and never longer than the "
         "seal took. Under load: fewer, larger seals and more records/s; a batch may wait "
         "this much longer. 0: seal at once.",
     )

@@ -11,6 +11,7 @@ import struct
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch
 
@@ -62,10 +63,14 @@ class ProducedBatch:
         if log_append_ms is None and stamps and min(stamps) < 0:
             now = int(time.time() * 1000)
             stamps = [now if s < 0 else s for s in stamps]
+        keys = self.keys
+        # Per batch, so the cheapest constructors: most producers send no keys.
         return envelope(
-            pa.array(range(base_offset, base_offset + count), pa.int64()),
+            pa.array(np.arange(base_offset, base_offset + count, dtype=np.int64)),
             pa.array(stamps, TIMESTAMP_TYPE),
-            pa.array(self.keys, pa.binary()),
+            pa.nulls(count, pa.binary())
+            if keys.count(None) == count
+            else pa.array(keys, pa.binary()),
             _headers(self.headers),
             pa.array(self.values, pa.binary()),
         )

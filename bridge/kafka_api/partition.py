@@ -64,6 +64,7 @@ class ProducedPartition:
         self.decoder = decoder
         self.next_offset = watermark
         self.sealed_to = watermark  # every offset below is sealed and in the manifest
+        self.durable_to = watermark  # ... or in the journal (acks=all may be answered)
         self.producers = producers
         self.max_age_s = max_age_s
         self.stalled: list[Pending] = []  # batches the writer refused, retried first
@@ -92,19 +93,24 @@ class ProducedPartition:
         return base
 
     def durable(self, end: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """A future that resolves once every offset below `end` is sealed."""
+        """A future that resolves once every offset below `end` is durable."""
         future: asyncio.Future[None] = loop.create_future()
-        if end <= self.sealed_to:
+        if end <= self.durable_to:
             future.set_result(None)
         else:
             bisect.insort(self._waiters, Waiter(end, future), key=_end)
         return future
 
     def sealed(self, end: int) -> None:
-        """Offsets below `end` are sealed: answer the requests waiting for them."""
-        if end <= self.sealed_to:
+        """Offsets below `end` are sealed and in the manifest (so durable too)."""
+        self.sealed_to = max(self.sealed_to, end)
+        self.reached(end)
+
+    def reached(self, end: int) -> None:
+        """Offsets below `end` are durable: answer the requests waiting for them."""
+        if end <= self.durable_to:
             return
-        self.sealed_to = end
+        self.durable_to = end
         done = bisect.bisect_right(self._waiters, end, key=_end)
         ready, self._waiters = self._waiters[:done], self._waiters[done:]
         for waiter in ready:

@@ -89,6 +89,10 @@ class KafkaApiServer:
         found = self.stats.snapshot()
         if self.address is not None:
             found["listen"] = f"{self.address[0]}:{self.address[1]}"
+        found["durability"] = self.api.durability
+        journal = None if self.sink is None else self.sink.writer.journal
+        if journal is not None:
+            found["journal"] = journal.snapshot()
         return found
 
     # --- the loop thread ------------------------------------------------------------------

@@ -9,6 +9,7 @@ it with `call_soon_threadsafe`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
 from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
+from plateau_core.journal_replay import replay
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.policies import RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch, Verdict
@@ -38,9 +40,11 @@ from plateau_core.schema import merge_schemas
 
 log = structlog.get_logger(__name__)
 
-# Produced partitions seal this often unless their topic sets roll.max_age: acks=all waits
-# for the seal, so this bounds the acknowledgement latency (plus the seal's own time).
-GROUP_COMMIT_S = 0.1
+# Produced partitions seal this often unless their topic sets roll.max_age. With
+# durability: segment, acks=all waits for the seal, so this bounds the acknowledgement
+# latency (plus the seal's own time); with the journal it bounds how long records take to
+# become queryable, and longer means fewer, larger segments (docs/benchmarks.md).
+SEAL_AGE_S = {"segment": 0.1, "journal": 1.0}
 
 
 class ThrottledError(Exception):
@@ -80,6 +84,8 @@ class ProduceSink(WriterListener):
         self.stats = stats
         self.api = api
         self.topics = ProducedTopics(config, api, store.manifest)
+        self.journaled = api.durability == "journal"
+        self.seal_age_s = SEAL_AGE_S[api.durability]
         storage = config.storage
         self.writer = store.writer(
             WriterPolicy(
@@ -96,11 +102,17 @@ class ProduceSink(WriterListener):
                 seal_together=True,
                 # The producers answered by a group send their next batches within a few
                 # ms; held that long, the next group takes them (docs/benchmarks.md).
-                group_hold_s=api.group_commit_hold,
+                group_hold_s=0.0 if self.journaled else api.group_commit_hold,
             ),
             self,
+            journal=self.journaled,
         )
         self.partitions: dict[tuple[str, int], ProducedPartition] = {}
+        self._owned: set[tuple[str, int]] = set()
+        # Journal groups not yet durable, in order: (seq, partition, offset it reaches).
+        self._unjournaled: collections.deque[tuple[int, ProducedPartition, int]] = (
+            collections.deque()
+        )
         self._capacity = asyncio.Event()
         self.consolidator = consolidator_for(config, store, self.writer)
         self.consolidator.start(storage.consolidate_interval)
@@ -108,8 +120,15 @@ class ProduceSink(WriterListener):
     # --- partitions ---------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Acquire every partition of every produced topic (recovering each folder)."""
-        for topic, count in sorted(self.topics.partitions.items()):
+        """Acquire every partition of every produced topic (recovering each folder), replay
+        what the journal holds that was not sealed, then take appends."""
+        produced = sorted(self.topics.partitions.items())
+        for topic, count in produced:
+            for partition in range(count):
+                self._own(topic, partition)
+        if self.journaled:
+            replay(self.writer, self._own, timeout_s=max(self.config.shutdown_timeout, 60.0))
+        for topic, count in produced:
             self.open_topic(topic, count)
 
     def open_topic(self, topic: str, count: int) -> None:
@@ -117,16 +136,39 @@ class ProduceSink(WriterListener):
             if (topic, partition) not in self.partitions:
                 self._acquire(topic, partition)
 
-    def _acquire(self, topic: str, partition: int) -> ProducedPartition:
+    def _own(self, topic: str, partition: int) -> int:
+        """Make the writer own a partition (once); returns the offset its next append takes.
+        A produced topic seals by its mapping; any other (a dead-letter topic) every
+        `seal_age_s`."""
+        key = (topic, partition)
+        if key in self._owned:
+            return self.writer.next_offset(topic, partition)
+        if topic in self.topics.partitions:
+            mapping = self.topics.mapping(topic)
+            watermark = self.writer.acquire(
+                topic,
+                partition,
+                roll=self._roll(topic),
+                index=mapping.index.policy(),
+                rollups=mapping.rollup_policies(),
+            )
+        else:
+            watermark = self.writer.acquire(topic, partition, roll=self._roll(topic))
+        self._owned.add(key)
+        return watermark or 0
+
+    def _roll(self, topic: str) -> RollPolicy:
+        if topic not in self.topics.partitions:
+            return RollPolicy(max_age_s=self.seal_age_s)
         mapping = self.topics.mapping(topic)
         roll = self.config.roll_policy(mapping)
         if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
-            roll = RollConfig(max_age=GROUP_COMMIT_S).apply(roll)
-        index = mapping.index.policy()
-        rollups = mapping.rollup_policies()
-        watermark = (
-            self.writer.acquire(topic, partition, roll=roll, index=index, rollups=rollups) or 0
-        )
+            roll = RollConfig(max_age=self.seal_age_s).apply(roll)
+        return roll
+
+    def _acquire(self, topic: str, partition: int) -> ProducedPartition:
+        mapping = self.topics.mapping(topic)
+        watermark = self._own(topic, partition)
         decoder = decoder_for(mapping, self.config.schema_registry)
         stored = self.store.manifest.schemas(topic)
         if stored:
@@ -138,7 +180,7 @@ class ProduceSink(WriterListener):
             decoder,
             watermark,
             self.store.manifest.producer_states(topic, partition),
-            roll.max_age_s,
+            self._roll(topic).max_age_s,
         )
         self.partitions[(topic, partition)] = state
         return state
@@ -146,16 +188,14 @@ class ProduceSink(WriterListener):
     def _dead_letters(self, topic: str, partition: int) -> ProducedPartition:
         found = self.partitions.get((topic, partition))
         if found is None:
-            watermark = self.writer.acquire(
-                topic, partition, roll=RollPolicy(max_age_s=GROUP_COMMIT_S)
-            )
+            watermark = self._own(topic, partition)
             mapping = self.topics.mapping(topic)
             found = ProducedPartition(
                 topic,
                 partition,
                 mapping,
                 decoder_for(mapping, self.config.schema_registry),
-                watermark or 0,
+                watermark,
                 {},
             )
             self.partitions[(topic, partition)] = found
@@ -189,7 +229,9 @@ class ProduceSink(WriterListener):
         self, topic: str, partition: int, batch: ProducedBatch, *, urgent: bool = False
     ) -> Outcome:
         """Land one batch; raises ThrottledError (nothing done) when the writer cannot take
-        it now. `urgent`: the producer waits for durability (acks=all), so seal at once."""
+        it now. `urgent`: the producer waits for durability (acks=all), so with durability:
+        segment seal at once (the journal makes it durable without a seal)."""
+        urgent = urgent and not self.journaled
         state = self.partitions[(topic, partition)]
         if state.stalled:
             raise ThrottledError(topic, partition, "earlier records are still waiting")
@@ -298,7 +340,7 @@ class ProduceSink(WriterListener):
                 urgent = pending.source.urgent
                 appends.append(Append(dlq.topic, dlq.partition, (rows,), urgent=urgent))
             try:
-                self.writer.append_group(appends)
+                seq = self.writer.append_group(appends)
             except BackpressureError as exc:
                 if state.landed is None:
                     state.landed = self.loop.create_future()
@@ -312,6 +354,10 @@ class ProduceSink(WriterListener):
                 return state.landed
             if letters is not None:
                 letters.dlq.reserve(len(letters.poison))
+            if seq is not None:
+                end = pending.source.advance_to
+                assert end is not None
+                self._unjournaled.append((seq, state, end))
             state.stalled.pop(0)
         landed, state.landed = state.landed, None
         if landed is None:
@@ -358,6 +404,16 @@ class ProduceSink(WriterListener):
 
     def on_capacity(self) -> None:
         self._call(self._capacity_freed)
+
+    def on_journaled(self, seq: int) -> None:
+        self._call(self._journaled, seq)
+
+    def _journaled(self, seq: int) -> None:
+        """Groups up to `seq` are durable: answer the acks=all requests waiting for them."""
+        waiting = self._unjournaled
+        while waiting and waiting[0][0] <= seq:
+            _, state, end = waiting.popleft()
+            state.reached(end)
 
     def _capacity_freed(self) -> None:
         self._capacity.set()

@@ -64,6 +64,35 @@ def kafka_api_families(snapshots: list[dict[str, Any]]) -> Iterator[Metric]:
         "Producer connections open now.",
         value=sum(int(body.get("connections") or 0) for body in listeners if body),
     )
+    yield from _journal_families([body.get("journal") or {} for body in listeners])
+
+
+_JOURNAL_TOTALS = {
+    "syncs": "Journal writes synced to disk (each answers every acks=all request it holds).",
+    "bytes_written": "Bytes written to the journal.",
+    "write_failures": "Journal writes or syncs that failed and were retried in a new file; "
+    "acks=all requests wait meanwhile.",
+}
+_JOURNAL_GAUGES = {
+    "disk_bytes": "Bytes of the journal's files on disk (groups not sealed yet, and the file "
+    "being written).",
+    "backlog_bytes": "Bytes appended to the journal and not synced yet.",
+}
+
+
+def _journal_families(journals: list[dict[str, Any]]) -> Iterator[Metric]:
+    for name, help_text in _JOURNAL_TOTALS.items():
+        yield CounterMetricFamily(
+            f"plateau_kafka_api_journal_{name}",
+            help_text,
+            value=sum(float(j.get(name) or 0) for j in journals),
+        )
+    for name, help_text in _JOURNAL_GAUGES.items():
+        yield GaugeMetricFamily(
+            f"plateau_kafka_api_journal_{name}",
+            help_text,
+            value=sum(float(j.get(name) or 0) for j in journals),
+        )
 
 
 def poison_counts(snapshots: list[dict[str, Any]]) -> Iterator[tuple[tuple[str, str], int]]:

@@ -213,8 +213,17 @@ def render(document: dict[str, Any], as_json: bool) -> str:
 def _listener_line(body: dict[str, Any]) -> str:
     records = sum(int(n) for n in (body.get("records") or {}).values())
     errors = sum(int(n) for n in (body.get("errors") or {}).values())
-    return (
+    line = (
         f"kafka api {body.get('listen', '?')}: {body.get('connections', 0)} connections, "
         f"{records} records taken, {errors} error answers, "
         f"{body.get('throttled_requests', 0)} throttled, {body.get('duplicates', 0)} duplicates"
     )
+    journal = body.get("journal")
+    if journal:
+        line += (
+            f"; journal {int(journal.get('disk_bytes') or 0):,} bytes in "
+            f"{journal.get('files', 0)} files, {journal.get('write_failures', 0)} failed writes"
+        )
+        if journal.get("last_error"):
+            line += f" (last: {journal['last_error']})"
+    return line

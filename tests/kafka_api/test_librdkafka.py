@@ -7,9 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
+from plateau_core.journal import JOURNAL_DIR, SUFFIX
+from plateau_core.journal_codec import read_file
 from tests.kafka_api.support import api_config, listening, stored
 
 N = 3000
@@ -74,14 +77,45 @@ def test_acknowledged_records_land_exactly_once(tmp_path: Path, settings: dict[s
         assert offsets == list(range(len(offsets)))
 
 
-def test_acks_all_answers_only_sealed_records(tmp_path: Path) -> None:
-    """With acks=all a delivery report means the records are in the manifest already: the
-    store reads them while the listener still runs."""
-    config = api_config(tmp_path / "store")
+def test_acks_all_answers_only_sealed_records_with_segment_durability(tmp_path: Path) -> None:
+    """With durability: segment, a delivery report means the records are in the manifest
+    already: the store reads them while the listener still runs."""
+    config = api_config(tmp_path / "store", durability="segment")
     with listening(config) as (_server, bootstrap):
         delivered = produce(bootstrap, "events", {"acks": "all"}, count=500)
         table = stored(tmp_path / "store", "events")
         assert table.num_rows == len(delivered)
+
+
+def journaled_keys(data_dir: Path) -> list[bytes]:
+    """The keys of every record in the journal's files, read as a restart would."""
+    keys: list[bytes] = []
+    for path in sorted((data_dir / JOURNAL_DIR).glob(f"*{SUFFIX}")):
+        read = read_file(pa.py_buffer(path.read_bytes()), path.name)
+        for group in read.groups:
+            for append in group.appends:
+                for batch in append.batches:
+                    keys += batch.column("key").to_pylist()
+    return keys
+
+
+def test_acks_all_answers_only_journaled_records(tmp_path: Path) -> None:
+    """With the journal (the default), a delivery report means the records are in its synced
+    files already; they become queryable once sealed, within the topic's roll.max_age."""
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 2, "roll": {"max_age": "2s"}}],
+    )
+    with listening(config) as (_server, bootstrap):
+        delivered = produce(bootstrap, "events", {"acks": "all"}, count=500)
+        acked = time.monotonic()
+        keys = journaled_keys(tmp_path / "store")
+        assert sorted(keys) == sorted(m.key() for m in delivered)
+        while stored(tmp_path / "store", "events").num_rows < len(delivered):
+            assert time.monotonic() - acked < 20, "the journaled records were not sealed"
+            time.sleep(0.1)
+    # A clean stop seals everything and leaves no journal to replay.
+    assert journaled_keys(tmp_path / "store") == []
 
 
 def test_acks_0_lands_without_answers(tmp_path: Path) -> None:

@@ -276,23 +276,34 @@ def test_an_idempotent_batch_of_only_poison_keeps_the_sequence_across_a_restart(
         assert store.read("j").to_table().column("n").to_pylist() == [1, 4]
 
 
-def test_a_seal_slower_than_the_request_timeout_is_answered_request_timed_out(
-    tmp_path: Path,
+@pytest.mark.parametrize("durability", ["journal", "segment"])
+def test_a_write_slower_than_the_request_timeout_is_answered_request_timed_out(
+    tmp_path: Path, durability: str
 ) -> None:
-    """acks=all waits for the seal at most the request's timeout; the records still land,
-    and the partition goes on handing out offsets after them."""
-    config = api_config(tmp_path / "store")
+    """acks=all waits for the journal's sync (or the seal) at most the request's timeout;
+    the records still land, and the partition goes on handing out offsets after them."""
+    config = api_config(tmp_path / "store", durability=durability)
     with listening(config) as (server, bootstrap):
         assert server.sink is not None
         writer = server.sink.writer
-        real = writer._write_segment
         released = threading.Event()
+        if durability == "segment":
+            real = writer._write_segment
 
-        def held(*args: Any, **kwargs: Any) -> Any:
-            released.wait(30)
-            return real(*args, **kwargs)
+            def held(*args: Any, **kwargs: Any) -> Any:
+                released.wait(30)
+                return real(*args, **kwargs)
 
-        writer._write_segment = held
+            writer._write_segment = held
+        else:
+            assert writer.journal is not None
+            flush = writer.journal._flush
+
+            def held_flush(*args: Any, **kwargs: Any) -> Any:
+                released.wait(30)
+                return flush(*args, **kwargs)
+
+            writer.journal._flush = held_flush  # type: ignore[method-assign]
         client = RawClient(bootstrap)
         body = produce_body("events", 0, record_batch([b"a", b"b"]))
         body["timeout"] = 300

@@ -62,6 +62,9 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.sealing": 4,
     "plateau_core.seal_groups": 4,
     "plateau_core.admission": 4,
+    # the journal: append groups synced before they are sealed
+    "plateau_core.journal_codec": 4,
+    "plateau_core.journal": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
     "plateau_core.top_by_time": 4,
@@ -72,6 +75,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.consolidate": 5,
     "plateau_core.rebuild": 5,
     "plateau_core.writer": 6,
+    "plateau_core.journal_replay": 6,
     # the facade
     "plateau_core.store": 7,
 }

@@ -51,6 +51,13 @@ def _listener_file(data_dir: Path, run: str) -> None:
                 "throttled_bytes": 400,
                 "throttle_seconds": 0.5,
                 "duplicates": 1,
+                "journal": {
+                    "syncs": 5,
+                    "bytes_written": 9000,
+                    "write_failures": 1,
+                    "disk_bytes": 4096,
+                    "backlog_bytes": 0,
+                },
             },
         }
     )
@@ -155,6 +162,9 @@ def test_collector_figures(exported: dict[str, Metric]) -> None:
     assert _sample(exported, "plateau_kafka_api_records_total", topic="p") == 70
     assert _sample(exported, "plateau_kafka_api_throttled_requests_total") == 4
     assert _sample(exported, "plateau_kafka_api_connections") == 2
+    assert _sample(exported, "plateau_kafka_api_journal_syncs_total") == 5
+    assert _sample(exported, "plateau_kafka_api_journal_write_failures_total") == 1
+    assert _sample(exported, "plateau_kafka_api_journal_disk_bytes") == 4096
     assert _sample(exported, "plateau_poison_records_total", topic="p", action="skip") == 3
 
 

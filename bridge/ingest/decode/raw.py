@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from bridge.ingest.decode.common import Decoded
-from bridge.ingest.records import VALUE, Kept, kept_columns
+from bridge.ingest.records import ENVELOPE, VALUE, Kept, kept_columns
 
 
 class RawDecoder:
@@ -18,6 +18,9 @@ class RawDecoder:
     def decode(self, records: pa.RecordBatch) -> Decoded:
         if records.num_rows == 0:
             return Decoded()
+        if self.kept.key and self.kept.headers and records.schema.equals(ENVELOPE):
+            # The envelope is already the row: nothing to build (the produce path's case).
+            return Decoded(batches=[records])
         columns = kept_columns(records, self.kept)
         columns[VALUE] = records.column(VALUE)
         return Decoded(batches=[pa.RecordBatch.from_pydict(columns)])

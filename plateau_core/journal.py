@@ -1,0 +1,305 @@
+"""The journal: a writer's append groups, written in order to one file at a time and synced,
+so that records are durable before they are sealed. The Kafka API answers acks=all from it:
+one small sequential write and one data sync per round of produce requests, instead of a
+sealed segment file per partition and a manifest commit (docs/benchmarks.md).
+
+Groups get consecutive sequence numbers. A thread writes what was appended since its last
+round and syncs it, then reports the highest number now durable (`notify`). Once the writer
+has sealed every group below some number it calls `release`, and files holding only those
+groups are deleted. After a crash, the groups of the files left are read back in order
+(`recovered`) and replayed into the writer, which seals them before taking new appends.
+
+A file that ends in a torn frame (the crash came mid-write) is read up to it: nothing in a
+torn frame was acknowledged, since a group counts as durable only once synced whole. A gap
+in the sequence numbers, though, is a group that was written and cannot be read: that stops
+the start (JournalCorruptError) rather than going on without it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import structlog
+
+from plateau_core.journal_codec import (
+    MAGIC,
+    Chunk,
+    Encoded,
+    FileRead,
+    Group,
+    SchemaIds,
+    encode_group,
+    encode_schema,
+    groups_in_order,
+    read_file,
+)
+from plateau_core.partition_lock import PartitionLock
+from plateau_core.policies import MiB
+from plateau_core.slog import Append, Prepared
+
+log = structlog.get_logger(__name__)
+
+JOURNAL_DIR = "journal"
+SUFFIX = ".journal"
+FILE_BYTES = 16 * MiB  # a new file once the current one holds this much
+_IOV_MAX = 512  # chunks per writev, under the kernel's limit of 1024
+_RETRY_S = (0.05, 0.2, 1.0, 5.0)
+
+
+def journal_name(first_seq: int) -> str:
+    return f"{first_seq:020d}{SUFFIX}"
+
+
+class Journal:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        fsync: bool = True,
+        file_bytes: int = FILE_BYTES,
+        lock_timeout_s: float = 30.0,
+    ) -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self.file_bytes = file_bytes
+        self._lock = PartitionLock.acquire(directory, lock_timeout_s)
+        self.notify: Callable[[int], None] = _ignore
+        self._ids = SchemaIds()
+        self._cond = threading.Condition()
+        self._pending: list[Encoded] = []
+        self.backlog_bytes = 0  # appended, not yet durable
+        self._files: list[tuple[int, Path]] = []  # written by this journal, oldest first
+        self._fd: int | None = None
+        self._size = 0
+        self._file_schemas: set[int] = set()
+        self._closing = False
+        self._failures = 0
+        self.last_error: str | None = None
+        # Totals since start, for status and /metrics.
+        self.syncs = 0
+        self.write_failures = 0
+        self.bytes_written = 0
+        old = sorted(p for p in directory.iterdir() if p.name.endswith(SUFFIX))
+        self._recovered_files = old
+        self._reads = [(p.name, _read(p)) for p in old]
+        seqs = [g.seq for _, read in self._reads for g in read.groups]
+        named = [int(p.name.removesuffix(SUFFIX)) for p in old if _numbered(p)]
+        self.next_seq = max([*seqs, *(n - 1 for n in named), -1]) + 1
+        self.durable_seq = self.next_seq - 1
+        self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
+        self._thread.start()
+
+    # --- after a crash ------------------------------------------------------------------------
+
+    def recovered(self) -> Iterator[Group]:
+        """The groups the files present at start hold, in order (see the module's rules)."""
+        for name, read in self._reads:
+            if read.torn_at is not None:
+                log.warning(
+                    "journal_tail_discarded",
+                    file=name,
+                    at_byte=read.torn_at,
+                    reason=read.torn_reason,
+                    groups_read=len(read.groups),
+                )
+        return groups_in_order(self._reads)
+
+    def forget_recovered(self) -> None:
+        """Everything `recovered` returned is sealed: delete the files it came from."""
+        for path in self._recovered_files:
+            path.unlink(missing_ok=True)
+        self._recovered_files, self._reads = [], []
+        _sync_dir(self.directory, self.fsync)
+
+    # --- appends ------------------------------------------------------------------------------
+
+    def append(self, appends: Sequence[Append], prepared: Sequence[Sequence[Prepared]]) -> int:
+        """Queue one group for the next write; returns its sequence number. The caller keeps
+        groups of a partition in its order of appending (the writer holds its lock)."""
+        with self._cond:
+            encoded = encode_group(self.next_seq, appends, prepared, self._ids)
+            self.next_seq += 1
+            self._pending.append(encoded)
+            self.backlog_bytes += encoded.nbytes
+            self._cond.notify()
+        return encoded.seq
+
+    def release(self, below: int) -> None:
+        """Every group numbered below `below` is sealed: delete the files holding only such
+        groups (never the file being written)."""
+        doomed: list[Path] = []
+        with self._cond:
+            while len(self._files) > 1 and self._files[1][0] <= below:
+                doomed.append(self._files.pop(0)[1])
+        for path in doomed:
+            path.unlink(missing_ok=True)
+            log.debug("journal_file_released", file=path.name, below=below)
+
+    def snapshot(self) -> dict[str, object]:
+        """Figures for status and /metrics."""
+        with self._cond:
+            paths = [p for _, p in self._files]
+            found: dict[str, object] = {
+                "durable_seq": self.durable_seq,
+                "backlog_bytes": self.backlog_bytes,
+                "syncs": self.syncs,
+                "bytes_written": self.bytes_written,
+                "write_failures": self.write_failures,
+                "last_error": self.last_error,
+            }
+        found["files"] = len(paths)
+        found["disk_bytes"] = sum(p.stat().st_size for p in paths if p.exists())
+        return found
+
+    def close(self, *, everything_sealed: bool) -> None:
+        """Write what is queued and stop; with everything sealed, no file is needed again."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout=60)
+        self._close_file()
+        if everything_sealed and not self._pending:
+            for _, path in self._files:
+                path.unlink(missing_ok=True)
+            self._files = []
+            _sync_dir(self.directory, self.fsync)
+        self._lock.release()
+
+    # --- the journal thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                batch = self._pending
+                self._pending = []
+            try:
+                self._write(batch)
+            except OSError as exc:
+                self._failed(batch, exc)
+                continue
+            nbytes = sum(e.nbytes for e in batch)
+            with self._cond:
+                self.backlog_bytes -= nbytes
+                self.durable_seq = batch[-1].seq
+                self._failures = 0
+                self.last_error = None
+                self.syncs += 1
+                self.bytes_written += nbytes
+            self.notify(batch[-1].seq)
+
+    def _write(self, batch: list[Encoded]) -> None:
+        chunks: list[Chunk] = []
+        for encoded in batch:
+            if self._fd is None or self._size >= self.file_bytes:
+                self._flush(chunks)
+                chunks = []
+                self._open_file(encoded.seq)
+            for number in encoded.schema_ids:
+                if number not in self._file_schemas:
+                    schema = encode_schema(number, self._ids.schemas[number])
+                    chunks.append(schema)
+                    self._size += len(schema)
+                    self._file_schemas.add(number)
+            chunks.extend(encoded.chunks)
+            self._size += encoded.nbytes
+        self._flush(chunks)
+
+    def _flush(self, chunks: list[Chunk]) -> None:
+        if not chunks:
+            return
+        assert self._fd is not None
+        _write_all(self._fd, chunks)
+        if self.fsync:
+            os.fdatasync(self._fd)
+
+    def _open_file(self, first_seq: int) -> None:
+        self._close_file()
+        path = self.directory / journal_name(first_seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            _write_all(fd, [MAGIC])
+            if self.fsync:
+                os.fsync(fd)
+            _sync_dir(self.directory, self.fsync)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._size, self._file_schemas = fd, len(MAGIC), set()
+        with self._cond:
+            # Rewritten after a failure under the same first group: one file, listed once.
+            if not self._files or self._files[-1][1] != path:
+                self._files.append((first_seq, path))
+
+    def _close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _failed(self, batch: list[Encoded], exc: OSError) -> None:
+        """A write or sync failed: what it held is not durable. After a failed sync the
+        kernel may have dropped the dirty pages and a second sync can report success, so the
+        groups are written again, whole, to a new file (a reader skips the copies)."""
+        self._failures += 1
+        self.write_failures += 1
+        delay = _RETRY_S[min(self._failures, len(_RETRY_S)) - 1]
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        log.error(
+            "journal_write_failed",
+            first_seq=batch[0].seq,
+            last_seq=batch[-1].seq,
+            error=self.last_error,
+            retry_in_s=delay,
+        )
+        self._close_file()
+        with self._cond:
+            self._pending = batch + self._pending
+        time.sleep(delay)
+
+
+def _ignore(_seq: int) -> None:
+    """No one to tell (a journal nobody listens to, as in tests of the file format)."""
+
+
+def _numbered(path: Path) -> bool:
+    stem = path.name.removesuffix(SUFFIX)
+    return len(stem) == 20 and stem.isdigit()
+
+
+def _read(path: Path) -> FileRead:
+    # Read whole (a file is at most a few FILE_BYTES): the batches replayed from it point
+    # into this buffer, which must outlive any file handle.
+    return read_file(pa.py_buffer(path.read_bytes()), path.name)
+
+
+def _write_all(fd: int, chunks: Sequence[Chunk]) -> None:
+    """writev until every chunk is written (a write may take only part of them)."""
+    views: list[memoryview] = [v for v in (memoryview(c) for c in chunks) if v.nbytes]
+    first = 0
+    while first < len(views):
+        written = os.writev(fd, views[first : first + _IOV_MAX])
+        while written:
+            size = views[first].nbytes
+            if written < size:
+                views[first] = views[first][written:]
+                break
+            written -= size
+            first += 1
+
+
+def _sync_dir(directory: Path, fsync: bool) -> None:
+    if not fsync:
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

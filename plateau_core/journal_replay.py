@@ -1,0 +1,111 @@
+"""Replaying a journal after a crash: the groups it holds that the manifest does not are
+appended to the writer again, with the offsets and producer batches they had, and sealed
+before anything new is taken. A group sealed already (every partition's watermark is past
+it) is passed over, so a replay cut short by another crash is simply done again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from plateau_core.errors import BackpressureError
+from plateau_core.journal_codec import JournalCorruptError
+from plateau_core.listener import TopicPartition
+from plateau_core.schema import OFFSET
+from plateau_core.slog import Append
+from plateau_core.writer import Writer
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class _Replayed:
+    start_offset: int
+    end_offset: int
+    records: int = 0
+    groups: int = 0
+
+
+def replay(
+    writer: Writer, acquire: Callable[[str, int], object], *, timeout_s: float = 300.0
+) -> int:
+    """Append the journal's unsealed groups to `writer` again and seal them; returns how many
+    records that was. `acquire(topic, partition)` makes the writer own a partition a group
+    names that it does not own yet. Raises JournalCorruptError when the journal cannot be
+    read back whole, or a group overlaps what is sealed (then the manifest and the journal
+    disagree, and neither is changed)."""
+    journal = writer.journal
+    if journal is None:
+        return 0
+    owned = set(writer.owned())
+    replayed: dict[TopicPartition, _Replayed] = {}
+    started = time.monotonic()
+    for group in journal.recovered():
+        kept: list[Append] = []
+        for append in group.appends:
+            key = (append.topic, append.partition)
+            if key not in owned:
+                acquire(*key)
+                owned.add(key)
+            span = _unsealed(append, writer.next_offset(*key), group.seq)
+            if span is None:
+                continue
+            kept.append(append)
+            found = replayed.setdefault(key, _Replayed(*span))
+            found.end_offset = span[1]
+            found.records += sum(b.num_rows for b in append.batches)
+            found.groups += 1
+        if kept:
+            _append(writer, kept, timeout_s)
+    writer.flush(timeout_s=timeout_s)
+    journal.forget_recovered()
+    for (topic, partition), found in sorted(replayed.items()):
+        log.info(
+            "journal_replayed",
+            topic=topic,
+            partition=partition,
+            start_offset=found.start_offset,
+            end_offset=found.end_offset,
+            records=found.records,
+            groups=found.groups,
+        )
+    total = sum(r.records for r in replayed.values())
+    if replayed:
+        log.info(
+            "journal_recovered",
+            partitions=len(replayed),
+            records=total,
+            seconds=round(time.monotonic() - started, 3),
+        )
+    return total
+
+
+def _unsealed(append: Append, next_offset: int, seq: int) -> tuple[int, int] | None:
+    """[start, end) of the offsets `append` covers when they are not sealed yet, else None."""
+    batches = [b for b in append.batches if b.num_rows]
+    first = batches[0].column(OFFSET)[0].as_py() if batches else None
+    end = batches[-1].column(OFFSET)[batches[-1].num_rows - 1].as_py() + 1 if batches else 0
+    if append.advance_to is not None:
+        end = max(end, append.advance_to)
+    if end <= next_offset:
+        return None
+    if first is not None and first < next_offset:
+        raise JournalCorruptError(
+            f"journal group {seq} holds {append.topic}[{append.partition}] offsets "
+            f"{first}..{end - 1}, across its sealed watermark {next_offset}: the manifest and "
+            "the journal disagree"
+        )
+    return (first if first is not None else next_offset), end
+
+
+def _append(writer: Writer, appends: list[Append], timeout_s: float) -> None:
+    try:
+        writer.append_group(appends, journal=False)
+    except BackpressureError:
+        # More unsealed records than the memory budget holds at once: seal, then go on.
+        writer.flush(timeout_s=timeout_s)
+        writer.append_group(appends, journal=False)

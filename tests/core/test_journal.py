@@ -1,0 +1,302 @@
+"""The journal: groups written, synced and read back after a restart; a torn tail is dropped,
+a missing group stops the start; files go once their groups are sealed; and a writer with a
+journal replays what it had not sealed."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from structlog.testing import capture_logs
+
+from plateau_core import Append, RollPolicy, Store, WriterPolicy
+from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal
+from plateau_core.journal_codec import JournalCorruptError
+from plateau_core.journal_replay import replay
+from plateau_core.listener import WriterListener
+from plateau_core.producers import ProducerBatch
+from plateau_core.schema import normalized
+from plateau_core.slog import Prepared
+from tests.support import batch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def prepared(appends: Sequence[Append]) -> list[list[Prepared]]:
+    return [[Prepared(b, f, b.nbytes) for b, f in map(normalized, a.batches)] for a in appends]
+
+
+def write(journal: Journal, groups: Sequence[Sequence[Append]]) -> list[int]:
+    """Append the groups and wait until the last is durable; returns their numbers."""
+    seqs = [journal.append(g, prepared(g)) for g in groups]
+    deadline = time.monotonic() + 10
+    while journal.durable_seq < seqs[-1]:
+        assert time.monotonic() < deadline, "the journal did not sync"
+        time.sleep(0.005)
+    return seqs
+
+
+def group(partition: int, start: int, rows: int = 3, **extra: object) -> list[Append]:
+    return [Append("t", partition, (batch(range(start, start + rows)),), **extra)]  # type: ignore[arg-type]
+
+
+def files(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"*{SUFFIX}"))
+
+
+def test_groups_read_back_after_a_restart_as_they_were_written(tmp_path: Path) -> None:
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory)
+    producer = ProducerBatch(7, 1, 10, 12, 3)
+    wide = batch(range(6, 8), extra={"level": pa.array(["info", "warn"])})  # a second schema
+    written = [
+        group(0, 0),
+        [
+            Append("t", 1, (batch(range(3, 6)),), producer, 6),
+            Append("t-dlq", 1, (batch(range(0, 1)),)),
+        ],
+        [Append("t", 1, (wide,))],
+        [Append("t", 2, advance_to=40)],  # a watermark move alone
+    ]
+    assert write(journal, written) == [0, 1, 2, 3]
+    journal.close(everything_sealed=False)
+
+    again = Journal(directory)
+    read = list(again.recovered())
+    assert [g.seq for g in read] == [0, 1, 2, 3]
+    for got, want in zip(read, written, strict=True):
+        assert [(a.topic, a.partition, a.producer, a.advance_to) for a in got.appends] == [
+            (a.topic, a.partition, a.producer, a.advance_to) for a in want
+        ]
+        for a, b in zip(got.appends, want, strict=True):
+            assert [x.to_pylist() for x in a.batches] == [
+                normalized(x)[0].to_pylist() for x in b.batches
+            ]
+    assert read[2].appends[0].batches[0].schema.names[-1] == "level"
+    assert again.next_seq == 4  # numbering goes on after the groups read
+    again.forget_recovered()
+    assert files(directory) == []
+    again.close(everything_sealed=True)
+
+
+def test_a_torn_tail_is_dropped_and_said(tmp_path: Path) -> None:
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory)
+    write(journal, [group(0, 0), group(0, 3), group(0, 6)])
+    journal.close(everything_sealed=False)
+    (path,) = files(directory)
+    data = path.read_bytes()
+    path.write_bytes(data[:-20])  # the last frame cut short, as a crash mid-write leaves it
+
+    with capture_logs() as logs:
+        read = list(Journal(directory).recovered())
+    assert [g.seq for g in read] == [0, 1]
+    (event,) = [e for e in logs if e["event"] == "journal_tail_discarded"]
+    assert event["file"] == path.name and event["groups_read"] == 2
+
+
+def test_a_group_missing_between_files_stops_the_start(tmp_path: Path) -> None:
+    """A damaged frame followed by later groups: those before it were acknowledged and
+    cannot be read, so going on would lose them."""
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory, file_bytes=1)  # a new file for every round of writes
+    for start in (0, 3, 6):
+        write(journal, [group(0, start)])
+    journal.close(everything_sealed=False)
+    first, second, _third = files(directory)
+    damaged = bytearray(second.read_bytes())
+    damaged[-5] ^= 0xFF  # the checksum no longer matches
+    second.write_bytes(bytes(damaged))
+
+    with pytest.raises(JournalCorruptError, match=r"groups 1\.\.1 are missing"):
+        list(Journal(directory).recovered())
+    assert first.exists()  # nothing is deleted on the way out
+
+
+def test_a_group_written_twice_is_read_once(tmp_path: Path) -> None:
+    """After a failed sync the journal writes the groups again in a new file."""
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory)
+    write(journal, [group(0, 0), group(0, 3)])
+    journal.close(everything_sealed=False)
+    (path,) = files(directory)
+    copy = directory / f"{1:020d}{SUFFIX}"
+    copy.write_bytes(path.read_bytes())  # groups 0 and 1 again, in a later file
+    read = list(Journal(directory).recovered())
+    assert [g.seq for g in read] == [0, 1]
+
+
+def test_a_failed_sync_writes_the_groups_again_to_a_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory)
+    write(journal, [group(0, 0)])
+    real = journal._flush
+    failures = [OSError(5, "Input/output error")]
+
+    def flaky(chunks: list[object]) -> None:
+        real(chunks)  # type: ignore[arg-type]
+        if failures:
+            raise failures.pop()
+
+    journal._flush = flaky  # type: ignore[method-assign,assignment]
+    with capture_logs() as logs:
+        write(journal, [group(0, 3), group(0, 6)])
+    assert [e["event"] for e in logs].count("journal_write_failed") == 1
+    journal.close(everything_sealed=False)
+    assert len(files(directory)) == 2
+    assert [g.seq for g in Journal(directory).recovered()] == [0, 1, 2]
+
+
+def test_files_go_once_their_groups_are_sealed(tmp_path: Path) -> None:
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory, file_bytes=1)
+    for start in range(0, 12, 3):
+        write(journal, [group(0, start)])
+    assert len(files(directory)) == 4
+    journal.release(2)  # groups 0 and 1 sealed
+    assert [p.name for p in files(directory)] == [f"{n:020d}{SUFFIX}" for n in (2, 3)]
+    journal.release(100)  # the file being written stays
+    assert [p.name for p in files(directory)] == [f"{3:020d}{SUFFIX}"]
+    journal.close(everything_sealed=True)
+    assert files(directory) == []
+
+
+def test_one_journal_per_folder(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / JOURNAL_DIR)
+    try:
+        with pytest.raises(Exception, match="owned by another writer"):
+            Journal(tmp_path / JOURNAL_DIR, lock_timeout_s=0.1)
+    finally:
+        journal.close(everything_sealed=True)
+
+
+class Journaled(WriterListener):
+    def __init__(self) -> None:
+        self.durable = -1
+        self.changed = threading.Condition()
+
+    def on_journaled(self, seq: int) -> None:
+        with self.changed:
+            self.durable = seq
+            self.changed.notify_all()
+
+    def wait(self, seq: int) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.durable >= seq, 10)
+
+
+def test_a_writer_replays_what_it_had_not_sealed(tmp_path: Path) -> None:
+    """Groups journaled and never sealed (the process died) are appended again on the next
+    start, with their offsets and producer batches, and sealed before anything new."""
+    store = Store.open(tmp_path / "data")
+    listener = Journaled()
+    writer = store.writer(WriterPolicy(tick_s=0.01), listener, journal=True)
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+    writer.acquire("t", 1, roll=RollPolicy(max_age_s=3600))
+    writer.acquire("dlq", 0, roll=RollPolicy(max_age_s=3600))
+    writer.append_group([Append("t", 0, (batch(range(0, 5)),))])
+    writer.flush()  # sealed: not replayed
+    producer = ProducerBatch(3, 0, 0, 4, 5)
+    writer.append_group([Append("t", 0, (batch(range(5, 10)),), producer, 10)])
+    seq = writer.append_group(
+        [Append("t", 1, (batch(range(0, 2)),), advance_to=4), Append("dlq", 0, (batch([0]),))]
+    )
+    assert seq is not None
+    listener.wait(seq)
+    # A crash: the files stay, nothing is sealed or released, the locks go with the process.
+    assert writer.journal is not None
+    writer.journal.close(everything_sealed=False)
+    writer._closed = True  # stop its threads without sealing
+    for lock in writer._locks.values():
+        lock.release()
+    store.close()
+
+    store = Store.open(tmp_path / "data")
+    writer = store.writer(WriterPolicy(tick_s=0.01), journal=True)
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+    writer.acquire("t", 1, roll=RollPolicy(max_age_s=3600))
+    acquired: list[tuple[str, int]] = []
+
+    def acquire(topic: str, partition: int) -> None:
+        acquired.append((topic, partition))
+        writer.acquire(topic, partition)
+
+    with capture_logs() as logs:
+        assert replay(writer, acquire) == 5 + 2 + 1
+    assert acquired == [("dlq", 0)]
+    assert store.manifest.watermark("t", 0) == 10
+    assert store.manifest.watermark("t", 1) == 4  # the advance over offsets 2 and 3
+    assert store.manifest.watermark("dlq", 0) == 1
+    states = store.manifest.producer_states("t", 0)
+    assert states[3].batches[-1] == producer
+    assert store.read("t", partitions=[0]).to_table().column("offset").to_pylist() == list(
+        range(10)
+    )
+    events = {(e["topic"], e["partition"]): e for e in logs if e["event"] == "journal_replayed"}
+    assert events[("t", 0)]["start_offset"] == 5 and events[("t", 0)]["end_offset"] == 10
+    assert files(tmp_path / "data" / JOURNAL_DIR) == []
+    # Numbering goes on after what was read, and a clean close leaves no journal.
+    assert writer.append_group([Append("t", 0, (batch(range(10, 12)),))]) == seq + 1
+    writer.close()
+    assert files(tmp_path / "data" / JOURNAL_DIR) == []
+    store.close()
+
+
+def test_kill_9_loses_no_journaled_group_and_stores_none_twice(tmp_path: Path) -> None:
+    """A writer appending groups (rows to one partition, a record to another) is killed at
+    random moments and started again: every group it reported durable is in the store
+    after the replay, both of its partitions, and the offsets run without a gap or a
+    repeat."""
+    rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "5")))
+    data_dir = tmp_path / "data"
+    acked = (0, 0)
+    for _ in range(4):
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.core.journal_writer", str(data_dir)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+            deadline = time.monotonic() + rng.uniform(0.3, 1.0)
+            while time.monotonic() < deadline:
+                line = child.stdout.readline().split()
+                if line and line[0] == "acked":
+                    acked = (int(line[1]), int(line[2]))
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=10)
+        # What the next start finds: the replay runs in the next child; check after it.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.core.journal_writer", str(data_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"  # replayed and sealed by now
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    assert acked[0] > 0, "nothing was acknowledged: the test means nothing"
+    with Store.open(data_dir) as store:
+        for topic, at_least in (("main", acked[0]), ("side", acked[1])):
+            offsets = store.read(topic, partitions=[0]).to_table().column("offset").to_pylist()
+            assert offsets == list(range(len(offsets))), f"{topic}: a gap or a repeat"
+            assert len(offsets) >= at_least, f"{topic}: acknowledged records lost"
