@@ -86,6 +86,10 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
     monitor.start()
     if endpoint is not None:
         endpoint.start()
+    if listener is not None:
+        # The listener keeps objects per produced batch until its seal, as a worker does
+        # per record (measured with 128-byte records: 1.1 s of 2.2 s in full collections).
+        tune_gc()
     consuming = bool(config.consumed)
     log.info(
         "serve_started",

@@ -1,6 +1,7 @@
-"""Fuzz target for the Kafka API's parsers: request frames (kio's entities) and record
-batches (aiokafka's reader). Each may only answer with its own error types, which the
-listener turns into a closed connection or CORRUPT_MESSAGE; any other exception is a bug.
+"""Fuzz target for the Kafka API's parsers: request frames (kio's entities), record batches
+(aiokafka's reader) and the journal's files, read back after a crash. Each may only answer
+with its own error types (the listener turns the first two into a closed connection or
+CORRUPT_MESSAGE; the journal's stop the start with a message); any other exception is a bug.
 
 The test suite runs the same checks with hypothesis (tests/kafka_api/test_fuzz.py). For a
 longer, coverage-guided run:
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import zlib
 
+import pyarrow as pa
+
+import bridge.kafka_api.lazy_records  # noqa: F401 - registers the loader of produced batches
 from bridge.kafka_api.batches import (
     CorruptBatchError,
     UnsupportedFormatError,
@@ -21,6 +26,8 @@ from bridge.kafka_api.batches import (
     split_batches,
 )
 from bridge.kafka_api.protocol import ProtocolError, parse_request
+from plateau_core.journal_codec import FRAME, MAGIC, JournalCorruptError, read_file
+from plateau_core.lazy import UnknownLazyKindError
 
 
 def check_frame(frame: bytes) -> None:
@@ -36,11 +43,25 @@ def check_batches(data: bytes) -> None:
         pass
 
 
+def check_journal(data: bytes) -> None:
+    """A journal file's bytes after its header."""
+    with contextlib.suppress(JournalCorruptError, UnknownLazyKindError):
+        read_file(pa.py_buffer(MAGIC + data), "fuzz.journal")
+
+
+def check_journal_frame(body: bytes) -> None:
+    """Arbitrary bytes in a frame whose checksum matches: what the decoding must survive."""
+    check_journal(FRAME.pack(len(body), zlib.crc32(body)) + body)
+
+
+PARSERS = (check_frame, check_batches, check_journal, check_journal_frame)
+
+
 def one_input(data: bytes) -> None:
     if not data:
         return
-    # The first byte picks the parser, so one corpus serves both.
-    (check_frame if data[0] % 2 else check_batches)(data[1:])
+    # The first byte picks the parser, so one corpus serves all.
+    PARSERS[data[0] % len(PARSERS)](data[1:])
 
 
 def main() -> None:

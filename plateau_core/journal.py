@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import structlog
@@ -71,7 +72,9 @@ class Journal:
         self.notify: Callable[[int], None] = _ignore
         self._ids = SchemaIds()
         self._cond = threading.Condition()
-        self._pending: list[Encoded] = []
+        self._pending: list[_Queued] = []
+        self._retry: list[Encoded] = []  # written once, failed: written again, whole
+        self._retry_bytes = 0
         self.backlog_bytes = 0  # appended, not yet durable
         self._files: list[tuple[int, Path]] = []  # written by this journal, oldest first
         self._fd: int | None = None
@@ -120,14 +123,19 @@ class Journal:
 
     def append(self, appends: Sequence[Append], prepared: Sequence[Sequence[Prepared]]) -> int:
         """Queue one group for the next write; returns its sequence number. The caller keeps
-        groups of a partition in its order of appending (the writer holds its lock)."""
+        groups of a partition in its order of appending (the writer holds its lock).
+
+        The group is encoded by the journal's thread, not here: encoding checksums its bytes,
+        which lets go of the interpreter lock, and the appending thread (the listener) would
+        then wait for it back."""
+        nbytes = sum(p.nbytes for batches in prepared for p in batches)
         with self._cond:
-            encoded = encode_group(self.next_seq, appends, prepared, self._ids)
+            seq = self.next_seq
             self.next_seq += 1
-            self._pending.append(encoded)
-            self.backlog_bytes += encoded.nbytes
+            self._pending.append(_Queued(seq, appends, prepared, nbytes))
+            self.backlog_bytes += nbytes
             self._cond.notify()
-        return encoded.seq
+        return seq
 
     def release(self, below: int) -> None:
         """Every group numbered below `below` is sealed: delete the files holding only such
@@ -163,7 +171,7 @@ class Journal:
             self._cond.notify_all()
         self._thread.join(timeout=60)
         self._close_file()
-        if everything_sealed and not self._pending:
+        if everything_sealed and not self._pending and not self._retry:
             for _, path in self._files:
                 path.unlink(missing_ok=True)
             self._files = []
@@ -175,25 +183,31 @@ class Journal:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closing:
+                while not self._pending and not self._retry and not self._closing:
                     self._cond.wait()
-                if not self._pending:
+                if not self._pending and not self._retry:
                     return
-                batch = self._pending
+                queued = self._pending
                 self._pending = []
+            batch = self._retry + [
+                encode_group(q.seq, q.appends, q.prepared, self._ids) for q in queued
+            ]
+            owed = self._retry_bytes + sum(q.nbytes for q in queued)  # of the backlog
+            self._retry, self._retry_bytes = [], 0
             try:
                 self._write(batch)
             except OSError as exc:
+                self._retry, self._retry_bytes = batch, owed
                 self._failed(batch, exc)
                 continue
-            nbytes = sum(e.nbytes for e in batch)
+            written = sum(e.nbytes for e in batch)
             with self._cond:
-                self.backlog_bytes -= nbytes
+                self.backlog_bytes -= owed
                 self.durable_seq = batch[-1].seq
                 self._failures = 0
                 self.last_error = None
                 self.syncs += 1
-                self.bytes_written += nbytes
+                self.bytes_written += written
             self.notify(batch[-1].seq)
 
     def _write(self, batch: list[Encoded]) -> None:
@@ -260,9 +274,14 @@ class Journal:
             retry_in_s=delay,
         )
         self._close_file()
-        with self._cond:
-            self._pending = batch + self._pending
         time.sleep(delay)
+
+
+class _Queued(NamedTuple):
+    seq: int
+    appends: Sequence[Append]
+    prepared: Sequence[Sequence[Prepared]]
+    nbytes: int
 
 
 def _ignore(_seq: int) -> None:
@@ -282,17 +301,20 @@ def _read(path: Path) -> FileRead:
 
 def _write_all(fd: int, chunks: Sequence[Chunk]) -> None:
     """writev until every chunk is written (a write may take only part of them)."""
-    views: list[memoryview] = [v for v in (memoryview(c) for c in chunks) if v.nbytes]
-    first = 0
-    while first < len(views):
-        written = os.writev(fd, views[first : first + _IOV_MAX])
-        while written:
-            size = views[first].nbytes
-            if written < size:
-                views[first] = views[first][written:]
+    left: list[Chunk] = [c for c in chunks if len(c)]
+    while left:
+        part = left[:_IOV_MAX]
+        written = os.writev(fd, part)
+        done = 0
+        for chunk in part:
+            if written < len(chunk):
                 break
-            written -= size
-            first += 1
+            written -= len(chunk)
+            done += 1
+        left = left[done:]
+        if written:
+            # Part of a chunk went out: the rest of it goes next.
+            left[0] = memoryview(left[0])[written:]
 
 
 def _sync_dir(directory: Path, fsync: bool) -> None:

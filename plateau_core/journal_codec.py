@@ -7,8 +7,10 @@ A body is a schema (`KIND_SCHEMA | u32 id | Arrow IPC schema message`) or a grou
 `u16 topic length | topic | u32 partition | i64 advance_to (-1: none) | producer | u16
 batches | (u32 schema id | u32 length | Arrow IPC record batch message)...`, and the producer
 `u8 present | i64 id | i16 epoch | i32 first sequence | i32 last sequence | i64 base
-offset`. Little-endian throughout. Record batches are Arrow's own message bytes, so writing
-one costs a serialize (no row is touched) and reading one is zero-copy over the file.
+offset`. Lazy records (plateau_core.lazy) take the schema id LAZY and hold `u16 kind length |
+kind | payload`, read back by the loader registered for the kind. Little-endian throughout.
+Record batches are Arrow's own message bytes, so writing one costs a serialize (no row is
+touched) and reading one is zero-copy over the file.
 
 A file is self-contained: it holds every schema its groups name before the first group that
 names it, so files can be deleted from the front independently.
@@ -26,11 +28,13 @@ import pyarrow as pa
 from pyarrow import ipc
 
 from plateau_core.errors import PlateauError
+from plateau_core.lazy import Item, load
 from plateau_core.producers import ProducerBatch
 from plateau_core.slog import Append, Prepared
 
 MAGIC = b"PLJRNL01"
 KIND_SCHEMA, KIND_GROUP = 1, 2
+LAZY = 0xFFFFFFFF  # the schema id of lazy records
 FRAME = struct.Struct("<II")
 _GROUP_HEAD = struct.Struct("<BQH")
 _SCHEMA_HEAD = struct.Struct("<BI")
@@ -39,7 +43,7 @@ _TOPIC_LEN = struct.Struct("<H")
 _BATCH_HEAD = struct.Struct("<II")
 _NO_PRODUCER = (0, 0, 0, 0, 0, 0)
 
-Chunk: TypeAlias = bytes | pa.Buffer
+Chunk: TypeAlias = bytes | memoryview | pa.Buffer
 
 
 class JournalCorruptError(PlateauError):
@@ -103,18 +107,30 @@ def encode_group(
         chunks.append(_TOPIC_LEN.pack(len(topic)) + topic)
         chunks.append(_APPEND_HEAD.pack(append.partition, advance, *head, len(batches)))
         for item in batches:
-            number = ids.id_of(item.batch.schema, item.fingerprint)
-            named.append(number)
-            message = item.batch.serialize()
-            chunks.append(_BATCH_HEAD.pack(number, message.size))
-            chunks.append(message)
+            batch = item.batch
+            if isinstance(batch, pa.RecordBatch):
+                number = ids.id_of(batch.schema, item.fingerprint)
+                named.append(number)
+                message = batch.serialize()
+                chunks.append(_BATCH_HEAD.pack(number, message.size))
+                chunks.append(message)
+                continue
+            kind = batch.kind.encode()
+            payload = list(batch.payload())
+            size = _TOPIC_LEN.size + len(kind) + sum(map(_size, payload))
+            chunks.append(_BATCH_HEAD.pack(LAZY, size) + _TOPIC_LEN.pack(len(kind)) + kind)
+            chunks.extend(payload)
     crc = 0
     length = 0
     for chunk in chunks[1:]:
         crc = zlib.crc32(chunk, crc)
-        length += len(chunk) if isinstance(chunk, bytes) else chunk.size
+        length += _size(chunk)
     chunks[0] = FRAME.pack(length, crc)
     return Encoded(seq, chunks, length + FRAME.size, tuple(dict.fromkeys(named)))
+
+
+def _size(chunk: Chunk) -> int:
+    return chunk.size if isinstance(chunk, pa.Buffer) else memoryview(chunk).nbytes
 
 
 def encode_schema(number: int, schema: pa.Schema) -> bytes:
@@ -167,7 +183,7 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
                 groups.append(_group(body, schemas))
             else:
                 raise JournalCorruptError(f"frame kind {kind}")
-        except (ValueError, KeyError, struct.error, pa.ArrowException) as exc:
+        except (ValueError, KeyError, struct.error, OSError, pa.ArrowException) as exc:
             # The checksum matched: these bytes are what was written, and they do not read.
             raise JournalCorruptError(
                 f"journal file {name}: the frame at byte {at} does not read ({exc})"
@@ -187,11 +203,20 @@ def _group(body: pa.Buffer, schemas: dict[int, pa.Schema]) -> Group:
         fields = _APPEND_HEAD.unpack(body.slice(at, _APPEND_HEAD.size).to_pybytes())
         at += _APPEND_HEAD.size
         partition, advance, has_producer, pid, epoch, first, last, base, batches = fields
-        found: list[pa.RecordBatch] = []
+        found: list[Item] = []
         for _ in range(batches):
             number, length = _BATCH_HEAD.unpack(body.slice(at, _BATCH_HEAD.size).to_pybytes())
             at += _BATCH_HEAD.size
-            found.append(ipc.read_record_batch(body.slice(at, length), schemas[number]))
+            if number == LAZY:
+                (kind_len,) = _TOPIC_LEN.unpack(body.slice(at, 2).to_pybytes())
+                kind = body.slice(at + 2, kind_len).to_pybytes().decode()
+                start = at + 2 + kind_len
+                found.append(load(kind, body.slice(start, length - 2 - kind_len)))
+            else:
+                rows = ipc.read_record_batch(body.slice(at, length), schemas[number])
+                # Checked through: offsets pointing outside the buffers would be read later.
+                rows.validate(full=True)
+                found.append(rows)
             at += length
         appends.append(
             Append(

@@ -14,8 +14,8 @@ import structlog
 
 from plateau_core.errors import BackpressureError
 from plateau_core.journal_codec import JournalCorruptError
+from plateau_core.lazy import span
 from plateau_core.listener import TopicPartition
-from plateau_core.schema import OFFSET
 from plateau_core.slog import Append
 from plateau_core.writer import Writer
 
@@ -86,9 +86,9 @@ def replay(
 
 def _unsealed(append: Append, next_offset: int, seq: int) -> tuple[int, int] | None:
     """[start, end) of the offsets `append` covers when they are not sealed yet, else None."""
-    batches = [b for b in append.batches if b.num_rows]
-    first = batches[0].column(OFFSET)[0].as_py() if batches else None
-    end = batches[-1].column(OFFSET)[batches[-1].num_rows - 1].as_py() + 1 if batches else 0
+    spans = [found for b in append.batches if (found := span(b)) is not None]
+    first = spans[0][0] if spans else None
+    end = spans[-1][1] + 1 if spans else 0
     if append.advance_to is not None:
         end = max(end, append.advance_to)
     if end <= next_offset:

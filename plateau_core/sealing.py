@@ -20,6 +20,7 @@ import structlog
 
 from plateau_core.errors import ManifestConflictError
 from plateau_core.group_commit import GroupCommitter
+from plateau_core.lazy import materialize, span
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.manifest import Manifest
 from plateau_core.manifest.records import PartitionCommit, SegmentFile
@@ -105,7 +106,7 @@ def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteS
     derived_files: list[Path] = []
     try:
         for run in job.runs():
-            table = pa.Table.from_batches(run)
+            table = pa.Table.from_batches(materialize(run))
             path, stats = write(
                 directory, table, policy.compression, fsync=policy.fsync, index=job.index
             )
@@ -200,13 +201,13 @@ def announce(sealed: Sealed, listener: WriterListener) -> None:
 
 
 def log_failure(job: SealJob, exc: Exception, retry_in_s: float) -> None:
-    offsets = [b.column("offset") for b in job.batches]
+    spans = [found for b in job.batches if (found := span(b)) is not None]
     log.error(
         "seal_failed",
         topic=job.topic,
         partition=job.partition,
-        start_offset=offsets[0][0].as_py() if offsets else None,
-        last_offset=offsets[-1][-1].as_py() if offsets else None,
+        start_offset=spans[0][0] if spans else None,
+        last_offset=spans[-1][1] if spans else None,
         next_offset=job.advance_to,
         records=job.rows,
         error=str(exc),

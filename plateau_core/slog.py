@@ -18,36 +18,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import pyarrow as pa
-
 from plateau_core.errors import InvalidInputError
+from plateau_core.lazy import Item, span
 from plateau_core.listener import TopicPartition
 from plateau_core.policies import IndexPolicy, RollPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.rollup import RollupPolicy
-from plateau_core.schema import OFFSET
 
 
 @dataclass(frozen=True)
 class Append:
-    """One partition's share of an append_group: record batches (in offset order), the idempotent
-    producer batch they are (recorded with them), and `advance_to`: offsets below it that are
-    not appended were handled elsewhere (skipped, dead-lettered), so the watermark moves over
-    them. `urgent`: someone waits until these are durable, so seal as soon as possible."""
+    """One partition's share of an append_group: record batches (in offset order; lazy records,
+    plateau_core.lazy, are built into rows when sealed), the idempotent producer batch they are
+    (recorded with them), and `advance_to`: offsets below it that are not appended were
+    handled elsewhere (skipped, dead-lettered), so the watermark moves over them. `urgent`:
+    someone waits until these are durable, so seal as soon as possible."""
 
     topic: str
     partition: int
-    batches: Sequence[pa.RecordBatch] = ()
+    batches: Sequence[Item] = ()
     producer: ProducerBatch | None = None
     advance_to: int | None = None
     urgent: bool = False
 
 
 class Prepared(NamedTuple):
-    """A batch checked and normalized for its segment, with its schema's fingerprint and its
-    size (both asked for more than once; working out a batch's size is not free)."""
+    """A batch checked and normalized for its segment (or lazy records), with its schema's
+    fingerprint and its size (both asked for more than once; working out a batch's size is
+    not free)."""
 
-    batch: pa.RecordBatch
+    batch: Item
     fingerprint: str
     nbytes: int
 
@@ -58,7 +58,7 @@ class SealJob:
 
     topic: str
     partition: int
-    batches: list[pa.RecordBatch]
+    batches: list[Item]
     fingerprints: list[str]  # each batch's schema
     rows: int
     nbytes: int
@@ -78,9 +78,9 @@ class SealJob:
     def key(self) -> TopicPartition:
         return self.topic, self.partition
 
-    def runs(self) -> list[list[pa.RecordBatch]]:
+    def runs(self) -> list[list[Item]]:
         """The batches split where the schema changes: each run is one segment file."""
-        runs: list[list[pa.RecordBatch]] = []
+        runs: list[list[Item]] = []
         previous = None
         for batch, schema_id in zip(self.batches, self.fingerprints, strict=True):
             if schema_id != previous:
@@ -110,7 +110,7 @@ class SegmentLog:
         self.rollups = rollups
         # Highest offset accepted so far (buffered or sealed); the next batch must pass it.
         self.last_offset: int | None = None if watermark is None else watermark - 1
-        self.batches: list[pa.RecordBatch] = []
+        self.batches: list[Item] = []
         self.fingerprints: list[str] = []
         self.rows = 0
         self.nbytes = 0
@@ -180,32 +180,33 @@ class SegmentLog:
             )
         return None
 
-    def check_offsets(self, batch: pa.RecordBatch, after: int | None) -> int | None:
+    def check_offsets(self, batch: Item, after: int | None) -> int | None:
         """Check that `batch` starts after offset `after` (the last accepted, None: any);
         returns the batch's last offset, the next batch's `after`."""
-        if batch.num_rows == 0:
+        found = span(batch)
+        if found is None:
             return after
-        first = batch.column(OFFSET)[0].as_py()
+        first, last = found
         if after is not None and first <= after:
             raise InvalidInputError(
                 f"{self.topic}[{self.partition}] column 'offset' starts at {first}, "
                 f"not after the last accepted offset {after}"
             )
-        last: int = batch.column(OFFSET)[batch.num_rows - 1].as_py()
         return last
 
     # --- changes ----------------------------------------------------------------------------
 
     def add(self, prepared: Prepared, now: float) -> None:
         batch = prepared.batch
-        if batch.num_rows == 0:
+        found = span(batch)
+        if found is None:
             return
         self.batches.append(batch)
         self.fingerprints.append(prepared.fingerprint)
         self.rows += batch.num_rows
         self.nbytes += prepared.nbytes
         self.first_buffered_at = self.first_buffered_at or now
-        self.last_offset = batch.column(OFFSET)[batch.num_rows - 1].as_py()
+        self.last_offset = found[1]
 
     def advance(self, next_offset: int) -> bool:
         """Offsets below `next_offset` not appended were handled elsewhere; False when there
@@ -282,7 +283,7 @@ class SegmentLog:
 
 
 def check_order(
-    appends: Sequence[Append], slogs: Sequence[SegmentLog], batches: Sequence[list[pa.RecordBatch]]
+    appends: Sequence[Append], slogs: Sequence[SegmentLog], batches: Sequence[list[Item]]
 ) -> None:
     """Raise InvalidInputError unless every partition's batches (several appends may name one
     partition) follow what it accepted already and each other, in offset order."""

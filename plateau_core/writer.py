@@ -32,6 +32,7 @@ from plateau_core.errors import (
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
+from plateau_core.lazy import Item
 from plateau_core.listener import TopicPartition, WriterListener, WriterStats
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
@@ -47,6 +48,13 @@ from plateau_core.segment_stats import SegmentStats
 from plateau_core.slog import Append, Prepared, SealJob, SegmentLog
 
 log = structlog.get_logger(__name__)
+
+
+def _prepared(item: Item) -> Prepared:
+    if isinstance(item, pa.RecordBatch):
+        batch, fingerprint = normalized(item)
+        return Prepared(batch, fingerprint, batch.nbytes)
+    return Prepared(item, item.fingerprint, item.nbytes)
 
 
 class Writer:
@@ -235,10 +243,7 @@ class Writer:
 
         With a journal, returns the group's sequence number there: the listener's
         `on_journaled` says when it is durable. `journal=False`: a replay of the journal."""
-        prepared = [
-            [Prepared(b, f, b.nbytes) for b, f in map(normalized, a.batches) if b.num_rows]
-            for a in appends
-        ]
+        prepared = [[_prepared(item) for item in a.batches if item.num_rows] for a in appends]
         nbytes = sum(p.nbytes for batches in prepared for p in batches)
         journaled = self.journal if journal else None
         with self._cond:

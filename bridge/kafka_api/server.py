@@ -9,6 +9,7 @@ requests, so a producer's in-flight requests seal together.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ssl
 import struct
@@ -184,7 +185,7 @@ class KafkaApiServer:
         self.stats.connections += 1
         self.stats.connections_total += 1
         self._writers.add(writer)
-        answers: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue()
+        answers = _Answers()
         sender = asyncio.create_task(self._send(writer, answers))
         reason = "closed by client"
         try:
@@ -193,7 +194,7 @@ class KafkaApiServer:
                 if frame is None:
                     break
                 answer = await self._answer(conn, frame)
-                answers.put_nowait(answer)
+                answers.put(answer)
         except ProtocolError as exc:
             reason = str(exc)
             self.stats.closed_connections["protocol_error"] += 1
@@ -201,7 +202,7 @@ class KafkaApiServer:
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
         finally:
-            answers.put_nowait(None)
+            answers.put(None)
             with contextlib.suppress(Exception):
                 await sender
             self._writers.discard(writer)
@@ -224,23 +225,28 @@ class KafkaApiServer:
         except asyncio.IncompleteReadError:
             raise ProtocolError(f"the connection ended inside a frame of {size} bytes") from None
 
-    async def _send(
-        self,
-        writer: asyncio.StreamWriter,
-        answers: asyncio.Queue[asyncio.Future[bytes | None] | None],
-    ) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, answers: _Answers) -> None:
         while True:
             answer = await answers.get()
             if answer is None:
                 return
+            out: list[bytes] = []
             try:
                 data = await answer
+                if data is not None:
+                    out.append(data)
+                # The answers done already go out with it, in one send: the requests of a
+                # connection in flight are mostly answered at once (by one journal sync).
+                for following in answers.done():
+                    data = following.result()
+                    if data is not None:
+                        out.append(data)
             except Exception as exc:
                 log.exception("kafka_request_failed", error=str(exc))
                 writer.close()
                 return
-            if data is not None and not writer.is_closing():
-                writer.write(data)
+            if out and not writer.is_closing():
+                writer.write(b"".join(out) if len(out) > 1 else out[0])
                 await writer.drain()
 
     async def _answer(self, conn: Connection, frame: bytes) -> asyncio.Future[bytes | None]:
@@ -316,3 +322,29 @@ class KafkaApiServer:
         if key == protocol.SASL_AUTHENTICATE:
             return conn.authenticate(body, self.stats)
         raise ProtocolError(f"{protocol.api_name(key)} has no handler")
+
+
+class _Answers:
+    """A connection's responses in the order its requests came (None ends it)."""
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[asyncio.Future[bytes | None] | None] = collections.deque()
+        self._added = asyncio.Event()
+
+    def put(self, answer: asyncio.Future[bytes | None] | None) -> None:
+        self._queue.append(answer)
+        self._added.set()
+
+    async def get(self) -> asyncio.Future[bytes | None] | None:
+        while not self._queue:
+            self._added.clear()
+            await self._added.wait()
+        return self._queue.popleft()
+
+    def done(self) -> list[asyncio.Future[bytes | None]]:
+        """Take the answers at the front that are ready, up to the first that is not."""
+        ready = []
+        while self._queue and (first := self._queue[0]) is not None and first.done():
+            ready.append(first)
+            self._queue.popleft()
+        return ready

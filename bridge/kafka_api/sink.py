@@ -12,7 +12,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -23,9 +23,11 @@ from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
 from bridge.config.topics import RollConfig
 from bridge.ingest.decode import Poison, RegistryUnavailableError, decoder_for
+from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
-from bridge.kafka_api.batches import ProducedBatch
+from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.dead_letters import dead_letters
+from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
@@ -33,6 +35,7 @@ from bridge.store import consolidator_for
 from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
 from plateau_core.journal_replay import replay
+from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.policies import RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch, Verdict
@@ -265,26 +268,29 @@ class ProduceSink(WriterListener):
         appended_ms = int(time.time() * 1000)
         log_append = state.mapping.timestamp == "log_append_time"
         base = state.next_offset
-        records = batch.records(base, appended_ms if log_append else None)
-        try:
-            decoded = state.decoder.decode(records)
-        except RegistryUnavailableError as exc:
-            # Retriable, and nothing was taken: the producer sends the batch again, as a
-            # consumed partition waits, instead of its records being skipped.
-            return Outcome(
-                error=ErrorCode.kafka_storage_error,
-                message=f"the records cannot be decoded now ({exc}); retry",
-            )
-        mapping = state.mapping
-        if decoded.poison and mapping.on_error == "fail":
-            self.stats.refused_records += batch.count
-            return Outcome(
-                error=ErrorCode.invalid_record,
-                message=f"{len(decoded.poison)} of {batch.count} records do not decode as "
-                f"{mapping.format} (first, record {decoded.poison[0].row}: "
-                f"{decoded.poison[0].error}); the batch is refused",
-                record_errors=[(p.row, p.error) for p in decoded.poison[:16]],
-            )
+        placed = Placed(batch, base, appended_ms if log_append else -1, appended_ms)
+        decoder = state.decoder
+        letters = None
+        if isinstance(decoder, RawDecoder):
+            # Nothing in a raw topic's records can fail to decode: their rows are built when
+            # sealed, many batches at once (bridge.kafka_api.lazy_records).
+            rows: Sequence[Item] = [KafkaRecords(placed, decoder.kept)]
+        else:
+            records = envelope_of([placed])
+            try:
+                decoded = decoder.decode(records)
+            except RegistryUnavailableError as exc:
+                # Retriable, and nothing was taken: the producer sends the batch again, as a
+                # consumed partition waits, instead of its records being skipped.
+                return Outcome(
+                    error=ErrorCode.kafka_storage_error,
+                    message=f"the records cannot be decoded now ({exc}); retry",
+                )
+            refused = self._refused(state, batch, decoded.poison)
+            if refused is not None:
+                return refused
+            rows = decoded.batches
+            letters = self._poison(state, records, decoded.poison)
         state.reserve(batch.count)
         end = base + batch.count
         producer = None
@@ -299,14 +305,31 @@ class ProduceSink(WriterListener):
             state.remember(producer)
         # advance_to: offsets of the batch that land nowhere here (poison) are passed over
         # in the same transaction as its rows, its producer batch and its dead letters.
-        source = Append(topic, partition, decoded.batches, producer, end, urgent)
-        pending = Pending(source, self._poison(state, records, decoded.poison))
+        source = Append(topic, partition, rows, producer, end, urgent)
+        pending = Pending(source, letters)
         outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
         outcome.durable.append(state.durable(end, self.loop))
         self.stats.produced(topic, batch.count, batch.size)
         state.stalled.append(pending)
         outcome.landed = self._drain(state)
         return outcome
+
+    def _refused(
+        self, state: ProducedPartition, batch: ProducedBatch, poison: list[Poison]
+    ) -> Outcome | None:
+        """The answer to a batch with records that do not decode, when its topic refuses
+        such batches (on_error: fail)."""
+        mapping = state.mapping
+        if not poison or mapping.on_error != "fail":
+            return None
+        self.stats.refused_records += batch.count
+        return Outcome(
+            error=ErrorCode.invalid_record,
+            message=f"{len(poison)} of {batch.count} records do not decode as "
+            f"{mapping.format} (first, record {poison[0].row}: {poison[0].error}); "
+            "the batch is refused",
+            record_errors=[(p.row, p.error) for p in poison[:16]],
+        )
 
     def _poison(
         self, state: ProducedPartition, records: pa.RecordBatch, poison: list[Poison]

@@ -1,17 +1,33 @@
-"""The frame and record-batch parsers on arbitrary and on damaged input: they answer with
-their own errors (which the listener turns into a closed connection or CORRUPT_MESSAGE),
-never with anything else. fuzz/kafka_api_fuzz.py runs the same rule under atheris."""
+"""The frame, record-batch and journal parsers on arbitrary and on damaged input: they answer
+with their own errors (which the listener turns into a closed connection or CORRUPT_MESSAGE,
+and the journal into a refused start), never with anything else. fuzz/kafka_api_fuzz.py runs
+the same rule under atheris."""
 
 from __future__ import annotations
 
+import os
+
+import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.kafka_api.batches import read_batch, split_batches
-from fuzz.kafka_api_fuzz import check_batches, check_frame
+from bridge.ingest.records import Kept
+from bridge.kafka_api.batches import Placed, read_batch, split_batches
+from bridge.kafka_api.lazy_records import KafkaRecords
+from fuzz.kafka_api_fuzz import check_batches, check_frame, check_journal, check_journal_frame
+from plateau_core import Append
+from plateau_core.journal_codec import MAGIC, SchemaIds, encode_group, encode_schema, read_file
+from plateau_core.lazy import materialize
+from plateau_core.schema import normalized
+from plateau_core.slog import Prepared
 from tests.kafka_api.support import RawClient, produce_body, record_batch
+from tests.support import batch
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=int(os.environ.get("PLATEAU_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 def produce_frame(codec: int) -> bytes:
@@ -79,3 +95,50 @@ def test_a_huge_array_count_is_refused_before_anything_is_allocated() -> None:
     body = b"\xff\xff\xff\xff\x0f" + b"\0" * 8  # compact array of 2**32 - 2 topics
     with pytest.raises(ProtocolError, match="elements claimed"):
         parse_request(header + body)
+
+
+def journal_file() -> bytes:
+    """The bytes after the header of a journal file holding a decoded batch and a produced
+    batch kept as it came."""
+    produced = read_batch(record_batch([b"x" * 30, b"y"], producer_id=3, epoch=0, sequence=0))
+    lazy = KafkaRecords(Placed(produced, 2, -1, 1_700_000_000_000), Kept())
+    rows, fingerprint = normalized(batch([0, 1]))
+    appends = [Append("t", 0, (rows,)), Append("t", 0, (lazy,))]
+    prepared = [[Prepared(rows, fingerprint, rows.nbytes)], [Prepared(lazy, lazy.fingerprint, 1)]]
+    encoded = encode_group(0, appends, prepared, ids := SchemaIds())
+    schema = encode_schema(0, ids.schemas[0])
+    return schema + b"".join(bytes(c) for c in encoded.chunks)
+
+
+def test_a_journal_file_reads_back() -> None:
+    read = read_file(pa.py_buffer(MAGIC + journal_file()), "t.journal")
+    assert read.torn_at is None
+    [group] = read.groups
+    rows = [b.to_pylist() for a in group.appends for b in materialize(a.batches)]
+    assert [r["offset"] for batch_rows in rows for r in batch_rows] == [0, 1, 2, 3]
+    assert rows[1][0]["value"] == b"x" * 30
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_arbitrary_journal_files(data: bytes) -> None:
+    check_journal(data)
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_arbitrary_journal_frames_with_matching_checksums(body: bytes) -> None:
+    check_journal_frame(body)
+
+
+@FUZZ
+@given(damaged(journal_file()))
+def test_damaged_journal_files(data: bytes) -> None:
+    check_journal(data)
+
+
+@FUZZ
+@given(damaged(journal_file()[4 + 4 :]))
+def test_damaged_journal_frame_bodies_with_matching_checksums(body: bytes) -> None:
+    """Past the checksum: the decoding of groups and of produced batches themselves."""
+    check_journal_frame(body)

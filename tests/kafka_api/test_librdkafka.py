@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from plateau_core.journal import JOURNAL_DIR, SUFFIX
 from plateau_core.journal_codec import read_file
+from plateau_core.lazy import materialize
 from tests.kafka_api.support import api_config, listening, stored
 
 N = 3000
@@ -94,7 +95,7 @@ def journaled_keys(data_dir: Path) -> list[bytes]:
         read = read_file(pa.py_buffer(path.read_bytes()), path.name)
         for group in read.groups:
             for append in group.appends:
-                for batch in append.batches:
+                for batch in materialize(append.batches):
                     keys += batch.column("key").to_pylist()
     return keys
 

@@ -35,6 +35,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.disk_floor": 0,
     "plateau_core.background": 0,
     "plateau_core.where": 0,
+    "plateau_core.lazy": 0,
     # segment files
     "plateau_core.crc": 1,
     "plateau_core.segment_file": 1,

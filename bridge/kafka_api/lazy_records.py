@@ -1,0 +1,117 @@
+"""Produced record batches of raw topics, handed to the writer as they came: their Arrow rows
+are built when the partition seals, every batch of the seal at once (plateau_core.lazy).
+
+A raw topic's rows are the envelope itself (offset, timestamp, key, headers, value), so
+nothing can fail after the batch was read and checked on arrival: building them later is
+the same as building them now, minus a handful of array builds per produced batch, which
+was most of the listener's time under the Java client's small batches
+(docs/benchmarks.md, the Kafka API). The journal keeps the batch's own bytes with the
+offsets and times it was given; a replay reads them again the same way.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from functools import cache
+from typing import ClassVar
+
+import pyarrow as pa
+
+from bridge.ingest.records import ENVELOPE, VALUE, Kept, kept_columns
+from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch
+from plateau_core import lazy
+from plateau_core.schema import normalized
+
+KIND = "kafka-record-batch-v2"
+# base offset | LogAppendTime (-1: the records' own) | the time for records without one |
+# keep key | keep headers
+_HEAD = struct.Struct("<qqqBB")
+# What a record's Python objects (its bytes, list slots, timestamp) hold beyond its bytes.
+_RECORD_OVERHEAD = 96
+
+
+class KafkaRecords:
+    """One produced batch of a raw topic, at the offsets it was given."""
+
+    kind: ClassVar[str] = KIND
+    __slots__ = ("_placed", "kept")
+
+    def __init__(self, placed: Placed, kept: Kept) -> None:
+        self._placed = placed
+        self.kept = kept
+
+    @property
+    def batch(self) -> ProducedBatch:
+        return self._placed.batch
+
+    @property
+    def first_offset(self) -> int:
+        return self._placed.base_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self._placed.base_offset + self._placed.batch.count - 1
+
+    @property
+    def num_rows(self) -> int:
+        return self._placed.batch.count
+
+    @property
+    def nbytes(self) -> int:
+        batch = self._placed.batch
+        return batch.size + _RECORD_OVERHEAD * batch.count
+
+    @property
+    def schema(self) -> pa.Schema:
+        return _normal(self.kept)[0]
+
+    @property
+    def fingerprint(self) -> str:
+        return _normal(self.kept)[1]
+
+    def payload(self) -> Sequence[bytes]:
+        placed = self._placed
+        head = _HEAD.pack(
+            placed.base_offset,
+            placed.log_append_ms,
+            placed.now_ms,
+            self.kept.key,
+            self.kept.headers,
+        )
+        return [head, placed.batch.data]
+
+    @classmethod
+    def build(cls, items: Sequence[lazy.LazyRecords]) -> pa.RecordBatch:
+        found = [item for item in items if isinstance(item, KafkaRecords)]
+        if len(found) != len(items) or len({item.kept for item in found}) != 1:
+            raise TypeError("KafkaRecords.build takes KafkaRecords of one topic only")
+        return _rows(envelope_of([item._placed for item in found]), found[0].kept)
+
+    @classmethod
+    def load(cls, payload: pa.Buffer) -> KafkaRecords:
+        base, appended, now, key, headers = _HEAD.unpack(payload.slice(0, _HEAD.size).to_pybytes())
+        batch = read_batch(payload.slice(_HEAD.size).to_pybytes())
+        return cls(Placed(batch, base, appended, now), Kept(bool(key), bool(headers)))
+
+
+def _rows(records: pa.RecordBatch, kept: Kept) -> pa.RecordBatch:
+    """A raw topic's rows of an envelope (what RawDecoder and normalized make of it)."""
+    columns = kept_columns(records, kept)
+    columns[VALUE] = records.column(VALUE)
+    schema = _normal(kept)[0]
+    return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
+
+
+@cache
+def _normal(kept: Kept) -> tuple[pa.Schema, str]:
+    """The schema (and its fingerprint) a raw topic's rows get: worked out from an empty
+    envelope, so it is the schema the eager path gives them, by construction."""
+    empty = ENVELOPE.empty_table().to_batches() or [pa.RecordBatch.from_pylist([], ENVELOPE)]
+    columns = kept_columns(empty[0], kept)
+    columns[VALUE] = empty[0].column(VALUE)
+    batch, fingerprint = normalized(pa.RecordBatch.from_pydict(columns))
+    return batch.schema, fingerprint
+
+
+lazy.register(KIND, KafkaRecords.load)
