@@ -48,7 +48,7 @@ class LazyRecords(Protocol):
     @property
     def fingerprint(self) -> str: ...
 
-    def payload(self) -> Sequence[bytes | pa.Buffer]:
+    def payload(self) -> Sequence[bytes | memoryview | pa.Buffer]:
         """The bytes a loader makes it again from."""
         ...
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 
 from plateau_core.errors import InvalidInputError
@@ -97,7 +97,8 @@ class ProducerState:
         if batch.epoch == self.epoch and batch in self.batches:
             return self
         kept = self.batches if batch.epoch == self.epoch else ()
-        return replace(self, epoch=batch.epoch, batches=(*kept, batch)[-REMEMBERED_BATCHES:])
+        # Built directly, not with dataclasses.replace: once per produced batch.
+        return ProducerState(self.producer_id, batch.epoch, (*kept, batch)[-REMEMBERED_BATCHES:])
 
 
 def check(

@@ -52,7 +52,7 @@ class ProducedBatch:
     values: list[bytes | None]
     headers: list[Sequence[tuple[str, bytes | None]]]
     size: int
-    data: bytes = b""  # the batch as the producer sent it (what the journal keeps)
+    data: bytes | memoryview = b""  # the batch as the producer sent it (the journal keeps it)
 
     @property
     def idempotent(self) -> bool:
@@ -109,9 +109,10 @@ def envelope_of(placed: Sequence[Placed]) -> pa.RecordBatch:
     )
 
 
-def split_batches(data: bytes) -> list[bytes]:
-    """The record batches of a partition's `records` field, each as its own bytes."""
-    batches = []
+def split_batches(data: bytes) -> list[bytes | memoryview]:
+    """The record batches of a partition's `records` field: views into it, not copies (most
+    requests carry one batch per partition, and it is the whole field)."""
+    batches: list[bytes | memoryview] = []
     view = memoryview(data)
     at = 0
     while at < len(data):
@@ -125,14 +126,14 @@ def split_batches(data: bytes) -> list[bytes]:
             raise CorruptBatchError(
                 f"a batch claims {length} bytes; {len(data) - at - _LENGTH_END} are there"
             )
-        batches.append(bytes(view[at:end]))
+        batches.append(data if at == 0 and end == len(data) else view[at:end])
         at = end
     if not batches:
         raise CorruptBatchError("the partition's records hold no batch")
     return batches
 
 
-def read_batch(data: bytes) -> ProducedBatch:
+def read_batch(data: bytes | memoryview) -> ProducedBatch:
     """One v2 record batch, CRC checked and decompressed."""
     if len(data) < _MIN_BATCH:
         raise CorruptBatchError(f"a batch of {len(data)} bytes is shorter than its header")

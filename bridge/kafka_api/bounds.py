@@ -52,7 +52,7 @@ class LengthError(ValueError):
 
 
 class _Cursor:
-    def __init__(self, data: bytes, at: int, end: int) -> None:
+    def __init__(self, data: bytes | memoryview, at: int, end: int) -> None:
         self.data = data
         self.at = at
         self.end = end
@@ -85,13 +85,13 @@ class _Cursor:
             shift += 7
 
 
-def check_request(request_type: Any, frame: bytes, body_at: int) -> None:
+def check_request(request_type: Any, frame: bytes | memoryview, body_at: int) -> None:
     """Raise LengthError when a length or count in the request body overstates the frame."""
     cursor = _Cursor(frame, body_at, len(frame))
     _entity(request_type, cursor, nullable=False)
 
 
-def check_header(header_type: Any, frame: bytes) -> None:
+def check_header(header_type: Any, frame: bytes | memoryview) -> None:
     """The request header: fixed fields, a legacy client_id string, then (flexible) tags."""
     cursor = _Cursor(frame, 8, len(frame))
     length = cursor.fixed(_I16)

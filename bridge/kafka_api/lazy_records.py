@@ -32,45 +32,37 @@ _RECORD_OVERHEAD = 96
 
 
 class KafkaRecords:
-    """One produced batch of a raw topic, at the offsets it was given."""
+    """One produced batch of a raw topic, at the offsets it was given. Its figures are worked
+    out once: the writer asks for them several times per batch."""
 
     kind: ClassVar[str] = KIND
-    __slots__ = ("_placed", "kept")
+    __slots__ = (
+        "_placed",
+        "fingerprint",
+        "first_offset",
+        "kept",
+        "last_offset",
+        "nbytes",
+        "num_rows",
+        "schema",
+    )
 
     def __init__(self, placed: Placed, kept: Kept) -> None:
         self._placed = placed
         self.kept = kept
+        batch = placed.batch
+        self.num_rows = batch.count
+        self.first_offset = placed.base_offset
+        self.last_offset = placed.base_offset + batch.count - 1
+        # The batch as it came, and its records read out of it (their bytes again).
+        self.nbytes = 2 * batch.size + _RECORD_OVERHEAD * batch.count
+        self.schema, self.fingerprint = _normal(kept)
 
     @property
     def batch(self) -> ProducedBatch:
         return self._placed.batch
 
-    @property
-    def first_offset(self) -> int:
-        return self._placed.base_offset
-
-    @property
-    def last_offset(self) -> int:
-        return self._placed.base_offset + self._placed.batch.count - 1
-
-    @property
-    def num_rows(self) -> int:
-        return self._placed.batch.count
-
-    @property
-    def nbytes(self) -> int:
-        batch = self._placed.batch
-        return batch.size + _RECORD_OVERHEAD * batch.count
-
-    @property
-    def schema(self) -> pa.Schema:
-        return _normal(self.kept)[0]
-
-    @property
-    def fingerprint(self) -> str:
-        return _normal(self.kept)[1]
-
-    def payload(self) -> Sequence[bytes]:
+    def payload(self) -> Sequence[bytes | memoryview]:
         placed = self._placed
         head = _HEAD.pack(
             placed.base_offset,

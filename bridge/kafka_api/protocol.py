@@ -83,7 +83,7 @@ def api_name(api_key: int) -> str:
     return SUPPORTED.get(api_key, (f"api key {api_key}",))[0]
 
 
-def parse_request(frame: bytes) -> Request:
+def parse_request(frame: bytes | memoryview) -> Request:
     """The request in one frame (without its size prefix).
 
     Raises UnsupportedRequestError for a readable header of an API or version not answered,

@@ -12,7 +12,6 @@ import asyncio
 import collections
 import contextlib
 import ssl
-import struct
 import threading
 from typing import Any
 
@@ -24,6 +23,7 @@ from bridge.config.models import Config
 from bridge.kafka_api import protocol
 from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection
+from bridge.kafka_api.framing import FramedConnection, FrameError
 from bridge.kafka_api.produce import ProduceHandler
 from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
 from bridge.kafka_api.sink import ProduceSink
@@ -36,7 +36,6 @@ log = structlog.get_logger(__name__)
 
 NAME = "kafka-api"
 
-_SIZE = struct.Struct(">i")
 # Kafka's socket.request.max.bytes: a frame above this closes the connection unread.
 REQUEST_MAX_BYTES = 100 * 1024 * 1024
 
@@ -63,7 +62,7 @@ class KafkaApiServer:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kafka-api", daemon=True)
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: set[FramedConnection] = set()
         self._status = StatusFile(config.storage.data_dir, NAME, run or new_run_id())
 
     # --- lifecycle (called from serve's thread) -----------------------------------------------
@@ -115,8 +114,9 @@ class KafkaApiServer:
         self.sink = sink
         sink.open()
         host, port = self.api.address
-        server = await asyncio.start_server(
-            self._connection, host, port, ssl=self._tls(), limit=1 << 20
+        max_frame = max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes)
+        server = await loop.create_server(
+            lambda: FramedConnection(self._connection, max_frame), host, port, ssl=self._tls()
         )
         bound = server.sockets[0].getsockname()
         self.address = (str(bound[0]), int(bound[1]))
@@ -138,8 +138,8 @@ class KafkaApiServer:
         finally:
             reporter.cancel()
             server.close()
-            for writer in list(self._writers):
-                writer.close()
+            for framed in list(self._connections):
+                framed.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
             await loop.run_in_executor(None, sink.close, self.config.shutdown_timeout)
@@ -179,53 +179,37 @@ class KafkaApiServer:
 
     # --- connections ----------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        conn = Connection(f"{peer[0]}:{peer[1]}" if peer else "?", self.api)
+    async def _connection(self, framed: FramedConnection) -> None:
+        conn = Connection(framed.peer, self.api)
         self.stats.connections += 1
         self.stats.connections_total += 1
-        self._writers.add(writer)
+        self._connections.add(framed)
         answers = _Answers()
-        sender = asyncio.create_task(self._send(writer, answers))
+        sender = asyncio.create_task(self._send(framed, answers))
         reason = "closed by client"
         try:
             while True:
-                frame = await self._frame(reader)
+                frame = await framed.frame()
                 if frame is None:
                     break
                 answer = await self._answer(conn, frame)
                 answers.put(answer)
-        except ProtocolError as exc:
+        except (ProtocolError, FrameError) as exc:
             reason = str(exc)
             self.stats.closed_connections["protocol_error"] += 1
             log.warning("kafka_connection_closed", peer=conn.peer, reason=reason)
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
+        except (ConnectionError, ssl.SSLError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
         finally:
             answers.put(None)
             with contextlib.suppress(Exception):
                 await sender
-            self._writers.discard(writer)
-            writer.close()
+            self._connections.discard(framed)
+            framed.close()
             self.stats.connections -= 1
             log.debug("kafka_connection_ended", peer=conn.peer, reason=reason)
 
-    async def _frame(self, reader: asyncio.StreamReader) -> bytes | None:
-        try:
-            head = await reader.readexactly(4)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                raise ProtocolError("the connection ended inside a frame's size") from None
-            return None
-        (size,) = _SIZE.unpack(head)
-        if size < 8 or size > max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes):
-            raise ProtocolError(f"a frame of {size} bytes is not a request")
-        try:
-            return await reader.readexactly(size)
-        except asyncio.IncompleteReadError:
-            raise ProtocolError(f"the connection ended inside a frame of {size} bytes") from None
-
-    async def _send(self, writer: asyncio.StreamWriter, answers: _Answers) -> None:
+    async def _send(self, framed: FramedConnection, answers: _Answers) -> None:
         while True:
             answer = await answers.get()
             if answer is None:
@@ -243,13 +227,15 @@ class KafkaApiServer:
                         out.append(data)
             except Exception as exc:
                 log.exception("kafka_request_failed", error=str(exc))
-                writer.close()
+                framed.close()
                 return
-            if out and not writer.is_closing():
-                writer.write(b"".join(out) if len(out) > 1 else out[0])
-                await writer.drain()
+            if out and not framed.closing():
+                framed.write(b"".join(out) if len(out) > 1 else out[0])
+                await framed.drain()
 
-    async def _answer(self, conn: Connection, frame: bytes) -> asyncio.Future[bytes | None]:
+    async def _answer(
+        self, conn: Connection, frame: bytes | memoryview
+    ) -> asyncio.Future[bytes | None]:
         """Handle one request; the future holds its response frame (None: no response)."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bytes | None] = loop.create_future()
