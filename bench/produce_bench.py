@@ -5,14 +5,18 @@ One run, one machine, one broker; per record size (128 B and 1 KiB by default):
 
   a. kafka-producer-perf-test (acks=all, idempotent: its defaults) -> local Kafka broker
   b. the same                                                     -> plateau serve's Kafka API
+     (acks=all answered from the journal, the default)
+  b'. the same -> a second plateau serve with `durability: segment` (acks=all answered once
+     the records are in a sealed segment recorded in the manifest)
   c. the same -> local Kafka broker, with `plateau serve` consuming the topic: the time until
      every record is queryable in plateau
-  and a librdkafka producer (confluent-kafka, acks=all, idempotent) into (a) and (b).
+  and the perf test with 256 KiB batches, at a moderate 10,000 records/s, and a librdkafka
+  producer (confluent-kafka, acks=all, idempotent), into (a) and (b).
 
 Reported: records/s acknowledged, p50/p99 ack latency (the perf test's own), time until
-queryable (for b it is the ack itself: acks=all answers after the manifest commit), CPU
-seconds of the receiving process(es) and their peak RSS. Ratios are against (a) of the same
-run, the numbers that matter on a shared, noisy machine.
+queryable (every record in a sealed segment in the manifest), CPU seconds of the receiving
+process(es) and their peak RSS. Ratios are against (a) of the same run, the numbers that
+matter on a shared, noisy machine.
 
     .venv/bin/python bench/produce_bench.py --records 500000
 """
@@ -222,38 +226,59 @@ def wait_port(port: int, timeout_s: float = 60) -> None:
     raise BenchError(f"nothing listens on {port}")
 
 
+@dataclass(frozen=True)
+class Listener:
+    """A `plateau serve` with only the Kafka API, writing to its own store."""
+
+    process: subprocess.Popen[bytes]
+    bootstrap: str
+    data_dir: Path
+
+
+def start_listener(work: Path, name: str, durability: str) -> Listener:
+    port = free_port()
+    data_dir = work / f"{name}-store"
+    process = start_serve(
+        {
+            "storage": {"data_dir": str(data_dir), "memory_budget": "512MiB"},
+            "kafka_api": {
+                "listen": f"127.0.0.1:{port}",
+                "auto_create_topics": True,
+                "default_partitions": PARTITIONS,
+                "durability": durability,
+            },
+            "metrics": {"enabled": False},
+            "topics": [{"name": "warmup", "partitions": 1}],
+        },
+        work,
+        name,
+    )
+    try:
+        wait_port(port)
+    except BaseException:
+        process.terminate()
+        raise
+    return Listener(process, f"127.0.0.1:{port}", data_dir)
+
+
 def run(records: int, sizes: list[int], heap: str) -> dict[str, Any]:
     cases: list[Case] = []
     with tempfile.TemporaryDirectory(prefix="plateau-produce-bench-") as tmp:
         work = Path(tmp)
         with broker(work, heap) as kafka:
-            bootstrap = kafka.bootstrap_servers
-            broker_pid = kafka.pid
-            assert broker_pid is not None
-            port = free_port()
-            api_dir = work / "api-store"
-            api = start_serve(
-                {
-                    "storage": {"data_dir": str(api_dir), "memory_budget": "512MiB"},
-                    "kafka_api": {
-                        "listen": f"127.0.0.1:{port}",
-                        "auto_create_topics": True,
-                        "default_partitions": PARTITIONS,
-                    },
-                    "metrics": {"enabled": False},
-                    "topics": [{"name": "warmup", "partitions": 1}],
-                },
-                work,
-                "api",
-            )
+            assert kafka.pid is not None
+            # b: acks=all from the journal (the default); b': from sealed segments.
+            api = start_listener(work, "api", "journal")
+            segment = start_listener(work, "api-segment", "segment")
             try:
-                wait_port(port)
-                plateau = f"127.0.0.1:{port}"
                 for size in sizes:
-                    cases += _one_size(work, bootstrap, broker_pid, plateau, api, records, size)
+                    cases += _one_size(
+                        work, kafka.bootstrap_servers, kafka.pid, api, segment, records, size
+                    )
             finally:
-                api.terminate()
-                api.wait(60)
+                for listener in (api, segment):
+                    listener.process.terminate()
+                    listener.process.wait(60)
     return {"records": records, "partitions": PARTITIONS, "cases": [asdict(c) for c in cases]}
 
 
@@ -303,23 +328,28 @@ def _one_size(
     work: Path,
     bootstrap: str,
     broker_pid: int,
-    plateau: str,
-    api: subprocess.Popen[bytes],
+    api: Listener,
+    segment: Listener,
     records: int,
     size: int,
 ) -> list[Case]:
     kafka = Target("kafka", bootstrap, [broker_pid], kafka=True)
-    listener = Target("plateau", plateau, [api.pid], kafka=False)
+    listener = Target("plateau", api.bootstrap, [api.process.pid], kafka=False)
+    sealed = Target("plateau-segment", segment.bootstrap, [segment.process.pid], kafka=False)
     found = [
         # a and b, each client with its defaults
         perf_case("perf-test -> kafka", kafka, f"a-{size}", records, size),
         perf_case(
-            "perf-test -> plateau",
-            listener,
-            f"b-{size}",
+            "perf-test -> plateau", listener, f"b-{size}", records, size, stored_in=api.data_dir
+        ),
+        # b': the same with durability: segment (acks=all after a seal)
+        perf_case(
+            "perf-test -> plateau (durability: segment)",
+            sealed,
+            f"s-{size}",
             records,
             size,
-            stored_in=work / "api-store",
+            stored_in=segment.data_dir,
         ),
     ]
     moderate = max(1000, records // 20)

@@ -1,7 +1,8 @@
 """The journal's bytes: how an append group (and the schemas its batches name) is framed in a
 journal file, and read back.
 
-A file starts with MAGIC; then frames, each `u32 body length | u32 crc32 of body | body`.
+A file starts with MAGIC; then frames, each `u32 body length | u32 CRC-32C of body | body`
+(the CPU's own CRC instruction, through the crc32c package).
 A body is a schema (`KIND_SCHEMA | u32 id | Arrow IPC schema message`) or a group
 (`KIND_GROUP | u64 seq | u16 appends | append...`), an append being
 `u16 topic length | topic | u32 partition | i64 advance_to (-1: none) | producer | u16
@@ -19,11 +20,11 @@ names it, so files can be deleted from the front independently.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
+import crc32c
 import pyarrow as pa
 from pyarrow import ipc
 
@@ -123,7 +124,7 @@ def encode_group(
     crc = 0
     length = 0
     for chunk in chunks[1:]:
-        crc = zlib.crc32(chunk, crc)
+        crc = crc32c.crc32c(chunk, crc)
         length += _size(chunk)
     chunks[0] = FRAME.pack(length, crc)
     return Encoded(seq, chunks, length + FRAME.size, tuple(dict.fromkeys(named)))
@@ -136,7 +137,7 @@ def _size(chunk: Chunk) -> int:
 def encode_schema(number: int, schema: pa.Schema) -> bytes:
     serialized: bytes = schema.serialize().to_pybytes()
     body = _SCHEMA_HEAD.pack(KIND_SCHEMA, number) + serialized
-    return FRAME.pack(len(body), zlib.crc32(body)) + body
+    return FRAME.pack(len(body), crc32c.crc32c(body)) + body
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
         if data.size - at - FRAME.size < length:
             return FileRead(groups, at, f"a frame of {length} bytes is cut short")
         body = data.slice(at + FRAME.size, length)
-        if zlib.crc32(body) != crc:
+        if crc32c.crc32c(body) != crc:
             return FileRead(groups, at, "a frame's checksum does not match")
         try:
             kind = body.slice(0, 1).to_pybytes()[0]

@@ -1,6 +1,7 @@
 """kill -9 of `plateau serve` while an idempotent producer (librdkafka, acks=all) writes to
 its Kafka API, repeated: every acknowledged record is stored once, at the offset its
-acknowledgement named, and no record is stored twice. With poison in the stream, each
+acknowledgement named, and no record is stored twice, whether acks=all was answered from the
+journal (replayed at each start) or from sealed segments. With poison in the stream, each
 poison record is in the dead-letter topic once, naming the offset it was acknowledged at."""
 
 from __future__ import annotations
@@ -61,9 +62,13 @@ def stored_keys(store: Store, topic: str, dead_letters: bool) -> dict[bytes, lis
     return places
 
 
-@pytest.mark.parametrize("poison", [False, True], ids=["clean", "poison-to-dlq"])
+@pytest.mark.parametrize(
+    ("poison", "durability"),
+    [(False, "journal"), (True, "journal"), (False, "segment")],
+    ids=["clean", "poison-to-dlq", "clean-segment-durability"],
+)
 def test_kill_9_during_idempotent_produce(
-    tmp_path: Path, reliability: Recorder, poison: bool
+    tmp_path: Path, reliability: Recorder, poison: bool, durability: str
 ) -> None:
     rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "7")))
     port = free_port()
@@ -73,7 +78,7 @@ def test_kill_9_during_idempotent_produce(
         yaml.safe_dump(
             {
                 "storage": {"data_dir": str(data_dir)},
-                "kafka_api": {"listen": f"127.0.0.1:{port}"},
+                "kafka_api": {"listen": f"127.0.0.1:{port}", "durability": durability},
                 "metrics": {"listen": "127.0.0.1:0"},
                 "topics": [
                     {"name": "events", "partitions": 3, "format": "json"}
@@ -165,9 +170,11 @@ def test_kill_9_during_idempotent_produce(
         missing_sample=[],
     )
     reliability.record(
-        "kill -9 during produce" + (" with poison" if poison else ""),
+        "kill -9 during produce"
+        + (" with poison" if poison else "")
+        + (", durability: segment" if durability == "segment" else ""),
         f"serve killed {kills} times while an idempotent acks=all producer writes to its "
-        "Kafka API (3 partitions)"
+        f"Kafka API (3 partitions; acks=all from the {durability})"
         + (
             f"; every {POISON_EVERY}th record is not JSON and goes to a dead-letter topic"
             if poison
