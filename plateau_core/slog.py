@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+import pyarrow as pa
+
 from plateau_core.errors import InvalidInputError
 from plateau_core.lazy import Item, span
 from plateau_core.listener import TopicPartition
 from plateau_core.policies import IndexPolicy, RollPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.rollup import RollupPolicy
+from plateau_core.schema import normalized
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,14 @@ class Prepared(NamedTuple):
     batch: Item
     fingerprint: str
     nbytes: int
+
+
+def prepare(item: Item) -> Prepared:
+    """A batch normalized for its segment (lazy records are built normalized)."""
+    if isinstance(item, pa.RecordBatch):
+        batch, fingerprint = normalized(item)
+        return Prepared(batch, fingerprint, batch.nbytes)
+    return Prepared(item, item.fingerprint, item.nbytes)
 
 
 @dataclass

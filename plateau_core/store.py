@@ -145,10 +145,12 @@ class Store:
         (data_dir/journal, one writer at a time); replay what an earlier one left with
         `plateau_core.journal_replay.replay` before appending."""
         from plateau_core.journal import JOURNAL_DIR, Journal  # noqa: PLC0415
+        from plateau_core.journaled_writer import JournaledWriter  # noqa: PLC0415
         from plateau_core.writer import Writer  # noqa: PLC0415
 
-        journaled = None
-        if journal:
-            fsync = policy.fsync if policy is not None else True
-            journaled = Journal(self.data_dir / JOURNAL_DIR, fsync=fsync)
-        return Writer(self, policy, listener, journal=journaled)
+        if not journal:
+            return Writer(self, policy, listener)
+        fsync = policy.fsync if policy is not None else True
+        return JournaledWriter(
+            self, Journal(self.data_dir / JOURNAL_DIR, fsync=fsync), policy, listener
+        )

@@ -32,7 +32,6 @@ from plateau_core.errors import (
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
-from plateau_core.lazy import Item
 from plateau_core.listener import TopicPartition, WriterListener, WriterStats
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
@@ -40,21 +39,15 @@ from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.rollup import RollupPolicy
-from plateau_core.schema import normalized
 from plateau_core.seal_groups import SealGroups, relieve_pressure
 from plateau_core.sealing import announce, log_failure, seal_group
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
-from plateau_core.slog import Append, Prepared, SealJob, SegmentLog
+from plateau_core.slog import Append, Prepared, SealJob, SegmentLog, prepare
 
 log = structlog.get_logger(__name__)
 
-
-def _prepared(item: Item) -> Prepared:
-    if isinstance(item, pa.RecordBatch):
-        batch, fingerprint = normalized(item)
-        return Prepared(batch, fingerprint, batch.nbytes)
-    return Prepared(item, item.fingerprint, item.nbytes)
+Logs = Iterable[SegmentLog]
 
 
 class Writer:
@@ -67,19 +60,12 @@ class Writer:
         listener: WriterListener | None = None,
         *,
         write: Callable[..., tuple[Path, SegmentStats]] = write_segment,
-        journal: Journal | None = None,
     ) -> None:
         self.store = store
         self.policy = policy or WriterPolicy()
         self.listener = listener or WriterListener()
         self._write_segment = write  # tests inject failing or slow writers here
-        # Appends are journaled first (plateau_core.journal); the listener hears when.
-        self.journal = journal
-        if journal is not None:
-            journal.notify = self.listener.on_journaled
-        # Journaled groups from here up are not sealed: a partition given up unsealed
-        # (its records dropped, not lost: they are in the journal) keeps them there.
-        self._journal_pinned: int | None = None
+        self.journal: Journal | None = None  # see JournaledWriter
         self._cond = threading.Condition()
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._locks: dict[TopicPartition, PartitionLock] = {}
@@ -156,11 +142,7 @@ class Writer:
             if slog is None:
                 return
             dropped_rows = slog.rows
-            if slog.journal_from is not None:
-                pinned = self._journal_pinned
-                self._journal_pinned = min(
-                    slog.journal_from, slog.journal_from if pinned is None else pinned
-                )
+            self._dropping(slog)
             self._buffered -= slog.drop()
             deadline = time.monotonic() + timeout_s
             # A seal already running may still land, and a consolidation may be swapping
@@ -241,11 +223,10 @@ class Writer:
         of them are recorded in one manifest transaction, or none. Raises before changing
         anything (BackpressureError, InvalidInputError), as `append` does.
 
-        With a journal, returns the group's sequence number there: the listener's
+        A JournaledWriter returns the group's number in its journal: the listener's
         `on_journaled` says when it is durable. `journal=False`: a replay of the journal."""
-        prepared = [[_prepared(item) for item in a.batches if item.num_rows] for a in appends]
+        prepared = [[prepare(item) for item in a.batches if item.num_rows] for a in appends]
         nbytes = sum(p.nbytes for batches in prepared for p in batches)
-        journaled = self.journal if journal else None
         with self._cond:
             slogs = [self._owned(a.topic, a.partition) for a in appends]
             refused = admit(
@@ -264,8 +245,6 @@ class Writer:
                     )
                 )
                 raise refused
-            # Under the lock: the journal holds each partition's groups in buffer order.
-            seq = None if journaled is None else journaled.append(appends, prepared)
             now = time.monotonic()
             changed: dict[TopicPartition, SegmentLog] = {}
             for append, slog, batches in zip(appends, slogs, prepared, strict=True):
@@ -282,10 +261,8 @@ class Writer:
             if len(changed) > 1:
                 for slog in changed.values():
                     slog.links.update(k for k in changed if k != slog.key)
-            if seq is not None:
-                for slog in changed.values():
-                    if slog.journal_from is None:
-                        slog.journal_from = seq
+            # Under the lock: a journal holds each partition's groups in buffer order.
+            seq = self._journal(appends, prepared, changed.values()) if journal else None
             if not self.policy.seal_together:
                 self._schedule(changed.values())
         return seq
@@ -352,8 +329,7 @@ class Writer:
             self._ticker.join(timeout=5)
             self._pool.shutdown(wait=True)
             self._committer.close()
-            if self.journal is not None:
-                self.journal.close(everything_sealed=self._journal_pinned is None)
+            self._stopped()
 
     def unsealed_since(self) -> dict[TopicPartition, float]:
         """Per owned partition holding unsealed records: when the oldest was buffered
@@ -376,26 +352,17 @@ class Writer:
     # --- internals (callers hold self._cond unless said otherwise) ---------------------------
 
     def _held(self) -> int:
-        """Bytes buffered, being sealed, or queued for the journal: what the budget bounds."""
-        queued = 0 if self.journal is None else self.journal.backlog_bytes
-        return self._buffered + self._in_flight + queued
+        """Bytes buffered or being sealed: what the memory budget bounds."""
+        return self._buffered + self._in_flight
 
-    def _journal_floor(self) -> int | None:
-        """The lowest journal group not sealed yet (None: no journal)."""
-        if self.journal is None:
-            return None
-        unsealed = [
-            seq
-            for slog in self._logs.values()
-            for seq in (
-                slog.journal_from,
-                None if slog.in_flight is None else slog.in_flight.journal_from,
-            )
-            if seq is not None
-        ]
-        if self._journal_pinned is not None:
-            unsealed.append(self._journal_pinned)
-        return min(unsealed, default=self.journal.next_seq)
+    # What a JournaledWriter does when a group is buffered (its journal number, None here),
+    # a buffer dropped unsealed, a group sealed (without the lock) and the writer closed.
+    def _journal(
+        self, appends: Sequence[Append], batches: Sequence[Sequence[Prepared]], changed: Logs
+    ) -> int | None: ...
+    def _dropping(self, slog: SegmentLog) -> None: ...
+    def _sealed_group(self) -> None: ...
+    def _stopped(self) -> None: ...
 
     def _owned(self, topic: str, partition: int) -> SegmentLog:
         slog = self._logs.get((topic, partition))
@@ -461,9 +428,7 @@ class Writer:
                     slog.sealed()
             self._schedule()
             self._cond.notify_all()
-            floor = self._journal_floor()
-        if floor is not None and self.journal is not None:
-            self.journal.release(floor)
+        self._sealed_group()
         self.listener.on_capacity()
 
     def _failed(self, group: list[SealJob], exc: Exception) -> None:

@@ -1,6 +1,7 @@
 """Where produced record batches land: a Writer of the store owning every partition of the
-produced topics, with offsets handed out here, idempotent producers checked against what the
-manifest and the buffers hold, and acks=all answered once the records are sealed.
+produced topics (bridge.kafka_api.owned), with offsets handed out here, idempotent producers
+checked against what the manifest and the buffers hold, and acks=all answered once the
+records are durable: synced to the journal, or sealed with `durability: segment`.
 
 All methods run on the listener's event loop thread; the Writer's listener hooks hop onto
 it with `call_soon_threadsafe`.
@@ -21,33 +22,25 @@ from kio.schema.errors import ErrorCode
 
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
-from bridge.config.topics import RollConfig
-from bridge.ingest.decode import Poison, RegistryUnavailableError, decoder_for
+from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.lazy_records import KafkaRecords
+from bridge.kafka_api.owned import OwnedPartitions
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
 from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
-from plateau_core.journal_replay import replay
 from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment, WriterListener
-from plateau_core.policies import RollPolicy, WriterPolicy
+from plateau_core.policies import WriterPolicy
 from plateau_core.producers import ProducerBatch, Verdict
-from plateau_core.schema import merge_schemas
 
 log = structlog.get_logger(__name__)
-
-# Produced partitions seal this often unless their topic sets roll.max_age. With
-# durability: segment, acks=all waits for the seal, so this bounds the acknowledgement
-# latency (plus the seal's own time); with the journal it bounds how long records take to
-# become queryable, and longer means fewer, larger segments (docs/benchmarks.md).
-SEAL_AGE_S = {"segment": 0.1, "journal": 1.0}
 
 
 class ThrottledError(Exception):
@@ -88,7 +81,6 @@ class ProduceSink(WriterListener):
         self.api = api
         self.topics = ProducedTopics(config, api, store.manifest)
         self.journaled = api.durability == "journal"
-        self.seal_age_s = SEAL_AGE_S[api.durability]
         storage = config.storage
         self.writer = store.writer(
             WriterPolicy(
@@ -110,8 +102,8 @@ class ProduceSink(WriterListener):
             self,
             journal=self.journaled,
         )
-        self.partitions: dict[tuple[str, int], ProducedPartition] = {}
-        self._owned: set[tuple[str, int]] = set()
+        self.owned = OwnedPartitions(config, store, self.topics, self.writer, api.durability)
+        self.partitions = self.owned.states
         # Journal groups not yet durable, in order: (seq, partition, offset it reaches).
         self._unjournaled: collections.deque[tuple[int, ProducedPartition, int]] = (
             collections.deque()
@@ -123,86 +115,11 @@ class ProduceSink(WriterListener):
     # --- partitions ---------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Acquire every partition of every produced topic (recovering each folder), replay
-        what the journal holds that was not sealed, then take appends."""
-        produced = sorted(self.topics.partitions.items())
-        for topic, count in produced:
-            for partition in range(count):
-                self._own(topic, partition)
-        if self.journaled:
-            replay(self.writer, self._own, timeout_s=max(self.config.shutdown_timeout, 60.0))
-        for topic, count in produced:
-            self.open_topic(topic, count)
+        """Acquire every produced partition, replaying the journal first."""
+        self.owned.open()
 
     def open_topic(self, topic: str, count: int) -> None:
-        for partition in range(count):
-            if (topic, partition) not in self.partitions:
-                self._acquire(topic, partition)
-
-    def _own(self, topic: str, partition: int) -> int:
-        """Make the writer own a partition (once); returns the offset its next append takes.
-        A produced topic seals by its mapping; any other (a dead-letter topic) every
-        `seal_age_s`."""
-        key = (topic, partition)
-        if key in self._owned:
-            return self.writer.next_offset(topic, partition)
-        if topic in self.topics.partitions:
-            mapping = self.topics.mapping(topic)
-            watermark = self.writer.acquire(
-                topic,
-                partition,
-                roll=self._roll(topic),
-                index=mapping.index.policy(),
-                rollups=mapping.rollup_policies(),
-            )
-        else:
-            watermark = self.writer.acquire(topic, partition, roll=self._roll(topic))
-        self._owned.add(key)
-        return watermark or 0
-
-    def _roll(self, topic: str) -> RollPolicy:
-        if topic not in self.topics.partitions:
-            return RollPolicy(max_age_s=self.seal_age_s)
-        mapping = self.topics.mapping(topic)
-        roll = self.config.roll_policy(mapping)
-        if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
-            roll = RollConfig(max_age=self.seal_age_s).apply(roll)
-        return roll
-
-    def _acquire(self, topic: str, partition: int) -> ProducedPartition:
-        mapping = self.topics.mapping(topic)
-        watermark = self._own(topic, partition)
-        decoder = decoder_for(mapping, self.config.schema_registry)
-        stored = self.store.manifest.schemas(topic)
-        if stored:
-            decoder.seed(merge_schemas(stored.values()))
-        state = ProducedPartition(
-            topic,
-            partition,
-            mapping,
-            decoder,
-            watermark,
-            self.store.manifest.producer_states(topic, partition),
-            self._roll(topic).max_age_s,
-        )
-        self.partitions[(topic, partition)] = state
-        return state
-
-    def _dead_letters(self, topic: str, partition: int) -> ProducedPartition:
-        found = self.partitions.get((topic, partition))
-        if found is None:
-            watermark = self._own(topic, partition)
-            mapping = self.topics.mapping(topic)
-            found = ProducedPartition(
-                topic,
-                partition,
-                mapping,
-                decoder_for(mapping, self.config.schema_registry),
-                watermark,
-                {},
-            )
-            self.partitions[(topic, partition)] = found
-        return found
+        self.owned.open_topic(topic, count)
 
     def close(self, timeout_s: float) -> None:
         """Seal what is buffered and let every partition go."""
@@ -339,7 +256,7 @@ class ProduceSink(WriterListener):
         mapping = state.mapping
         self.stats.poison(state.topic, mapping.on_error, len(poison))
         if mapping.on_error == "dlq" and mapping.dlq is not None:
-            return Letters(records, poison, self._dead_letters(mapping.dlq, state.partition))
+            return Letters(records, poison, self.owned.dead_letters(mapping.dlq, state.partition))
         for item in poison:
             log.warning(
                 "record_skipped",

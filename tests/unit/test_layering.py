@@ -76,6 +76,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.consolidate": 5,
     "plateau_core.rebuild": 5,
     "plateau_core.writer": 6,
+    "plateau_core.journaled_writer": 6,
     "plateau_core.journal_replay": 6,
     # the facade
     "plateau_core.store": 7,

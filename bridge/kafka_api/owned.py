@@ -1,0 +1,117 @@
+"""The produced partitions the listener's writer owns, and each one's state: what the sink
+acquires at start (replaying the journal before anything is taken), when a topic is created,
+and when a dead-letter partition is first written."""
+
+from __future__ import annotations
+
+from bridge.config.models import Config
+from bridge.config.topics import RollConfig
+from bridge.ingest.decode import decoder_for
+from bridge.kafka_api.partition import ProducedPartition
+from bridge.kafka_api.topics import ProducedTopics
+from plateau_core import Store, Writer
+from plateau_core.journal_replay import replay
+from plateau_core.policies import RollPolicy
+from plateau_core.schema import merge_schemas
+
+# Produced partitions seal this often unless their topic sets roll.max_age. With
+# durability: segment, acks=all waits for the seal, so this bounds the acknowledgement
+# latency (plus the seal's own time); with the journal it bounds how long records take to
+# become queryable, and longer means fewer, larger segments (docs/benchmarks.md).
+SEAL_AGE_S = {"segment": 0.1, "journal": 1.0}
+
+
+class OwnedPartitions:
+    def __init__(
+        self, config: Config, store: Store, topics: ProducedTopics, writer: Writer, durability: str
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.writer = writer
+        self.seal_age_s = SEAL_AGE_S[durability]
+        self.states: dict[tuple[str, int], ProducedPartition] = {}
+        self._owned: set[tuple[str, int]] = set()
+
+    def open(self) -> None:
+        """Acquire every partition of every produced topic (recovering each folder), replay
+        what the journal holds that was not sealed, then make their states."""
+        produced = sorted(self.topics.partitions.items())
+        for topic, count in produced:
+            for partition in range(count):
+                self._own(topic, partition)
+        if self.writer.journal is not None:
+            replay(self.writer, self._own, timeout_s=max(self.config.shutdown_timeout, 60.0))
+        for topic, count in produced:
+            self.open_topic(topic, count)
+
+    def open_topic(self, topic: str, count: int) -> None:
+        for partition in range(count):
+            if (topic, partition) not in self.states:
+                self._acquire(topic, partition)
+
+    def dead_letters(self, topic: str, partition: int) -> ProducedPartition:
+        """A dead-letter partition's state, acquired on its first letter."""
+        found = self.states.get((topic, partition))
+        if found is None:
+            watermark = self._own(topic, partition)
+            mapping = self.topics.mapping(topic)
+            found = ProducedPartition(
+                topic,
+                partition,
+                mapping,
+                decoder_for(mapping, self.config.schema_registry),
+                watermark,
+                {},
+            )
+            self.states[(topic, partition)] = found
+        return found
+
+    def _own(self, topic: str, partition: int) -> int:
+        """Make the writer own a partition (once); returns the offset its next append takes.
+        A produced topic seals by its mapping; any other (a dead-letter topic) every
+        `seal_age_s`."""
+        key = (topic, partition)
+        if key in self._owned:
+            return self.writer.next_offset(topic, partition)
+        if topic in self.topics.partitions:
+            mapping = self.topics.mapping(topic)
+            watermark = self.writer.acquire(
+                topic,
+                partition,
+                roll=self._roll(topic),
+                index=mapping.index.policy(),
+                rollups=mapping.rollup_policies(),
+            )
+        else:
+            watermark = self.writer.acquire(topic, partition, roll=self._roll(topic))
+        self._owned.add(key)
+        return watermark or 0
+
+    def _roll(self, topic: str) -> RollPolicy:
+        if topic not in self.topics.partitions:
+            return RollPolicy(max_age_s=self.seal_age_s)
+        mapping = self.topics.mapping(topic)
+        roll = self.config.roll_policy(mapping)
+        if mapping.roll.max_age is None and self.config.defaults.roll.max_age is None:
+            roll = RollConfig(max_age=self.seal_age_s).apply(roll)
+        return roll
+
+    def _acquire(self, topic: str, partition: int) -> ProducedPartition:
+        mapping = self.topics.mapping(topic)
+        watermark = self._own(topic, partition)
+        decoder = decoder_for(mapping, self.config.schema_registry)
+        stored = self.store.manifest.schemas(topic)
+        if stored:
+            decoder.seed(merge_schemas(stored.values()))
+        state = ProducedPartition(
+            topic,
+            partition,
+            mapping,
+            decoder,
+            watermark,
+            self.store.manifest.producer_states(topic, partition),
+            self._roll(topic).max_age_s,
+        )
+        self.states[(topic, partition)] = state
+        return state
