@@ -253,6 +253,23 @@ def test_a_writer_replays_what_it_had_not_sealed(tmp_path: Path) -> None:
     store.close()
 
 
+def started_writer(data_dir: Path) -> subprocess.Popen[str]:
+    """tests.core.journal_writer over `data_dir`, once it has replayed and sealed what the
+    last one left, and appends."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.core.journal_writer", str(data_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        child.kill()
+        raise AssertionError("the journal writer did not start")
+    return child
+
+
 def test_kill_9_loses_no_journaled_group_and_stores_none_twice(tmp_path: Path) -> None:
     """A writer appending groups (rows to one partition, a record to another) is killed at
     random moments and started again: every group it reported durable is in the store
@@ -261,18 +278,11 @@ def test_kill_9_loses_no_journaled_group_and_stores_none_twice(tmp_path: Path) -
     rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "5")))
     data_dir = tmp_path / "data"
     acked = (0, 0)
-    for _ in range(4):
-        child = subprocess.Popen(
-            [sys.executable, "-m", "tests.core.journal_writer", str(data_dir)],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+    for kill in range(5):
+        child = started_writer(data_dir)
         try:
             assert child.stdout is not None
-            assert child.stdout.readline().strip() == "ready"
-            deadline = time.monotonic() + rng.uniform(0.3, 1.0)
+            deadline = time.monotonic() + (rng.uniform(0.3, 1.0) if kill < 4 else 0)
             while time.monotonic() < deadline:
                 line = child.stdout.readline().split()
                 if line and line[0] == "acked":
@@ -280,20 +290,7 @@ def test_kill_9_loses_no_journaled_group_and_stores_none_twice(tmp_path: Path) -
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=10)
-        # What the next start finds: the replay runs in the next child; check after it.
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.core.journal_writer", str(data_dir)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"  # replayed and sealed by now
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=10)
+    # The last start replayed and sealed what the kill before it left, then was killed too.
     assert acked[0] > 0, "nothing was acknowledged: the test means nothing"
     with Store.open(data_dir) as store:
         for topic, at_least in (("main", acked[0]), ("side", acked[1])):
