@@ -37,6 +37,7 @@ from plateau_core.journal_codec import (
     encode_group,
     encode_schema,
     groups_in_order,
+    last_group,
     read_file,
 )
 from plateau_core.partition_lock import PartitionLock
@@ -89,10 +90,8 @@ class Journal:
         self.bytes_written = 0
         old = sorted(p for p in directory.iterdir() if p.name.endswith(SUFFIX))
         self._recovered_files = old
-        self._reads = [(p.name, _read(p)) for p in old]
-        seqs = [g.seq for _, read in self._reads for g in read.groups]
         named = [int(p.name.removesuffix(SUFFIX)) for p in old if _numbered(p)]
-        self.next_seq = max([*seqs, *(n - 1 for n in named), -1]) + 1
+        self.next_seq = max([_last_seq(old), *(n - 1 for n in named), -1]) + 1
         self.durable_seq = self.next_seq - 1
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
@@ -100,23 +99,28 @@ class Journal:
     # --- after a crash ------------------------------------------------------------------------
 
     def recovered(self) -> Iterator[Group]:
-        """The groups the files present at start hold, in order (see the module's rules)."""
-        for name, read in self._reads:
+        """The groups the files present at start hold, in order (see the module's rules).
+        One file is read at a time: a journal may hold more than fits in memory at once."""
+        return groups_in_order(self._read_recovered())
+
+    def _read_recovered(self) -> Iterator[tuple[str, FileRead]]:
+        for path in self._recovered_files:
+            read = _read(path)
             if read.torn_at is not None:
                 log.warning(
                     "journal_tail_discarded",
-                    file=name,
+                    file=path.name,
                     at_byte=read.torn_at,
                     reason=read.torn_reason,
                     groups_read=len(read.groups),
                 )
-        return groups_in_order(self._reads)
+            yield path.name, read
 
     def forget_recovered(self) -> None:
         """Everything `recovered` returned is sealed: delete the files it came from."""
         for path in self._recovered_files:
             path.unlink(missing_ok=True)
-        self._recovered_files, self._reads = [], []
+        self._recovered_files = []
         _sync_dir(self.directory, self.fsync)
 
     # --- appends ------------------------------------------------------------------------------
@@ -291,6 +295,15 @@ def _ignore(_seq: int) -> None:
 def _numbered(path: Path) -> bool:
     stem = path.name.removesuffix(SUFFIX)
     return len(stem) == 20 and stem.isdigit()
+
+
+def _last_seq(paths: Sequence[Path]) -> int:
+    """The number of the last whole group in these files (-1: none), without decoding any."""
+    for path in reversed(paths):
+        found = last_group(pa.py_buffer(path.read_bytes()))
+        if found is not None:
+            return found
+    return -1
 
 
 def _read(path: Path) -> FileRead:

@@ -20,7 +20,7 @@ names it, so files can be deleted from the front independently.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -193,6 +193,27 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
     return FileRead(groups)
 
 
+def last_group(data: pa.Buffer) -> int | None:
+    """The number of a file's last whole group (None: it holds none), found by walking its
+    frames and their checksums without decoding them."""
+    if data.size < len(MAGIC) or data.slice(0, len(MAGIC)).to_pybytes() != MAGIC:
+        return None
+    found = None
+    at = len(MAGIC)
+    while data.size - at >= FRAME.size:
+        length, crc = FRAME.unpack(data.slice(at, FRAME.size).to_pybytes())
+        if data.size - at - FRAME.size < length or length < _GROUP_HEAD.size:
+            break
+        body = data.slice(at + FRAME.size, length)
+        if crc32c.crc32c(body) != crc:
+            break
+        kind, seq, _ = _GROUP_HEAD.unpack(body.slice(0, _GROUP_HEAD.size).to_pybytes())
+        if kind == KIND_GROUP:
+            found = seq
+        at += FRAME.size + length
+    return found
+
+
 def _group(body: pa.Buffer, schemas: dict[int, pa.Schema]) -> Group:
     _, seq, count = _GROUP_HEAD.unpack(body.slice(0, _GROUP_HEAD.size).to_pybytes())
     at = _GROUP_HEAD.size
@@ -233,7 +254,7 @@ def _group(body: pa.Buffer, schemas: dict[int, pa.Schema]) -> Group:
     return Group(seq, appends)
 
 
-def groups_in_order(reads: Sequence[tuple[str, FileRead]]) -> Iterator[Group]:
+def groups_in_order(reads: Iterable[tuple[str, FileRead]]) -> Iterator[Group]:
     """The groups of a journal's files (oldest first) in sequence order, once each.
 
     A group can be in two files (rewritten after a failed sync); a file may end torn where

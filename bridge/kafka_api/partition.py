@@ -1,6 +1,6 @@
 """One partition producers write to: the next offset to hand out, the idempotent producers'
 state (sealed and still buffered), and the produce requests waiting for their records to
-be sealed (acks=all).
+be durable (acks=all: in the journal, or sealed).
 
 Everything here runs on the listener's event loop thread; the writer's threads reach it
 through `loop.call_soon_threadsafe`.

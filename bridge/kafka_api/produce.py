@@ -189,7 +189,7 @@ class ProduceHandler:
         return first, held
 
     async def _settle(self, answers: list[_Answer], acks: int, deadline: float) -> None:
-        """Wait as long as `acks` asks: all (-1) until the records are sealed. One wait for
+        """Wait as long as `acks` asks: all (-1) until the records are durable. One wait for
         every partition of the request: they seal in one group, and a wait per partition
         cost a trip through the event loop each before the answer could go out."""
         if acks != -1:
@@ -204,7 +204,7 @@ class ProduceHandler:
             outcome = answer.outcome
             if not all(f.done() for f in outcome.durable):
                 outcome.error = ErrorCode.request_timed_out
-                outcome.message = "the records were not sealed within the request's timeout"
+                outcome.message = "the records were not durable within the request's timeout"
                 self._log_refused(answer.topic, answer.partition, outcome)
                 continue
             failed = next((e for f in outcome.durable if (e := _failure(f)) is not None), None)
