@@ -1,0 +1,88 @@
+"""Raw topics' produced batches kept as they came (bridge.kafka_api.lazy_records): the rows a
+seal builds from them are the rows decoding them on arrival gives, for every combination
+of keys, headers, timestamps and kept columns; several batches build as their concatenation;
+and a batch read back from its journal payload builds the same rows."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from bridge.ingest.decode.raw import RawDecoder
+from bridge.ingest.records import Kept
+from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch
+from bridge.kafka_api.lazy_records import KafkaRecords
+from plateau_core.schema import normalized
+
+NOW = 1_700_000_000_999
+
+
+def produced(count: int, *, keys: bool, headers: bool, unset_times: bool) -> ProducedBatch:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
+    for i in range(count):
+        builder.append(
+            i,
+            timestamp=-1 if unset_times and i % 2 else 1_700_000_000_000 + i,
+            key=b"k%d" % i if keys else None,
+            value=b"value-%d" % i,
+            headers=[("h", b"%d" % i)] if headers and i % 3 else [],
+        )
+    return read_batch(bytes(builder.build()))
+
+
+def eager(placed: list[Placed], kept: Kept) -> pa.RecordBatch:
+    """What the listener did before: the envelope, RawDecoder, then the writer's normalize."""
+    decoded = RawDecoder(kept).decode(envelope_of(placed))
+    return pa.Table.from_batches([normalized(b)[0] for b in decoded.batches]).to_batches()[0]
+
+
+@pytest.mark.parametrize("keys", [True, False])
+@pytest.mark.parametrize("headers", [True, False])
+@pytest.mark.parametrize("unset_times", [True, False])
+@pytest.mark.parametrize("log_append", [True, False])
+@pytest.mark.parametrize("kept", [Kept(), Kept(key=False), Kept(headers=False)])
+def test_rows_built_at_the_seal_are_the_rows_decoded_on_arrival(
+    keys: bool, headers: bool, unset_times: bool, log_append: bool, kept: Kept
+) -> None:
+    appended = NOW - 5 if log_append else -1
+    placed = [
+        Placed(produced(7, keys=keys, headers=headers, unset_times=unset_times), 40, appended, NOW),
+        Placed(produced(3, keys=keys, headers=headers, unset_times=unset_times), 47, appended, NOW),
+    ]
+    lazy = [KafkaRecords(p, kept) for p in placed]
+    built = KafkaRecords.build(lazy)
+    want = eager(placed, kept)
+    assert built.schema.equals(want.schema, check_metadata=True)
+    assert built.to_pylist() == want.to_pylist()
+    assert lazy[0].fingerprint == normalized(want)[1]
+    assert (lazy[0].first_offset, lazy[1].last_offset) == (40, 49)
+    assert built.column("offset").to_pylist() == list(range(40, 50))
+
+
+def test_a_batch_read_back_from_its_journal_payload_builds_the_same_rows() -> None:
+    placed = Placed(produced(5, keys=True, headers=True, unset_times=True), 9, -1, NOW)
+    original = KafkaRecords(placed, Kept(headers=False))
+    payload = pa.py_buffer(b"".join(bytes(part) for part in original.payload()))
+    again = KafkaRecords.load(payload)
+    assert again.kept == original.kept
+    assert (again.first_offset, again.last_offset, again.nbytes) == (
+        original.first_offset,
+        original.last_offset,
+        original.nbytes,
+    )
+    assert KafkaRecords.build([again]).to_pylist() == KafkaRecords.build([original]).to_pylist()
+
+
+def test_batches_of_two_topics_are_not_built_together() -> None:
+    placed = Placed(produced(2, keys=False, headers=False, unset_times=False), 0, -1, NOW)
+    with pytest.raises(TypeError, match="one topic"):
+        KafkaRecords.build([KafkaRecords(placed, Kept()), KafkaRecords(placed, Kept(key=False))])
