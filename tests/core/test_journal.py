@@ -19,7 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
-from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal
+from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal, _write_all
 from plateau_core.journal_codec import JournalCorruptError
 from plateau_core.journal_replay import replay
 from plateau_core.listener import WriterListener
@@ -297,3 +297,23 @@ def test_kill_9_loses_no_journaled_group_and_stores_none_twice(tmp_path: Path) -
             offsets = store.read(topic, partitions=[0]).to_table().column("offset").to_pylist()
             assert offsets == list(range(len(offsets))), f"{topic}: a gap or a repeat"
             assert len(offsets) >= at_least, f"{topic}: acknowledged records lost"
+
+
+def test_a_write_that_takes_part_of_the_chunks_goes_on_with_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """writev may write fewer bytes than asked, ending inside a chunk."""
+    path = tmp_path / "out"
+    real = os.writev
+
+    def stingy(fd: int, chunks: Sequence[bytes]) -> int:
+        return real(fd, [bytes(memoryview(b"".join(bytes(c) for c in chunks))[:7])])
+
+    monkeypatch.setattr("plateau_core.journal.os.writev", stingy)
+    chunks = [b"abc", b"", pa.py_buffer(b"defghijk"), memoryview(b"lmnopqrstuvwxyz")[2:]]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        _write_all(fd, chunks)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"abcdefghijknopqrstuvwxyz"
