@@ -52,7 +52,7 @@ def demo_config(
         {
             "kafka": {"bootstrap_servers": bootstrap, "group_id": "plateau-demo"},
             "storage": {"data_dir": str(data_dir), "memory_budget": "256MiB"},
-            # The direct mode keeps the listener's group commit (acks=all waits for seals).
+            # The direct mode keeps the listener's own roll (produced topics seal every second).
             "defaults": {"roll": {"max_age": "2s"} if listen is None else {}}
             | {"retention": {"max_age": "1d"}},
             "topics": [topic],
@@ -99,6 +99,10 @@ def _run(config: Config, bootstrap: str, seconds: float, rate: int, *, direct: b
     progress = Progress(config.storage.data_dir, bootstrap, DEMO_TOPIC, direct=direct)
     progress.start()
     try:
+        if direct:
+            # The producer would otherwise log a refused connection or two while serve
+            # replays its journal and opens the listener.
+            _wait_listening(bootstrap, timeout_s=60)
         produced = _produce_for(bootstrap, seconds, rate)
         print(f"produced {produced} events to {DEMO_TOPIC!r}; waiting until sealed")
         landed = _wait_landed(config, DEMO_TOPIC, produced, timeout_s=120)
@@ -116,6 +120,17 @@ def _run(config: Config, bootstrap: str, seconds: float, rate: int, *, direct: b
         return 1
     print(f"every produced event landed exactly once ({produced} records)")
     return 0
+
+
+def _wait_listening(address: str, timeout_s: float) -> None:
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
 
 
 def _free_port() -> int:
