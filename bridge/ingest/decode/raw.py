@@ -19,7 +19,8 @@ class RawDecoder:
         if records.num_rows == 0:
             return Decoded()
         if self.kept.key and self.kept.headers and records.schema.equals(ENVELOPE):
-            # The envelope is already the row: nothing to build (the produce path's case).
+            # The envelope is already the row: nothing to build (a consumed raw topic with
+            # key and headers kept; produced raw topics skip decoding altogether).
             return Decoded(batches=[records])
         columns = kept_columns(records, self.kept)
         columns[VALUE] = records.column(VALUE)
