@@ -8,9 +8,8 @@ plateau assigns.
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 
 import crc32c
@@ -62,12 +61,6 @@ class ProducedBatch:
     def last_sequence(self) -> int:
         return (self.base_sequence + self.count - 1) % 2**31
 
-    def records(self, base_offset: int, log_append_ms: int | None = None) -> pa.RecordBatch:
-        """The envelope of these records at offsets from `base_offset`; `log_append_ms`
-        replaces their own timestamps (LogAppendTime topics)."""
-        placed = Placed(self, base_offset, -1 if log_append_ms is None else log_append_ms)
-        return envelope_of([placed])
-
     def stamps(self, log_append_ms: int, now_ms: int) -> list[int]:
         """The records' timestamps as stored: `log_append_ms` for every one (LogAppendTime,
         when not -1), else their own, with `now_ms` for any a producer left unset (-1)."""
@@ -85,8 +78,8 @@ class Placed:
 
     batch: ProducedBatch
     base_offset: int
-    log_append_ms: int = -1  # LogAppendTime topics: every record's timestamp
-    now_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    log_append_ms: int  # LogAppendTime topics: every record's timestamp; -1: their own
+    now_ms: int  # the time of records that carry none
 
 
 def envelope_of(placed: Sequence[Placed]) -> pa.RecordBatch:

@@ -19,7 +19,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from bridge.ingest.records import ENVELOPE, VALUE, Kept, kept_columns
-from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch
+from bridge.kafka_api.batches import Placed, envelope_of, read_batch
 from plateau_core import lazy
 from plateau_core.schema import normalized
 
@@ -57,10 +57,6 @@ class KafkaRecords:
         # The batch as it came, and its records read out of it (their bytes again).
         self.nbytes = 2 * batch.size + _RECORD_OVERHEAD * batch.count
         self.schema, self.fingerprint = _normal(kept)
-
-    @property
-    def batch(self) -> ProducedBatch:
-        return self._placed.batch
 
     def payload(self) -> Sequence[bytes | memoryview]:
         placed = self._placed
