@@ -24,6 +24,7 @@ from plateau_core.writer import Writer
 
 class JournaledWriter(Writer):
     journal: Journal
+    _link_groups = False
 
     def __init__(
         self,

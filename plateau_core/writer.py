@@ -258,7 +258,7 @@ class Writer:
                     changed[slog.key] = slog
                 slog.urgent = slog.urgent or (append.urgent and slog.key in changed)
             self._buffered += nbytes
-            if len(changed) > 1:
+            if len(changed) > 1 and self._link_groups:
                 for slog in changed.values():
                     slog.links.update(k for k in changed if k != slog.key)
             # Under the lock: a journal holds each partition's groups in buffer order.
@@ -350,6 +350,10 @@ class Writer:
             )
 
     # --- internals (callers hold self._cond unless said otherwise) ---------------------------
+
+    # A group's partitions seal in one manifest transaction; a journal gives that atomicity
+    # instead (it keeps a group until every part of it is sealed, and replays the rest).
+    _link_groups = True
 
     def _held(self) -> int:
         """Bytes buffered or being sealed: what the memory budget bounds."""
@@ -445,8 +449,8 @@ class Writer:
                     delay = slog.restore(
                         job, str(exc), self.policy.retry_backoff_s, time.monotonic()
                     )
-                    # Still one group: what had to land together still does.
-                    slog.links.update(keys - {job.key})
+                    if self._link_groups:  # still one group: it must land together
+                        slog.links.update(keys - {job.key})
                 delays.append(delay)
             self._cond.notify_all()
         for job, delay in zip(group, delays, strict=True):

@@ -55,13 +55,23 @@ class ProduceHandler:
         deadline = time.monotonic() + max(body.timeout.total_seconds(), 0.001)
         answers: list[_Answer] = []
         throttled = 0.0
-        for topic_data in body.topic_data:
-            for data in topic_data.partition_data:
-                outcome, held = await self._partition(
-                    body, (topic_data.name, data.index), data.records, allowed, deadline
-                )
-                throttled += held
-                answers.append(_Answer(topic_data.name, data.index, outcome))
+        try:
+            for topic_data in body.topic_data:
+                for data in topic_data.partition_data:
+                    outcome, held = await self._partition(
+                        body, (topic_data.name, data.index), data.records, allowed, deadline
+                    )
+                    throttled += held
+                    answers.append(_Answer(topic_data.name, data.index, outcome))
+        finally:
+            # The offsets of what was taken are handed out: it must land even if the
+            # request goes no further.
+            stalled = self.sink.land()
+        if stalled:
+            # The writer took part of it: hold this connection until it took the rest.
+            started = time.monotonic()
+            await asyncio.wait(stalled)
+            throttled += time.monotonic() - started
         self.sink.seal_due()
         throttle_ms = int(throttled * 1000)
 
@@ -180,11 +190,6 @@ class ProduceHandler:
                 first.record_errors = outcome.record_errors
                 self._log_refused(topic, partition, outcome)
                 break
-            if outcome.landed is not None and not outcome.landed.done():
-                # The writer took part of it: hold this connection until it took the rest.
-                started = time.monotonic()
-                await outcome.landed
-                held += time.monotonic() - started
         assert first is not None
         return first, held
 

@@ -61,7 +61,6 @@ class Outcome:
     log_append_time_ms: int = -1
     message: str | None = None
     record_errors: list[tuple[int, str]] = field(default_factory=list)
-    landed: asyncio.Future[None] | None = None  # appended to the writer (after a throttle)
     durable: list[asyncio.Future[None]] = field(default_factory=list)  # sealed
 
 
@@ -108,6 +107,10 @@ class ProduceSink(WriterListener):
         self._unjournaled: collections.deque[tuple[int, ProducedPartition, int]] = (
             collections.deque()
         )
+        # Partitions with batches appended by the request being taken and not yet handed to
+        # the writer: `land` hands them over together, one writer group and one journal
+        # write for the whole request instead of one per partition.
+        self._gathered: dict[tuple[str, int], ProducedPartition] = {}
         self._capacity = asyncio.Event()
         self.consolidator = consolidator_for(config, store, self.writer)
         self.consolidator.start(storage.consolidate_interval)
@@ -143,17 +146,19 @@ class ProduceSink(WriterListener):
             return
         missing = decoder.unfetched(batch.values, batch.keys)
         if missing:
+            self.land()  # nothing gathered waits for a registry
             await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
 
     def append(
         self, topic: str, partition: int, batch: ProducedBatch, *, urgent: bool = False
     ) -> Outcome:
-        """Land one batch; raises ThrottledError (nothing done) when the writer cannot take
-        it now. `urgent`: the producer waits for durability (acks=all), so with durability:
-        segment seal at once (the journal makes it durable without a seal)."""
+        """Take one batch, to be handed to the writer by `land`; raises ThrottledError
+        (nothing done) when the writer cannot take it now. `urgent`: the producer waits for
+        durability (acks=all), so with durability: segment seal at once (the journal makes
+        it durable without a seal)."""
         urgent = urgent and not self.journaled
         state = self.partitions[(topic, partition)]
-        if state.stalled:
+        if state.stalled and state.key not in self._gathered:
             raise ThrottledError(topic, partition, "earlier records are still waiting")
         if not self.writer.accepting(topic, partition):
             raise ThrottledError(topic, partition, "the writer is at its memory budget")
@@ -228,7 +233,7 @@ class ProduceSink(WriterListener):
         outcome.durable.append(state.durable(end, self.loop))
         self.stats.produced(topic, batch.count, batch.size)
         state.stalled.append(pending)
-        outcome.landed = self._drain(state)
+        self._gathered[state.key] = state
         return outcome
 
     def _refused(
@@ -267,20 +272,62 @@ class ProduceSink(WriterListener):
             )
         return None
 
+    def land(self) -> list[asyncio.Future[None]]:
+        """Hand every batch `append` took to the writer, as one group when it takes them
+        all; returns what resolves once the writer took the rest (those not done yet)."""
+        states = list(self._gathered.values())
+        self._gathered.clear()
+        if not states:
+            return []
+        appends: list[Append] = []
+        dlq_at: dict[tuple[str, int], int] = {}  # dead letters of several batches in one group
+        for state in states:
+            for pending in state.stalled:
+                appends += self._appends(state, pending, dlq_at)
+        try:
+            seq = self.writer.append_group(appends)
+        except BackpressureError:
+            # Partition by partition, as far as the writer takes them; the rest stalls.
+            return [landed for state in states if not (landed := self._drain(state)).done()]
+        for state in states:
+            self._landed(state, state.stalled, seq)
+            state.stalled = []
+        return []
+
+    def _appends(
+        self, state: ProducedPartition, pending: Pending, dlq_at: dict[tuple[str, int], int]
+    ) -> list[Append]:
+        """A pending batch's appends: its rows, and its dead letters at the offsets they
+        will take (`dlq_at`: where the group's earlier letters leave each DLQ partition)."""
+        letters = pending.letters
+        if letters is None:
+            return [pending.source]
+        dlq = letters.dlq
+        at = dlq_at.get(dlq.key, dlq.next_offset)
+        dlq_at[dlq.key] = at + len(letters.poison)
+        rows = dead_letters(letters.records, letters.poison, state.key, at)
+        urgent = pending.source.urgent
+        return [pending.source, Append(dlq.topic, dlq.partition, (rows,), urgent=urgent)]
+
+    def _landed(self, state: ProducedPartition, landed: list[Pending], seq: int | None) -> None:
+        """`landed`, the partition's oldest stalled batches, are in the writer (in journal
+        group `seq`)."""
+        for pending in landed:
+            if pending.letters is not None:
+                pending.letters.dlq.reserve(len(pending.letters.poison))
+        if seq is not None and landed:
+            end = landed[-1].source.advance_to
+            assert end is not None
+            self._unjournaled.append((seq, state, end))
+
     def _drain(self, state: ProducedPartition) -> asyncio.Future[None]:
         """Hand the partition's stalled batches to the writer in order, as far as it takes
         them; the future resolves when all are appended."""
+        self._gathered.pop(state.key, None)
         while state.stalled:
             pending = state.stalled[0]
-            appends = [pending.source]
-            letters = pending.letters
-            if letters is not None:
-                dlq = letters.dlq
-                rows = dead_letters(letters.records, letters.poison, state.key, dlq.next_offset)
-                urgent = pending.source.urgent
-                appends.append(Append(dlq.topic, dlq.partition, (rows,), urgent=urgent))
             try:
-                seq = self.writer.append_group(appends)
+                seq = self.writer.append_group(self._appends(state, pending, {}))
             except BackpressureError as exc:
                 if state.landed is None:
                     state.landed = self.loop.create_future()
@@ -292,12 +339,7 @@ class ProduceSink(WriterListener):
                     detail=exc.detail,
                 )
                 return state.landed
-            if letters is not None:
-                letters.dlq.reserve(len(letters.poison))
-            if seq is not None:
-                end = pending.source.advance_to
-                assert end is not None
-                self._unjournaled.append((seq, state, end))
+            self._landed(state, [pending], seq)
             state.stalled.pop(0)
         landed, state.landed = state.landed, None
         if landed is None:
@@ -307,6 +349,7 @@ class ProduceSink(WriterListener):
         return landed
 
     def retry_stalled(self) -> None:
+        self.land()
         drained = False
         for state in self.partitions.values():
             if state.stalled:

@@ -244,6 +244,67 @@ def test_undecodable_records_per_on_error(tmp_path: Path) -> None:
     assert headers["plateau.error.offset"] == b"1"
 
 
+def test_a_request_lands_as_one_journal_group_with_its_dead_letters_in_order(
+    tmp_path: Path,
+) -> None:
+    """Every partition of a request, and every batch of a partition, goes to the writer as
+    one group (one journal write); dead letters of two batches bound for one dead-letter
+    partition take consecutive offsets there, each naming the offset it came from."""
+    config = api_config(
+        tmp_path / "store",
+        [
+            {"name": "events", "partitions": 3},
+            {
+                "name": "lenient",
+                "partitions": 1,
+                "format": "json",
+                "on_error": "dlq",
+                "dlq": "lenient-dlq",
+            },
+        ],
+    )
+    body = {
+        "acks": -1,
+        "timeout": 10_000,
+        "topic_data": [
+            {
+                "name": "events",
+                "partition_data": [
+                    {"index": p, "records": record_batch([b"e%d" % p] * 2)} for p in range(3)
+                ],
+            },
+            {
+                "name": "lenient",
+                "partition_data": [
+                    {
+                        "index": 0,
+                        "records": record_batch([b'{"n": 0}', b"bad a"])
+                        + record_batch([b"bad b", b'{"n": 3}']),
+                    }
+                ],
+            },
+        ],
+    }
+    with listening(config) as (server, bootstrap):
+        journal = server.sink.writer.journal
+        before = journal.next_seq
+        client = RawClient(bootstrap)
+        response = client.call(PRODUCE, 9, body)
+        client.close()
+        assert journal.next_seq == before + 1
+    answers = [p for t in response.responses for p in t.partition_responses]
+    assert [(a.error_code, a.base_offset) for a in answers] == [(ErrorCode.none, 0)] * 4
+    events = stored(tmp_path / "store", "events").column("value").to_pylist()
+    assert sorted(events) == [b"e0", b"e0", b"e1", b"e1", b"e2", b"e2"]
+    assert stored(tmp_path / "store", "lenient").column("n").to_pylist() == [0, 3]
+    letters = stored(tmp_path / "store", "lenient-dlq").to_pylist()
+    assert [(r["offset"], r["value"]) for r in letters] == [(0, b"bad a"), (1, b"bad b")]
+    came_from = [
+        {h["key"]: h["value"] for h in r["headers"]}["plateau.error.offset"] for r in letters
+    ]
+    assert came_from == [b"1", b"2"]
+
+
 def test_an_idempotent_batch_of_only_poison_keeps_the_sequence_across_a_restart(
     tmp_path: Path,
 ) -> None:
