@@ -13,6 +13,7 @@ from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import Kept
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch
 from bridge.kafka_api.lazy_records import KafkaRecords
+from plateau_core import lazy as plateau_lazy
 from plateau_core.schema import normalized
 
 NOW = 1_700_000_000_999
@@ -86,3 +87,22 @@ def test_batches_of_two_topics_are_not_built_together() -> None:
     placed = Placed(produced(2, keys=False, headers=False, unset_times=False), 0, -1, NOW)
     with pytest.raises(TypeError, match="one topic"):
         KafkaRecords.build([KafkaRecords(placed, Kept()), KafkaRecords(placed, Kept(key=False))])
+
+
+def test_a_seal_builds_many_batches_in_pieces_with_the_same_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """materialize builds a run of lazy records in pieces of about BUILD_BYTES (the
+    interpreter lock is let go between them); the rows are the rows of one build, and a
+    record batch among them keeps its place."""
+    placed = [
+        Placed(produced(4, keys=True, headers=True, unset_times=False), 4 * i, -1, NOW)
+        for i in range(10)
+    ]
+    lazy = [KafkaRecords(p, Kept()) for p in placed]
+    whole = KafkaRecords.build(lazy)
+    middle = whole.slice(0, 0)  # an eager batch between two runs, with no rows
+    monkeypatch.setattr(plateau_lazy, "BUILD_BYTES", 3 * lazy[0].nbytes)
+    pieces = plateau_lazy.materialize([*lazy[:5], middle, *lazy[5:]])
+    assert [p.num_rows for p in pieces] == [12, 8, 0, 12, 8]
+    assert pa.Table.from_batches(pieces).to_pylist() == whole.to_pylist()
