@@ -170,6 +170,10 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
         if data.size - at < FRAME.size:
             return FileRead(groups, at, "a frame header is cut short")
         length, crc = FRAME.unpack(data.slice(at, FRAME.size).to_pybytes())
+        if length == 0:
+            # No frame is empty. Zeros are what some filesystems show of a file's end that
+            # a crash left unwritten (and the checksum of nothing is zero too).
+            return FileRead(groups, at, "the file ends in zeros")
         if data.size - at - FRAME.size < length:
             return FileRead(groups, at, f"a frame of {length} bytes is cut short")
         body = data.slice(at + FRAME.size, length)

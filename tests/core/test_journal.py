@@ -104,6 +104,25 @@ def test_a_torn_tail_is_dropped_and_said(tmp_path: Path) -> None:
     assert event["file"] == path.name and event["groups_read"] == 2
 
 
+def test_a_tail_of_zeros_is_a_torn_tail(tmp_path: Path) -> None:
+    """Some filesystems show the part of a file a crash left unwritten as zeros: a frame of
+    no bytes (whose checksum, of nothing, is zero too) ends the file like any torn frame."""
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory)
+    write(journal, [group(0, 0), group(0, 3)])
+    journal.close(everything_sealed=False)
+    (path,) = files(directory)
+    path.write_bytes(path.read_bytes() + bytes(4096))
+
+    with capture_logs() as logs:
+        again = Journal(directory)
+        read = list(again.recovered())
+    assert [g.seq for g in read] == [0, 1]
+    assert again.next_seq == 2
+    (event,) = [e for e in logs if e["event"] == "journal_tail_discarded"]
+    assert event["reason"] == "the file ends in zeros"
+
+
 def test_a_group_missing_between_files_stops_the_start(tmp_path: Path) -> None:
     """A damaged frame followed by later groups: those before it were acknowledged and
     cannot be read, so going on would lose them."""
