@@ -112,6 +112,7 @@ class ProduceSink(WriterListener):
         # write for the whole request instead of one per partition.
         self._gathered: dict[tuple[str, int], ProducedPartition] = {}
         self._capacity = asyncio.Event()
+        self._closed = False
         self.consolidator = consolidator_for(config, store, self.writer)
         self.consolidator.start(storage.consolidate_interval)
 
@@ -127,6 +128,9 @@ class ProduceSink(WriterListener):
     def close(self, timeout_s: float) -> None:
         """Seal what is buffered and let every partition go."""
         self.consolidator.stop()
+        # Batches still stalled were never taken, so never acknowledged: their producers
+        # send them again. Retrying them after the writer closed only fails.
+        self._closed = True
         try:
             self.writer.close(timeout_s=timeout_s)
         finally:
@@ -400,7 +404,8 @@ class ProduceSink(WriterListener):
 
     def _capacity_freed(self) -> None:
         self._capacity.set()
-        self.retry_stalled()
+        if not self._closed:
+            self.retry_stalled()
 
     def _call(self, callback: Callable[..., None], *args: object) -> None:
         # RuntimeError: the loop has closed (the final seals of a shutdown).

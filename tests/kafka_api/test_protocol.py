@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from plateau_core import Store
+from bridge.kafka_api.partition import Pending
+from plateau_core import Append, Store
 from tests.kafka_api.support import (
     RawClient,
     api_config,
@@ -286,6 +287,7 @@ def test_a_request_lands_as_one_journal_group_with_its_dead_letters_in_order(
         ],
     }
     with listening(config) as (server, bootstrap):
+        assert server.sink is not None and server.sink.writer.journal is not None
         journal = server.sink.writer.journal
         before = journal.next_seq
         client = RawClient(bootstrap)
@@ -380,3 +382,17 @@ def test_a_write_slower_than_the_request_timeout_is_answered_request_timed_out(
         client.close()
     table = stored(tmp_path / "store", "events")
     assert sorted(table.column("value").to_pylist()) == [b"a", b"b", b"c", b"d"]
+
+
+def test_a_batch_still_stalled_when_the_listener_stops_is_left_to_its_producer(
+    tmp_path: Path,
+) -> None:
+    """A seal that finishes after the listener stopped reports capacity; batches the writer
+    never took (never acknowledged) are not retried against the closed writer."""
+    with listening(api_config(tmp_path / "store")) as (server, _bootstrap):
+        sink = server.sink
+        assert sink is not None
+        state = sink.partitions[("events", 0)]
+    state.stalled.append(Pending(Append("events", 0, advance_to=5)))
+    sink._capacity_freed()
+    assert len(state.stalled) == 1
