@@ -167,18 +167,9 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
     groups: list[Group] = []
     at = len(MAGIC)
     while at < data.size:
-        if data.size - at < FRAME.size:
-            return FileRead(groups, at, "a frame header is cut short")
-        length, crc = FRAME.unpack(data.slice(at, FRAME.size).to_pybytes())
-        if length == 0:
-            # No frame is empty. Zeros are what some filesystems show of a file's end that
-            # a crash left unwritten (and the checksum of nothing is zero too).
-            return FileRead(groups, at, "the file ends in zeros")
-        if data.size - at - FRAME.size < length:
-            return FileRead(groups, at, f"a frame of {length} bytes is cut short")
-        body = data.slice(at + FRAME.size, length)
-        if crc32c.crc32c(body) != crc:
-            return FileRead(groups, at, "a frame's checksum does not match")
+        body = _frame_at(data, at)
+        if isinstance(body, str):
+            return FileRead(groups, at, body)
         try:
             kind = body.slice(0, 1).to_pybytes()[0]
             if kind == KIND_SCHEMA:
@@ -193,7 +184,7 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
             raise JournalCorruptError(
                 f"journal file {name}: the frame at byte {at} does not read ({exc})"
             ) from exc
-        at += FRAME.size + length
+        at += FRAME.size + body.size
     return FileRead(groups)
 
 
@@ -204,18 +195,33 @@ def last_group(data: pa.Buffer) -> int | None:
         return None
     found = None
     at = len(MAGIC)
-    while data.size - at >= FRAME.size:
-        length, crc = FRAME.unpack(data.slice(at, FRAME.size).to_pybytes())
-        if data.size - at - FRAME.size < length or length < _GROUP_HEAD.size:
-            break
-        body = data.slice(at + FRAME.size, length)
-        if crc32c.crc32c(body) != crc:
+    while at < data.size:
+        body = _frame_at(data, at)
+        if isinstance(body, str) or body.size < _GROUP_HEAD.size:
             break
         kind, seq, _ = _GROUP_HEAD.unpack(body.slice(0, _GROUP_HEAD.size).to_pybytes())
         if kind == KIND_GROUP:
             found = seq
-        at += FRAME.size + length
+        at += FRAME.size + body.size
     return found
+
+
+def _frame_at(data: pa.Buffer, at: int) -> pa.Buffer | str:
+    """The body of the whole frame at byte `at`, checksum checked, or why there is none
+    there (what ends a file as a torn tail)."""
+    if data.size - at < FRAME.size:
+        return "a frame header is cut short"
+    length, crc = FRAME.unpack(data.slice(at, FRAME.size).to_pybytes())
+    if length == 0:
+        # No frame is empty. Zeros are what some filesystems show of a file's end that a
+        # crash left unwritten (and the checksum of nothing is zero too).
+        return "the file ends in zeros"
+    if data.size - at - FRAME.size < length:
+        return f"a frame of {length} bytes is cut short"
+    body = data.slice(at + FRAME.size, length)
+    if crc32c.crc32c(body) != crc:
+        return "a frame's checksum does not match"
+    return body
 
 
 def _group(body: pa.Buffer, schemas: dict[int, pa.Schema]) -> Group:
