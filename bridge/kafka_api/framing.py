@@ -6,9 +6,10 @@ it) and moves what follows a read request down its buffer: under a producer's lo
 a quarter of the listener's time with 1 KiB records (docs/benchmarks.md, the Kafka API). A
 BufferedProtocol lets the socket (or TLS) layer write into the frame's own bytearray.
 
-Reading follows the handler: once a whole frame is waiting that the handler has not taken,
-reading stops until it does. A connection the listener holds back (a throttled produce)
-is therefore not read meanwhile, as a Kafka broker does under a quota.
+Reading follows the handler: a frame it waits for is handed over and reading goes on; once a
+whole frame is waiting that the handler has not taken, reading stops until it does. A
+connection the listener holds back (a throttled produce) is therefore not read meanwhile
+beyond that one frame, as a Kafka broker does under a quota.
 """
 
 from __future__ import annotations
@@ -71,10 +72,13 @@ class FramedConnection(asyncio.BufferedProtocol):
         if self._got == len(self._body):
             self._frames.append(self._body)
             self._body, self._got = None, 0
-            if self.transport is not None and not self._paused:
+            if not self._wake() and self.transport is not None and not self._paused:
+                # The handler is busy with an earlier frame: stop here. Not when it is
+                # waiting for this one: a pause and a resume per request are two more
+                # system calls, each a point where the listener can lose the interpreter
+                # lock to the journal or a seal for milliseconds.
                 self.transport.pause_reading()
                 self._paused = True
-            self._wake()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -144,6 +148,9 @@ class FramedConnection(asyncio.BufferedProtocol):
             self.transport.pause_reading()
         self._wake()
 
-    def _wake(self) -> None:
+    def _wake(self) -> bool:
+        """Wake the handler if it waits for a frame; whether it did."""
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
+            return True
+        return False
