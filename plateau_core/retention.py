@@ -252,21 +252,16 @@ class Retention(BackgroundTask):
 
     def over_limits(self) -> bool:
         """Whether a size or count limit is exceeded now (one aggregate query)."""
-        spans = self.store.manifest.spans()
-        if self.limits.max_bytes is not None:
-            manifest = sum(p.stat().st_size for p in self.store.manifest.database_files())
-            if sum(s.bytes for s in spans) + manifest > self.limits.max_bytes:
-                return True
         if (
             self.limits.min_free_disk_bytes is not None
             and self._disk_free() < self.limits.min_free_disk_bytes
         ):
             return True
-        totals: dict[str, list[int]] = {}
-        for span in spans:
-            bytes_and_count = totals.setdefault(span.topic, [0, 0])
-            bytes_and_count[0] += span.bytes
-            bytes_and_count[1] += span.segments
+        totals = self.store.manifest.topic_totals()
+        if self.limits.max_bytes is not None:
+            manifest = sum(p.stat().st_size for p in self.store.manifest.database_files())
+            if sum(size for size, _ in totals.values()) + manifest > self.limits.max_bytes:
+                return True
         for topic, (size, count) in totals.items():
             policy = self.policy(topic)
             if policy.max_bytes is not None and size > policy.max_bytes:

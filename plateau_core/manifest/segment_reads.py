@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sqlalchemy import func, select
+
 from plateau_core.bloom import Bloom
 from plateau_core.column_stats import ColumnStats
 from plateau_core.manifest import listing, promoted
 from plateau_core.manifest.bloom_cache import Spanned
 from plateau_core.manifest.database import ManifestDatabase
-from plateau_core.manifest.models import READABLE_STATES, SegmentState
+from plateau_core.manifest.models import READABLE_STATES, SegmentRow, SegmentState
 from plateau_core.manifest.records import RECORD_COLUMNS, SegmentRecord
 
 
@@ -66,6 +68,19 @@ class SegmentReads(ManifestDatabase):
         )
         with self._read() as session:
             return [listing.SegmentSpan(*row) for row in session.execute(query)]
+
+    def topic_totals(self) -> dict[str, tuple[int, int]]:
+        """Bytes and count of each topic's readable segments: what retention watches ten
+        times a second. One aggregate of plain columns; `spans` builds a partition entity
+        per row, which held the interpreter lock for milliseconds on every look."""
+        seg = SegmentRow
+        query = (
+            select(seg.topic, func.coalesce(func.sum(seg.size_bytes), 0), func.count(seg.id))
+            .where(seg.state.in_([s.value for s in READABLE_STATES]))
+            .group_by(seg.topic)
+        )
+        with self._read() as session:
+            return {topic: (int(size), int(count)) for topic, size, count in session.execute(query)}
 
     def segments_by_id(self, segment_ids: Sequence[int]) -> list[SegmentRecord]:
         """These segments' records in any state, in (partition, start_offset) order."""

@@ -101,6 +101,11 @@ def test_spans_describe_partitions(ten_segments: Store) -> None:
     assert span.time_max == BASE_MS + 9 * MINUTE_MS + 99
     assert span.bytes == sum(s.size_bytes for s in ten_segments.manifest.segments("t"))
     assert ten_segments.topics() == ["t"]
+    # What retention watches: the same bytes and count, without a row per partition.
+    assert ten_segments.manifest.topic_totals() == {"t": (span.bytes, 10)}
+    ten_segments.manifest.mark_deleting([ten_segments.manifest.segments("t")[0].id], at=0)
+    size, count = ten_segments.manifest.topic_totals()["t"]
+    assert (count, size < span.bytes) == (9, True)
 
 
 def test_unknown_topic_reads_empty(store: Store) -> None:
