@@ -11,6 +11,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import NamedTuple
 
 import crc32c
 import numpy as np
@@ -37,19 +38,28 @@ class UnsupportedFormatError(ValueError):
     """A batch in message format v0 or v1, which produce v3 and later do not carry."""
 
 
+class Records(NamedTuple):
+    """The records of a batch, column by column."""
+
+    timestamps: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[Sequence[tuple[str, bytes | None]]]
+
+
 @dataclass(frozen=True)
 class ProducedBatch:
-    """One record batch as a producer sent it."""
+    """One record batch as a producer sent it, checked: its records are read again from
+    `data` when they are needed (`records`), not kept from the check. A Python object per
+    record, held from arrival to the seal, cost the listener more than the reading itself
+    (fresh memory for every value, and more for the garbage collector to walk), and a raw
+    topic needs its records only when the seal builds its rows."""
 
     producer_id: int
     producer_epoch: int
     base_sequence: int
     count: int
     transactional: bool
-    timestamps: list[int]
-    keys: list[bytes | None]
-    values: list[bytes | None]
-    headers: list[Sequence[tuple[str, bytes | None]]]
     size: int
     data: bytes | memoryview = b""  # the batch as the producer sent it (the journal keeps it)
 
@@ -61,15 +71,26 @@ class ProducedBatch:
     def last_sequence(self) -> int:
         return (self.base_sequence + self.count - 1) % 2**31
 
-    def stamps(self, log_append_ms: int, now_ms: int) -> list[int]:
-        """The records' timestamps as stored: `log_append_ms` for every one (LogAppendTime,
-        when not -1), else their own, with `now_ms` for any a producer left unset (-1)."""
-        if log_append_ms >= 0:
-            return [log_append_ms] * self.count
-        stamps = self.timestamps
-        if stamps and min(stamps) < 0:
-            return [now_ms if s < 0 else s for s in stamps]
-        return stamps
+    def records(self) -> Records:
+        """The batch's records, read again from its bytes (which read when it was checked)."""
+        found = Records([], [], [], [])
+        for record in DefaultRecordBatch(self.data):
+            found.timestamps.append(record.timestamp)
+            found.keys.append(record.key)
+            found.values.append(record.value)
+            # Not the reader's empty list per record: one shared tuple.
+            found.headers.append(record.headers or NO_HEADERS)
+        return found
+
+
+def stamps(timestamps: list[int], count: int, log_append_ms: int, now_ms: int) -> list[int]:
+    """The records' timestamps as stored: `log_append_ms` for every one (LogAppendTime, when
+    not -1), else their own, with `now_ms` for any a producer left unset (-1)."""
+    if log_append_ms >= 0:
+        return [log_append_ms] * count
+    if timestamps and min(timestamps) < 0:
+        return [now_ms if s < 0 else s for s in timestamps]
+    return timestamps
 
 
 @dataclass(frozen=True)
@@ -85,20 +106,23 @@ class Placed:
 def envelope_of(placed: Sequence[Placed]) -> pa.RecordBatch:
     """The envelope of several batches' records, in order, built with one array per column
     (building an array costs mostly per call, not per record)."""
-    batches = [p.batch for p in placed]
-    count = sum(b.count for b in batches)
+    read = [p.batch.records() for p in placed]
+    count = sum(p.batch.count for p in placed)
     offsets = np.concatenate(
         [np.arange(p.base_offset, p.base_offset + p.batch.count, dtype=np.int64) for p in placed]
     )
-    stamps = list(chain.from_iterable(p.batch.stamps(p.log_append_ms, p.now_ms) for p in placed))
-    keys = list(chain.from_iterable(b.keys for b in batches))
+    times = chain.from_iterable(
+        stamps(r.timestamps, p.batch.count, p.log_append_ms, p.now_ms)
+        for p, r in zip(placed, read, strict=True)
+    )
+    keys = list(chain.from_iterable(r.keys for r in read))
     return envelope(
         pa.array(offsets),
-        pa.array(stamps, TIMESTAMP_TYPE),
+        pa.array(list(times), TIMESTAMP_TYPE),
         # Most producers send no keys and no headers.
         pa.nulls(count, pa.binary()) if keys.count(None) == count else pa.array(keys, pa.binary()),
-        _headers(list(chain.from_iterable(b.headers for b in batches))),
-        pa.array(list(chain.from_iterable(b.values for b in batches)), pa.binary()),
+        _headers(list(chain.from_iterable(r.headers for r in read))),
+        pa.array(list(chain.from_iterable(r.values for r in read)), pa.binary()),
     )
 
 
@@ -140,35 +164,22 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
         batch = DefaultRecordBatch(data)
         if batch.is_control_batch:
             raise CorruptBatchError("control batches are a broker's own; producers send none")
-        timestamps: list[int] = []
-        keys: list[bytes | None] = []
-        values: list[bytes | None] = []
-        headers: list[Sequence[tuple[str, bytes | None]]] = []
-        for record in batch:
-            timestamps.append(record.timestamp)
-            keys.append(record.key)
-            values.append(record.value)
-            # Not the reader's empty list: a list per record kept until the seal is one
-            # more object for every collection of the garbage collector to walk (it cost
-            # more than half the listener's time with 128-byte records).
-            headers.append(record.headers or NO_HEADERS)
+        # Every record is read (and let go) so that a batch that does not read is refused
+        # now, not found at its seal after it was acknowledged.
+        read = sum(1 for _ in batch)
     except CorruptBatchError:
         raise
     except Exception as exc:  # the reader's own errors: bad varints, codecs, sizes
         raise CorruptBatchError(f"the batch does not read: {type(exc).__name__}: {exc}") from exc
     count = batch.last_offset_delta + 1
-    if len(values) != count:
-        raise CorruptBatchError(f"the batch holds {len(values)} records; its header says {count}")
+    if read != count:
+        raise CorruptBatchError(f"the batch holds {read} records; its header says {count}")
     return ProducedBatch(
         producer_id=batch.producer_id,
         producer_epoch=batch.producer_epoch,
         base_sequence=batch.base_sequence,
         count=count,
         transactional=batch.is_transactional,
-        timestamps=timestamps,
-        keys=keys,
-        values=values,
-        headers=headers,
         size=len(data),
         data=data,
     )

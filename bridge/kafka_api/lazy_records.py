@@ -27,8 +27,8 @@ KIND = "kafka-record-batch-v2"
 # base offset | LogAppendTime (-1: the records' own) | the time for records without one |
 # keep key | keep headers
 _HEAD = struct.Struct("<qqqBB")
-# What a record's Python objects (its bytes, list slots, timestamp) hold beyond its bytes.
-_RECORD_OVERHEAD = 96
+# What a batch's Python objects (it, its placing, this) hold beyond its bytes.
+_BATCH_OVERHEAD = 512
 
 
 class KafkaRecords:
@@ -54,8 +54,8 @@ class KafkaRecords:
         self.num_rows = batch.count
         self.first_offset = placed.base_offset
         self.last_offset = placed.base_offset + batch.count - 1
-        # The batch as it came, and its records read out of it (their bytes again).
-        self.nbytes = 2 * batch.size + _RECORD_OVERHEAD * batch.count
+        # The batch as it came: its records are read out of it only when the seal builds.
+        self.nbytes = batch.size + _BATCH_OVERHEAD
         self.schema, self.fingerprint = _normal(kept)
 
     def payload(self) -> Sequence[bytes | memoryview]:

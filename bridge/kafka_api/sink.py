@@ -148,7 +148,8 @@ class ProduceSink(WriterListener):
         decoder = None if state is None else state.decoder
         if not isinstance(decoder, SchemaDecoder):
             return
-        missing = decoder.unfetched(batch.values, batch.keys)
+        records = batch.records()
+        missing = decoder.unfetched(records.values, records.keys)
         if missing:
             self.land()  # nothing gathered waits for a registry
             await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
