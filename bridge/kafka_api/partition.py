@@ -97,6 +97,9 @@ class ProducedPartition:
         future: asyncio.Future[None] = loop.create_future()
         if end <= self.durable_to:
             future.set_result(None)
+        elif not self._waiters or self._waiters[-1].end <= end:
+            # Offsets are handed out in order, so this is the common case.
+            self._waiters.append(Waiter(end, future))
         else:
             bisect.insort(self._waiters, Waiter(end, future), key=_end)
         return future
