@@ -72,7 +72,7 @@ class ProducedBatch:
         return (self.base_sequence + self.count - 1) % 2**31
 
     def records(self) -> Records:
-        """The batch's records, read again from its bytes (which read when it was checked)."""
+        """The batch's records, read again from its bytes (they read when it was checked)."""
         found = Records([], [], [], [])
         for record in DefaultRecordBatch(self.data):
             found.timestamps.append(record.timestamp)
