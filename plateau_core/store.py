@@ -82,7 +82,7 @@ class Store:
 
     def footprint_bytes(self) -> int:
         """Bytes of readable segments plus the manifest's own files."""
-        segments = sum(s.bytes for s in self.spans())
+        segments = sum(size for size, _ in self.manifest.topic_totals().values())
         return segments + sum(p.stat().st_size for p in self.manifest.database_files())
 
     # --- reading and writing ----------------------------------------------------------------
