@@ -2,6 +2,11 @@
 state (sealed and still buffered), and the produce requests waiting for their records to
 be durable (acks=all: in the journal, or sealed).
 
+A request waits on one Ticket, whatever number of partitions it wrote: each partition
+counts it off as its offsets become durable, and its one future resolves with the last.
+A future per partition cost a done-callback and a turn of the event loop each before the
+request could be answered.
+
 Everything here runs on the listener's event loop thread; the writer's threads reach it
 through `loop.call_soon_threadsafe`.
 """
@@ -41,10 +46,29 @@ class Pending:
     letters: Letters | None = None
 
 
+class Ticket:
+    """What one request waits for: `future` resolves once every partition it was handed to
+    (`need`) has counted it off (`met`), durable or failed."""
+
+    __slots__ = ("future", "remaining")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.remaining = 0
+
+    def need(self) -> None:
+        self.remaining += 1
+
+    def met(self) -> None:
+        self.remaining -= 1
+        if self.remaining == 0 and not self.future.done():
+            self.future.set_result(None)
+
+
 @dataclass
 class Waiter:
     end: int  # exclusive: the offset the watermark must reach
-    future: asyncio.Future[None]
+    ticket: Ticket
 
 
 class ProducedPartition:
@@ -70,6 +94,7 @@ class ProducedPartition:
         self.stalled: list[Pending] = []  # batches the writer refused, retried first
         self.landed: asyncio.Future[None] | None = None  # resolves once `stalled` is empty
         self._waiters: list[Waiter] = []
+        self.failure: Exception | None = None  # why waiting requests were let go (shutdown)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -92,17 +117,19 @@ class ProducedPartition:
         self.next_offset += count
         return base
 
-    def durable(self, end: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """A future that resolves once every offset below `end` is durable."""
-        future: asyncio.Future[None] = loop.create_future()
+    def durable(self, end: int, ticket: Ticket) -> None:
+        """Count `ticket` off once every offset below `end` is durable (now, if it is)."""
         if end <= self.durable_to:
-            future.set_result(None)
-        elif not self._waiters or self._waiters[-1].end <= end:
+            return
+        ticket.need()
+        if not self._waiters or self._waiters[-1].end <= end:
             # Offsets are handed out in order, so this is the common case.
-            self._waiters.append(Waiter(end, future))
+            self._waiters.append(Waiter(end, ticket))
         else:
-            bisect.insort(self._waiters, Waiter(end, future), key=_end)
-        return future
+            bisect.insort(self._waiters, Waiter(end, ticket), key=_end)
+
+    def is_durable(self, end: int) -> bool:
+        return end <= self.durable_to
 
     def sealed(self, end: int) -> None:
         """Offsets below `end` are sealed and in the manifest (so durable too)."""
@@ -110,26 +137,25 @@ class ProducedPartition:
         self.reached(end)
 
     def reached(self, end: int) -> None:
-        """Offsets below `end` are durable: answer the requests waiting for them."""
+        """Offsets below `end` are durable: count off the requests waiting for them."""
         if end <= self.durable_to:
             return
         self.durable_to = end
         done = bisect.bisect_right(self._waiters, end, key=_end)
         ready, self._waiters = self._waiters[:done], self._waiters[done:]
         for waiter in ready:
-            if not waiter.future.done():
-                waiter.future.set_result(None)
+            waiter.ticket.met()
 
     def waiting(self) -> int:
         return len(self._waiters)
 
     def fail_waiters(self, error: Exception) -> None:
-        """The partition is going away (shutdown): nobody waits for what will not seal."""
-        for waiter in self._waiters:
-            if not waiter.future.done():
-                waiter.future.set_exception(error)
-                waiter.future.exception()  # a request that gave up waiting never reads it
-        self._waiters = []
+        """The partition is going away (shutdown): nobody waits for what will not seal. The
+        requests waiting are counted off, not durable: `failure` says why."""
+        self.failure = error
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.ticket.met()
 
 
 def _end(waiter: Waiter) -> int:

@@ -27,6 +27,7 @@ from bridge.kafka_api.batches import (
     read_batch,
     split_batches,
 )
+from bridge.kafka_api.partition import Ticket
 from bridge.kafka_api.sink import Outcome, ProduceSink, ThrottledError
 from bridge.kafka_api.topics import TopicNameError
 
@@ -55,11 +56,17 @@ class ProduceHandler:
         deadline = time.monotonic() + max(body.timeout.total_seconds(), 0.001)
         answers: list[_Answer] = []
         throttled = 0.0
+        ticket = Ticket(asyncio.get_running_loop())
         try:
             for topic_data in body.topic_data:
                 for data in topic_data.partition_data:
                     outcome, held = await self._partition(
-                        body, (topic_data.name, data.index), data.records, allowed, deadline
+                        body,
+                        (topic_data.name, data.index),
+                        data.records,
+                        allowed,
+                        ticket=ticket,
+                        deadline=deadline,
                     )
                     throttled += held
                     answers.append(_Answer(topic_data.name, data.index, outcome))
@@ -76,7 +83,7 @@ class ProduceHandler:
         throttle_ms = int(throttled * 1000)
 
         async def respond() -> dict[str, Any]:
-            await self._settle(answers, body.acks, deadline)
+            await self._settle(answers, body.acks, ticket, deadline)
             return _response(answers, throttle_ms)
 
         return respond, throttle_ms
@@ -87,6 +94,8 @@ class ProduceHandler:
         key: tuple[str, int],
         records: bytes | None,
         allowed: Allowed,
+        *,
+        ticket: Ticket,
         deadline: float,
     ) -> tuple[Outcome, float]:
         topic, partition = key
@@ -111,7 +120,7 @@ class ProduceHandler:
                 ErrorCode.invalid_record, message="transactions are not supported by plateau"
             )
             return outcome, 0.0
-        return await self._land(topic, partition, batches, deadline, urgent=body.acks == -1)
+        return await self._land(topic, partition, batches, ticket, deadline, urgent=body.acks == -1)
 
     def _refusal(
         self,
@@ -154,6 +163,7 @@ class ProduceHandler:
         topic: str,
         partition: int,
         batches: list[ProducedBatch],
+        ticket: Ticket,
         deadline: float,
         *,
         urgent: bool,
@@ -164,7 +174,7 @@ class ProduceHandler:
             await self.sink.prefetch_schemas(topic, partition, batch)
             while True:
                 try:
-                    outcome = self.sink.append(topic, partition, batch, urgent=urgent)
+                    outcome = self.sink.append(topic, partition, batch, ticket, urgent=urgent)
                     break
                 except ThrottledError:
                     started = time.monotonic()
@@ -193,31 +203,33 @@ class ProduceHandler:
         assert first is not None
         return first, held
 
-    async def _settle(self, answers: list[_Answer], acks: int, deadline: float) -> None:
+    async def _settle(
+        self, answers: list[_Answer], acks: int, ticket: Ticket, deadline: float
+    ) -> None:
         """Wait as long as `acks` asks: all (-1) until the records are durable. One wait for
-        every partition of the request: they seal in one group, and a wait per partition
-        cost a trip through the event loop each before the answer could go out."""
+        every partition of the request: they seal in one group."""
         if acks != -1:
             return
-        waiting = [a for a in answers if a.outcome.error is ErrorCode.none and a.outcome.durable]
-        pending = {f for a in waiting for f in a.outcome.durable if not f.done()}
-        if pending:
-            # asyncio.wait neither cancels the futures on timeout nor when this request is
-            # cancelled (its connection closed): other requests may wait for the same seal.
-            await asyncio.wait(pending, timeout=max(deadline - time.monotonic(), 0.001))
-        for answer in waiting:
+        if ticket.remaining:
+            # Not wait_for: a timeout leaves the future alone, for the partitions to count off.
+            await asyncio.wait({ticket.future}, timeout=max(deadline - time.monotonic(), 0.001))
+        for answer in answers:
             outcome = answer.outcome
-            if not all(f.done() for f in outcome.durable):
-                outcome.error = ErrorCode.request_timed_out
-                outcome.message = "the records were not durable within the request's timeout"
-                self._log_refused(answer.topic, answer.partition, outcome)
+            if outcome.error is not ErrorCode.none:
                 continue
-            failed = next((e for f in outcome.durable if (e := _failure(f)) is not None), None)
-            if isinstance(failed, ConnectionAbortedError):
+            short = [state for state, end in outcome.durable if not state.is_durable(end)]
+            if not short:
+                continue
+            failed = next((state.failure for state in short if state.failure is not None), None)
+            if failed is not None:
+                # The partition went away (shutdown) before the records were durable: as
+                # unsealed as after a crash, so the producer sends them again elsewhere.
                 outcome.error = ErrorCode.not_leader_or_follower
                 outcome.message = str(failed)
-            elif failed is not None:
-                raise failed
+                continue
+            outcome.error = ErrorCode.request_timed_out
+            outcome.message = "the records were not durable within the request's timeout"
+            self._log_refused(answer.topic, answer.partition, outcome)
 
     def _log_refused(self, topic: str, partition: int, outcome: Outcome) -> None:
         self.sink.stats.errors[("Produce", outcome.error.name)] += 1
@@ -260,11 +272,3 @@ def _response(answers: list[_Answer], throttle_ms: int) -> dict[str, Any]:
 def _datetime(ms: int) -> datetime.datetime | None:
     """LogAppendTime as the protocol carries it; None (-1 on the wire) for CreateTime."""
     return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-
-
-def _failure(future: asyncio.Future[None]) -> BaseException | None:
-    """Why a done durability future did not resolve (None: it did). Nothing cancels them
-    today; were one cancelled, its records are as unsealed as after a shutdown."""
-    if future.cancelled():
-        return ConnectionAbortedError("the seal was abandoned")
-    return future.exception()

@@ -29,7 +29,7 @@ from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.dead_letters import dead_letters
 from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.owned import OwnedPartitions
-from bridge.kafka_api.partition import Letters, Pending, ProducedPartition
+from bridge.kafka_api.partition import Letters, Pending, ProducedPartition, Ticket
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
@@ -61,7 +61,8 @@ class Outcome:
     log_append_time_ms: int = -1
     message: str | None = None
     record_errors: list[tuple[int, str]] = field(default_factory=list)
-    durable: list[asyncio.Future[None]] = field(default_factory=list)  # sealed
+    # What must be durable before acks=all is answered: (partition, offset it must reach).
+    durable: list[tuple[ProducedPartition, int]] = field(default_factory=list)
 
 
 class ProduceSink(WriterListener):
@@ -155,12 +156,18 @@ class ProduceSink(WriterListener):
             await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
 
     def append(
-        self, topic: str, partition: int, batch: ProducedBatch, *, urgent: bool = False
+        self,
+        topic: str,
+        partition: int,
+        batch: ProducedBatch,
+        ticket: Ticket,
+        *,
+        urgent: bool = False,
     ) -> Outcome:
         """Take one batch, to be handed to the writer by `land`; raises ThrottledError
-        (nothing done) when the writer cannot take it now. `urgent`: the producer waits for
-        durability (acks=all), so with durability: segment seal at once (the journal makes
-        it durable without a seal)."""
+        (nothing done) when the writer cannot take it now. `ticket` is counted off once the
+        batch is durable. `urgent`: the producer waits for durability (acks=all), so with
+        durability: segment seal at once (the journal makes it durable without a seal)."""
         urgent = urgent and not self.journaled
         state = self.partitions[(topic, partition)]
         if state.stalled and state.key not in self._gathered:
@@ -182,9 +189,9 @@ class ProduceSink(WriterListener):
                     sequence=batch.base_sequence,
                     base_offset=base,
                 )
-                return Outcome(
-                    base_offset=base, durable=[state.durable(base + batch.count, self.loop)]
-                )
+                end = base + batch.count
+                state.durable(end, ticket)
+                return Outcome(base_offset=base, durable=[(state, end)])
             if verdict.verdict is not Verdict.NEW:
                 code = (
                     ErrorCode.invalid_producer_epoch
@@ -235,7 +242,8 @@ class ProduceSink(WriterListener):
         source = Append(topic, partition, rows, producer, end, urgent)
         pending = Pending(source, letters)
         outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
-        outcome.durable.append(state.durable(end, self.loop))
+        state.durable(end, ticket)
+        outcome.durable.append((state, end))
         self.stats.produced(topic, batch.count, batch.size)
         state.stalled.append(pending)
         self._gathered[state.key] = state

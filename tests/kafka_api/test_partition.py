@@ -1,5 +1,5 @@
-"""The requests waiting on a produced partition are answered exactly when the offsets they
-wait for are durable, whatever order they came in."""
+"""The requests waiting on produced partitions are answered exactly when the offsets they
+wait for are durable, whatever order they came in, and once for all their partitions."""
 
 from __future__ import annotations
 
@@ -8,25 +8,63 @@ import asyncio
 from bridge.config.topics import TopicMapping
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import Kept
-from bridge.kafka_api.partition import ProducedPartition
+from bridge.kafka_api.partition import ProducedPartition, Ticket
+
+
+def _partition(number: int = 0, watermark: int = 5) -> ProducedPartition:
+    return ProducedPartition("t", number, TopicMapping(name="t"), RawDecoder(Kept()), watermark, {})
 
 
 def test_waiters_are_answered_when_their_offsets_are_durable() -> None:
     async def main() -> list[list[bool]]:
         loop = asyncio.get_running_loop()
-        state = ProducedPartition("t", 0, TopicMapping(name="t"), RawDecoder(Kept()), 5, {})
-        already = state.durable(5, loop)  # at the watermark: nothing to wait for
-        later = [state.durable(end, loop) for end in (10, 20, 20)]
-        # A batch sent again is answered with its first offsets: an earlier end, after.
-        again = state.durable(15, loop)
-        seen = []
+        state = _partition()
+        tickets = [Ticket(loop) for _ in range(5)]
+        ends = (5, 10, 20, 20, 15)  # 5: at the watermark, nothing to wait for
+        for ticket, end in zip(tickets, ends, strict=True):
+            # 15 last: a batch sent again is answered with its first offsets, an earlier end.
+            state.durable(end, ticket)
+        seen = [[t.remaining == 0 for t in tickets]]
         for end in (9, 15, 20):
             state.reached(end)
-            seen.append([f.done() for f in (already, *later, again)])
+            seen.append([t.future.done() for t in tickets[1:]])
         return seen
 
     assert asyncio.run(main()) == [
         [True, False, False, False, False],
-        [True, True, False, False, True],
-        [True, True, True, True, True],
+        [False, False, False, False],
+        [True, False, False, True],
+        [True, True, True, True],
     ]
+
+
+def test_a_request_over_several_partitions_is_answered_once_all_are_durable() -> None:
+    async def main() -> list[tuple[bool, bool, bool]]:
+        loop = asyncio.get_running_loop()
+        first, second = _partition(0), _partition(1)
+        ticket = Ticket(loop)
+        first.durable(8, ticket)
+        second.durable(6, ticket)
+        seen = []
+        for state, end in ((second, 6), (first, 7), (first, 8)):
+            state.reached(end)
+            seen.append((ticket.future.done(), first.is_durable(8), second.is_durable(6)))
+        return seen
+
+    assert asyncio.run(main()) == [
+        (False, False, True),
+        (False, False, True),
+        (True, True, True),
+    ]
+
+
+def test_a_partition_going_away_lets_its_waiters_go_not_durable() -> None:
+    async def main() -> tuple[bool, bool, str]:
+        loop = asyncio.get_running_loop()
+        state = _partition()
+        ticket = Ticket(loop)
+        state.durable(9, ticket)
+        state.fail_waiters(ConnectionAbortedError("the listener is stopping"))
+        return ticket.future.done(), state.is_durable(9), str(state.failure)
+
+    assert asyncio.run(main()) == (True, False, "the listener is stopping")
