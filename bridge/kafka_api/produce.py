@@ -223,7 +223,7 @@ class ProduceHandler:
             failed = next((state.failure for state in short if state.failure is not None), None)
             if failed is not None:
                 # The partition went away (shutdown) before the records were durable: as
-                # unsealed as after a crash, so the producer sends them again elsewhere.
+                # unacknowledged as after a crash, and the producer sends them again.
                 outcome.error = ErrorCode.not_leader_or_follower
                 outcome.message = str(failed)
                 continue
