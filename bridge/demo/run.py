@@ -140,8 +140,9 @@ def _free_port() -> int:
 
 
 class Progress:
-    """Prints, once a second, how many records serve consumed and how fast, how many are in
-    sealed segments (what a query sees), and how far those trail what Kafka holds."""
+    """Prints, once a second, how many records serve consumed (received, in the direct mode)
+    and how fast, how many are in sealed segments (what a query sees), and how far those
+    trail what Kafka holds (what the listener took)."""
 
     def __init__(self, data_dir: Path, bootstrap: str, topic: str, *, direct: bool = False) -> None:
         self.data_dir = data_dir
@@ -169,13 +170,14 @@ class Progress:
     def _loop(self) -> None:
         started = time.monotonic()
         previous = 0
+        taken = "received" if self.direct else "consumed"
         while not self._stop.wait(PROGRESS_EVERY_S):
             consumed = self._consumed()
             sealed, watermarks = self._sealed()
             held = self._held()
             lag = "?" if held is None else f"{max(0, held - sum(watermarks.values())):,}"
             print(
-                f"{time.monotonic() - started:5.1f} s  consumed {consumed:>9,} "
+                f"{time.monotonic() - started:5.1f} s  {taken} {consumed:>9,} "
                 f"({(consumed - previous) / PROGRESS_EVERY_S:>7,.0f}/s)  "
                 f"sealed {sealed:>9,}  lag {lag}",
                 flush=True,

@@ -69,6 +69,10 @@ def test_demo_direct_lands_every_event_without_a_broker(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "plateau's Kafka API at 127.0.0.1:" in done.stdout
     assert "every produced event landed exactly once (2000 records)" in done.stdout
+    # No broker, so nothing is consumed: the progress lines count what the listener took.
+    progress = [line for line in done.stdout.splitlines() if " s  " in line and "sealed" in line]
+    assert progress, done.stdout[-2000:]
+    assert all(" received " in line and "consumed" not in line for line in progress)
 
 
 def test_check_needs_no_cluster_for_produced_topics_and_names_a_taken_port(
