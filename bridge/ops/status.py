@@ -184,15 +184,20 @@ def render(document: dict[str, Any], as_json: bool) -> str:
                 (
                     topic,
                     partition,
-                    str(row["next_offset"]),
-                    str(row["replicated_offset"]),
-                    str(row["committed_offset"]),
-                    str(row["end_offset"]),
-                    str(row["lag"]),
-                    str(row["segments"]),
-                    str(row["records"]),
-                    str(row["bytes"]),
-                    str(row["time_max"]),
+                    *(
+                        _cell(row[name])
+                        for name in (
+                            "next_offset",
+                            "replicated_offset",
+                            "committed_offset",
+                            "end_offset",
+                            "lag",
+                            "segments",
+                            "records",
+                            "bytes",
+                            "time_max",
+                        )
+                    ),
                     str(row["paused"] or "-"),
                 )
             )
@@ -208,6 +213,11 @@ def render(document: dict[str, Any], as_json: bool) -> str:
     ]
     listeners = [_listener_line(body) for body in document.get("kafka_api", [])]
     return "\n".join([table, *consolidating, *listeners])
+
+
+def _cell(value: object) -> str:
+    """A figure the partition does not have (no source cluster, nothing sealed yet) as "-"."""
+    return "-" if value is None else str(value)
 
 
 def _listener_line(body: dict[str, Any]) -> str:

@@ -59,6 +59,10 @@ def test_serve_runs_the_listener_alone_and_reports_it(tmp_path: Path) -> None:
         assert sum(p["records"] for p in partitions.values()) == 100
         table = plateau_command("status", "--config", str(config_file))
         assert f"kafka api 127.0.0.1:{api_port}: " in table.stdout
+        # A produced topic has no source cluster: its committed, end and lag are "-".
+        rows = [line.split() for line in table.stdout.splitlines() if line.startswith("events ")]
+        assert rows, table.stdout
+        assert all(row[4:7] == ["-", "-", "-"] for row in rows), table.stdout
     assert stored(tmp_path / "store", "events").num_rows == 100
 
 
