@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -382,6 +383,45 @@ def test_a_write_slower_than_the_request_timeout_is_answered_request_timed_out(
         client.close()
     table = stored(tmp_path / "store", "events")
     assert sorted(table.column("value").to_pylist()) == [b"a", b"b", b"c", b"d"]
+
+
+def test_records_not_durable_when_their_partition_is_let_go_are_not_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """A partition let go while an acks=all request waits for its sync (the listener
+    stopping) answers NOT_LEADER_OR_FOLLOWER: unacknowledged, so the producer sends the
+    records again."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
+        sink = server.sink
+        assert sink is not None and sink.writer.journal is not None
+        journal = sink.writer.journal
+        released = threading.Event()
+        flush = journal._flush
+
+        def held_flush(*args: Any, **kwargs: Any) -> Any:
+            released.wait(30)
+            return flush(*args, **kwargs)
+
+        journal._flush = held_flush  # type: ignore[method-assign]
+        state = sink.partitions[("events", 0)]
+
+        def let_go_once_waiting() -> None:
+            deadline = time.monotonic() + 10
+            while not state.waiting() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            stopping = ConnectionAbortedError("the listener is stopping")
+            sink.loop.call_soon_threadsafe(state.fail_waiters, stopping)
+
+        letting_go = threading.Thread(target=let_go_once_waiting)
+        letting_go.start()
+        client = RawClient(bootstrap)
+        answer = client.call(PRODUCE, 9, produce_body("events", 0, record_batch([b"a"])))
+        released.set()
+        letting_go.join()
+        client.close()
+    (part,) = answer.responses[0].partition_responses
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.error_message == "the listener is stopping"
 
 
 def test_a_batch_still_stalled_when_the_listener_stops_is_left_to_its_producer(
