@@ -262,6 +262,26 @@ def machine_info(work_dir: Path) -> dict[str, Any]:
     }
 
 
+# Options whose value is a folder of the machine the bench ran on: a result file names the
+# option, not the folder.
+_PATH_OPTIONS = ("--data-dir",)
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """The command that ran, for a result file: the interpreter's name, the script and its
+    options, with the folders of path options left out (`DIR`)."""
+    words = list(sys.argv if argv is None else argv)
+    for i, word in enumerate(words):
+        option, equals, _ = word.partition("=")
+        if option not in _PATH_OPTIONS:
+            continue
+        if equals:
+            words[i] = f"{option}=DIR"
+        elif i + 1 < len(words):
+            words[i + 1] = "DIR"
+    return " ".join([Path(sys.executable).name, *words])
+
+
 def write_results(kind: str, payload: dict[str, Any]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")

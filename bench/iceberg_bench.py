@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-from benchdata import MB, machine_info, median, quiet_logs
+from benchdata import MB, command_line, machine_info, median, quiet_logs
 from benchdata import write_results as save
 from query_bench import _group, timed
 from read_bench import TOPIC, add_store_arguments, build_settings, ensure_store
@@ -139,7 +138,7 @@ def main() -> None:
         print(f"{name:>32}: {value:6.2f}")
     payload = {
         "benchmark": "iceberg",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "machine": {
             **machine_info(Path(tempfile.gettempdir())),
             "work_dir": "<tmp>",

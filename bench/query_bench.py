@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
-from benchdata import MB, machine_info, median, peak_rss_bytes, quiet_logs
+from benchdata import MB, command_line, machine_info, median, peak_rss_bytes, quiet_logs
 from benchdata import write_results as save
 from pyspark.sql import functions as fn
 from read_bench import TOPIC, add_store_arguments, build_settings, ensure_store, windows
@@ -233,7 +232,7 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
     payload = {
         "benchmark": "query",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "machine": {
             **machine_info(Path(tempfile.gettempdir())),
             "work_dir": "<tmp>",

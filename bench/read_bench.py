@@ -22,7 +22,6 @@ import argparse
 import bisect
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from benchdata import (
     MB,
     VALUE_KINDS,
     build_workload,
+    command_line,
     machine_info,
     median,
     peak_rss_bytes,
@@ -247,7 +247,7 @@ def main() -> None:
             shutil.rmtree(data_dir, ignore_errors=True)
     payload = {
         "benchmark": "read",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "machine": machine_info(data_dir.parent),
         "settings": {**build_settings(args), "fraction": args.fraction, "repeat": args.repeat},
         "build": built,

@@ -38,6 +38,7 @@ from benchdata import (
     VALUE_KINDS,
     Workload,
     build_workload,
+    command_line,
     directory_bytes,
     fresh_copy,
     machine_info,
@@ -370,7 +371,7 @@ def drive(args: argparse.Namespace) -> None:
         )
     payload = {
         "benchmark": "write",
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "command": command_line(),
         "machine": machine_info(work_dir),
         "settings": {
             "rows": args.rows,
