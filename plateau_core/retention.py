@@ -172,7 +172,7 @@ class Retention(BackgroundTask):
     def _bytes_to_free(self, remaining: Iterable[SegmentRecord]) -> int:
         need = 0
         if self.limits.max_bytes is not None:
-            manifest = sum(p.stat().st_size for p in self.store.manifest.database_files())
+            manifest = self.store.manifest.database_bytes()
             used = sum(s.size_bytes for s in remaining) + manifest
             need = max(need, used - self.limits.max_bytes)
         if self.limits.min_free_disk_bytes is not None:
@@ -259,7 +259,7 @@ class Retention(BackgroundTask):
             return True
         totals = self.store.manifest.topic_totals()
         if self.limits.max_bytes is not None:
-            manifest = sum(p.stat().st_size for p in self.store.manifest.database_files())
+            manifest = self.store.manifest.database_bytes()
             if sum(size for size, _ in totals.values()) + manifest > self.limits.max_bytes:
                 return True
         for topic, (size, count) in totals.items():

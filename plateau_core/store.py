@@ -83,7 +83,7 @@ class Store:
     def footprint_bytes(self) -> int:
         """Bytes of readable segments plus the manifest's own files."""
         segments = sum(size for size, _ in self.manifest.topic_totals().values())
-        return segments + sum(p.stat().st_size for p in self.manifest.database_files())
+        return segments + self.manifest.database_bytes()
 
     # --- reading and writing ----------------------------------------------------------------
 

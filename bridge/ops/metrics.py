@@ -273,7 +273,7 @@ class ServeCollector(Collector):
             records.add_metric([topic], rows)
         yield from (segments, stored, records, replication)
         storage = self.config.storage
-        manifest_bytes = sum(p.stat().st_size for p in self.store.manifest.database_files())
+        manifest_bytes = self.store.manifest.database_bytes()
         yield GaugeMetricFamily(
             "plateau_store_footprint_bytes",
             "Bytes of readable segments plus the manifest: what storage.max_bytes bounds.",

@@ -73,6 +73,10 @@ class ManifestDatabase:
         base = Path(database)
         return [p for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists()]
 
+    def database_bytes(self) -> int:
+        """Bytes of `database_files`: the manifest's part of the store's footprint."""
+        return sum(p.stat().st_size for p in self.database_files())
+
     @contextmanager
     def _write(self) -> Iterator[Session]:
         # One writer at a time inside this process; other processes wait on SQLite's lock.
