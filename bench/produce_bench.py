@@ -235,24 +235,25 @@ class Listener:
     data_dir: Path
 
 
+def listener_config(port: int, data_dir: Path, durability: str = "journal") -> dict[str, Any]:
+    """serve's config with only the Kafka API: producers' topics are created on first use."""
+    return {
+        "storage": {"data_dir": str(data_dir), "memory_budget": "512MiB"},
+        "kafka_api": {
+            "listen": f"127.0.0.1:{port}",
+            "auto_create_topics": True,
+            "default_partitions": PARTITIONS,
+            "durability": durability,
+        },
+        "metrics": {"enabled": False},
+        "topics": [{"name": "warmup", "partitions": 1}],
+    }
+
+
 def start_listener(work: Path, name: str, durability: str) -> Listener:
     port = free_port()
     data_dir = work / f"{name}-store"
-    process = start_serve(
-        {
-            "storage": {"data_dir": str(data_dir), "memory_budget": "512MiB"},
-            "kafka_api": {
-                "listen": f"127.0.0.1:{port}",
-                "auto_create_topics": True,
-                "default_partitions": PARTITIONS,
-                "durability": durability,
-            },
-            "metrics": {"enabled": False},
-            "topics": [{"name": "warmup", "partitions": 1}],
-        },
-        work,
-        name,
-    )
+    process = start_serve(listener_config(port, data_dir, durability), work, name)
     try:
         wait_port(port)
     except BaseException:

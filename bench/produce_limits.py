@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest_bench import PYTHON, REPO, RESULTS_DIR, BenchError, proc_stat
-from produce_bench import free_port, perf_test, wait_port
+from produce_bench import free_port, listener_config, perf_test, wait_port
 
 CASES = ("as-is", "no-seal", "no-sync", "neither")
 # serve, with the journal's sync taken out when asked (the no-sync cases only).
@@ -51,16 +51,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def config(port: int, data_dir: Path, case: str) -> dict[str, Any]:
-    found: dict[str, Any] = {
-        "storage": {"data_dir": str(data_dir), "memory_budget": "512MiB"},
-        "kafka_api": {
-            "listen": f"127.0.0.1:{port}",
-            "auto_create_topics": True,
-            "default_partitions": 8,
-        },
-        "metrics": {"enabled": False},
-        "topics": [{"name": "warmup", "partitions": 1}],
-    }
+    found = listener_config(port, data_dir)
     if case in ("no-seal", "neither"):
         found["storage"]["memory_budget"] = "3GiB"
         found["defaults"] = {"roll": {"max_age": "120s", "max_bytes": "2GiB"}}
