@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -77,7 +78,7 @@ class Journal:
         self._retry: list[Encoded] = []  # written once, failed: written again, whole
         self._retry_bytes = 0
         self.backlog_bytes = 0  # appended, not yet durable
-        self._files: list[tuple[int, Path]] = []  # written by this journal, oldest first
+        self._files: list[_File] = []  # written by this journal, oldest first
         self._fd: int | None = None
         self._size = 0
         self._file_schemas: set[int] = set()
@@ -146,27 +147,41 @@ class Journal:
         groups (never the file being written)."""
         doomed: list[Path] = []
         with self._cond:
-            while len(self._files) > 1 and self._files[1][0] <= below:
-                doomed.append(self._files.pop(0)[1])
+            while len(self._files) > 1 and self._files[1].first_seq <= below:
+                doomed.append(self._files.pop(0).path)
         for path in doomed:
             path.unlink(missing_ok=True)
             log.debug("journal_file_released", file=path.name, below=below)
 
+    def cut(self, max_bytes: int) -> int | None:
+        """The group number below which every group must be sealed for the files on disk to
+        fit in `max_bytes` (the file being written always stays); None when they fit.
+
+        Files go oldest first, and only once every group before the next file is sealed: a
+        partition whose oldest unsealed records arrived long ago (a long roll.max_age, a quiet
+        topic) keeps every file written since, whatever else sealed meanwhile."""
+        with self._cond:
+            total = 0
+            for index in range(len(self._files) - 1, -1, -1):
+                total += self._files[index].nbytes
+                if total > max_bytes:
+                    return self._files[min(index + 1, len(self._files) - 1)].first_seq
+        return None
+
     def snapshot(self) -> dict[str, object]:
         """Figures for status and /metrics."""
         with self._cond:
-            paths = [p for _, p in self._files]
-            found: dict[str, object] = {
+            return {
                 "durable_seq": self.durable_seq,
                 "backlog_bytes": self.backlog_bytes,
                 "syncs": self.syncs,
                 "bytes_written": self.bytes_written,
                 "write_failures": self.write_failures,
                 "last_error": self.last_error,
+                "files": len(self._files),
+                # Counted as written, not by stat(): a seal thread may delete a file meanwhile.
+                "disk_bytes": sum(f.nbytes for f in self._files),
             }
-        found["files"] = len(paths)
-        found["disk_bytes"] = sum(p.stat().st_size for p in paths if p.exists())
-        return found
 
     def close(self, *, everything_sealed: bool) -> None:
         """Write what is queued and stop; with everything sealed, no file is needed again."""
@@ -176,8 +191,8 @@ class Journal:
         self._thread.join(timeout=60)
         self._close_file()
         if everything_sealed and not self._pending and not self._retry:
-            for _, path in self._files:
-                path.unlink(missing_ok=True)
+            for file in self._files:
+                file.path.unlink(missing_ok=True)
             self._files = []
             _sync_dir(self.directory, self.fsync)
         self._lock.release()
@@ -238,6 +253,8 @@ class Journal:
         _write_all(self._fd, chunks)
         if self.fsync:
             os.fdatasync(self._fd)
+        with self._cond:
+            self._files[-1].nbytes = self._size
 
     def _open_file(self, first_seq: int) -> None:
         self._close_file()
@@ -254,8 +271,10 @@ class Journal:
         self._fd, self._size, self._file_schemas = fd, len(MAGIC), set()
         with self._cond:
             # Rewritten after a failure under the same first group: one file, listed once.
-            if not self._files or self._files[-1][1] != path:
-                self._files.append((first_seq, path))
+            if not self._files or self._files[-1].path != path:
+                self._files.append(_File(first_seq, path, len(MAGIC)))
+            else:
+                self._files[-1].nbytes = len(MAGIC)
 
     def _close_file(self) -> None:
         if self._fd is not None:
@@ -279,6 +298,13 @@ class Journal:
         )
         self._close_file()
         time.sleep(delay)
+
+
+@dataclass
+class _File:
+    first_seq: int
+    path: Path
+    nbytes: int  # written to it so far
 
 
 class _Queued(NamedTuple):

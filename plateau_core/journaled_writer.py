@@ -5,6 +5,11 @@ Each partition's buffer remembers the first journal group it holds; after every 
 journal is released below the lowest group still unsealed anywhere, and the files holding
 only sealed groups go. A partition given up unsealed (its buffer dropped) pins its groups
 for the next owner to replay.
+
+Files go oldest first, so one partition with old unsealed records (a long roll.max_age, a
+quiet topic) would keep every file written since. Past `journal_max_bytes` of files, the
+partitions that keep the oldest ones seal early: the journal stays about that size whatever
+the roll policies.
 """
 
 from __future__ import annotations
@@ -12,14 +17,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import structlog
+
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
-from plateau_core.listener import WriterListener
+from plateau_core.listener import TopicPartition, WriterListener
 from plateau_core.policies import WriterPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.slog import Append, Prepared, SegmentLog
 from plateau_core.writer import Writer
+
+log = structlog.get_logger(__name__)
 
 
 class JournaledWriter(Writer):
@@ -35,6 +44,7 @@ class JournaledWriter(Writer):
         *,
         write: Callable[..., tuple[Path, SegmentStats]] = write_segment,
     ) -> None:
+        self._told_early: dict[TopicPartition, int] = {}  # the buffer each last logged for
         super().__init__(store, policy, listener, write=write)
         self.journal = journal
         journal.notify = self.listener.on_journaled
@@ -60,6 +70,34 @@ class JournaledWriter(Writer):
         if slog.journal_from is not None:
             pinned = self._pinned
             self._pinned = slog.journal_from if pinned is None else min(pinned, slog.journal_from)
+
+    def _early(self, now: float) -> list[SegmentLog]:
+        # The ticker may run before __init__ has set the journal.
+        journal: Journal | None = getattr(self, "journal", None)
+        if journal is None:
+            return []
+        below = journal.cut(self.policy.journal_max_bytes)
+        if below is None:
+            return []
+        early = [
+            slog
+            for slog in self._logs.values()
+            if slog.journal_from is not None and slog.journal_from < below and slog.can_seal(now)
+        ]
+        for slog in early:
+            first = slog.journal_from
+            if first is not None and self._told_early.get(slog.key) != first:
+                self._told_early[slog.key] = first
+                log.info(
+                    "seal_early",
+                    topic=slog.topic,
+                    partition=slog.partition,
+                    last_offset=slog.last_offset,
+                    rows=slog.rows,
+                    reason="its records keep journal files beyond journal_max_bytes",
+                    journal_max_bytes=self.policy.journal_max_bytes,
+                )
+        return early
 
     def _sealed_group(self) -> None:
         with self._cond:

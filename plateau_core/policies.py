@@ -74,9 +74,13 @@ class WriterPolicy:
     # their next records and they join it. Under load that makes fewer, larger seals; a
     # record waits at most this much longer. 0: the next group starts at once.
     group_hold_s: float = 0.0
+    # A writer with a journal: past this many bytes of journal files, the partitions whose
+    # unsealed records keep the oldest files seal early, so that those files can go.
+    journal_max_bytes: int = 512 * MiB
 
     def __post_init__(self) -> None:
         _positive("memory_budget_bytes", self.memory_budget_bytes)
+        _positive("journal_max_bytes", self.journal_max_bytes)
         _positive("writer_threads", self.writer_threads)
         _positive("retry_backoff_s", self.retry_backoff_s)
         _positive("tick_s", self.tick_s)

@@ -365,6 +365,9 @@ class Writer:
         self, appends: Sequence[Append], batches: Sequence[Sequence[Prepared]], changed: Logs
     ) -> int | None: ...
     def _dropping(self, slog: SegmentLog) -> None: ...
+    def _early(self, now: float) -> list[SegmentLog]:
+        return []  # partitions to seal before their roll says so
+
     def _sealed_group(self) -> None: ...
     def _stopped(self) -> None: ...
 
@@ -390,7 +393,7 @@ class Writer:
             self._logs.values() if candidates is None or self.policy.seal_together else candidates
         )
         now = time.monotonic()
-        self._start([s for s in pool if s.due(now)])
+        self._start([s for s in pool if s.due(now)] + self._early(now))
 
     def _start(self, selected: list[SegmentLog]) -> None:
         for group in self._groups.form(selected):

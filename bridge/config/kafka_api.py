@@ -10,6 +10,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict
 
+_JOURNAL_FLOOR = 32 * 1024 * 1024
+
 
 class KafkaApiTls(Strict):
     certfile: Path = Field(description="PEM certificate chain the listener presents.")
@@ -98,6 +100,14 @@ class KafkaApiConfig(Strict):
         "acknowledged, at a fraction of the records/s (a segment file per partition and a "
         "manifest commit per round). Both survive kill -9 and power loss.",
     )
+    journal_max_bytes: Size | None = Field(
+        default=None,
+        description="durability: journal only. Soft limit of the journal's files on disk "
+        "(default: storage.memory_budget). Files go oldest first, once every record in them "
+        "is sealed, so a partition with old unsealed records (a long roll.max_age) keeps "
+        "every file written since; past this size those partitions seal early. The journal "
+        "is not counted in storage.max_bytes.",
+    )
     group_commit_hold: Duration = Field(
         default=0.015,
         ge=0,
@@ -122,6 +132,14 @@ class KafkaApiConfig(Strict):
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError(f"must be host:port (like 127.0.0.1:9092), got {value!r}")
+        return value
+
+    @field_validator("journal_max_bytes")
+    @classmethod
+    def _journal_room(cls, value: int | None) -> int | None:
+        # Below two of the journal's 16 MiB files, every tick would force seals.
+        if value is not None and value < _JOURNAL_FLOOR:
+            raise ValueError(f"must be at least 32MiB (two journal files), got {value} bytes")
         return value
 
     @model_validator(mode="after")

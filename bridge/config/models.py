@@ -88,7 +88,9 @@ class StorageConfig(Strict):
         ),
     )
     max_bytes: Size | None = Field(
-        default=None, description="Footprint of the whole store (segments plus manifest)."
+        default=None,
+        description="Footprint of the whole store (segments plus manifest; the Kafka API's "
+        "journal is beside it, see kafka_api.journal_max_bytes).",
     )
     min_free_disk: Size | None = Field(
         default=None,

@@ -98,6 +98,7 @@ class ProduceSink(WriterListener):
                 # The producers answered by a group send their next batches within a few
                 # ms; held that long, the next group takes them (docs/benchmarks.md).
                 group_hold_s=0.0 if self.journaled else api.group_commit_hold,
+                journal_max_bytes=api.journal_max_bytes or storage.memory_budget,
             ),
             self,
             journal=self.journaled,

@@ -191,6 +191,66 @@ def test_files_go_once_their_groups_are_sealed(tmp_path: Path) -> None:
     assert files(directory) == []
 
 
+def test_cut_names_the_groups_to_seal_for_the_files_to_fit(tmp_path: Path) -> None:
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory, file_bytes=1)  # a file per group
+    try:
+        write(journal, [group(0, start) for start in range(0, 12, 3)])
+        sizes = [p.stat().st_size for p in files(directory)]
+        assert len(sizes) == 4
+        assert journal.cut(sum(sizes)) is None
+        assert journal.cut(sum(sizes) - 1) == 1  # file 0 must go: group 0 sealed
+        assert journal.cut(sizes[2] + sizes[3]) == 2
+        assert journal.cut(0) == 3  # the file being written always stays
+    finally:
+        journal.close(everything_sealed=True)
+
+
+def test_old_unsealed_records_seal_early_once_the_journal_outgrows_its_limit(
+    tmp_path: Path,
+) -> None:
+    """A partition whose roll is an hour keeps every journal file written after its first
+    record; past journal_max_bytes it seals early and the files go."""
+    from plateau_core.journaled_writer import JournaledWriter  # noqa: PLC0415
+
+    store = Store.open(tmp_path / "data")
+    limit = 64 * 1024
+    writer = JournaledWriter(
+        store,
+        Journal(tmp_path / "data" / JOURNAL_DIR, file_bytes=8 * 1024),
+        WriterPolicy(tick_s=0.01, journal_max_bytes=limit),
+    )
+    try:
+        writer.acquire("quiet", 0, roll=RollPolicy(max_age_s=3600))
+        writer.acquire("busy", 0, roll=RollPolicy(max_age_s=0.01))
+        writer.append_group([Append("quiet", 0, (batch([0]),))])
+        largest = 0
+        with capture_logs() as logs:
+            for start in range(0, 4000, 20):
+                writer.append_group(
+                    [Append("busy", 0, (batch(range(start, start + 20), value_size=64),))]
+                )
+                time.sleep(0.002)
+                on_disk = writer.journal.snapshot()["disk_bytes"]
+                assert isinstance(on_disk, int)
+                largest = max(largest, on_disk)
+            deadline = time.monotonic() + 10
+            while store.manifest.watermark("quiet", 0) != 1:
+                assert time.monotonic() < deadline, "the quiet partition never sealed"
+                time.sleep(0.01)
+        written = writer.journal.snapshot()["bytes_written"]
+        assert isinstance(written, int) and written > 4 * limit
+        # The limit, a file being written and one still being released.
+        assert largest <= limit + 2 * 8 * 1024 + 4096
+        early = [e for e in logs if e["event"] == "seal_early"]
+        assert [(e["topic"], e["partition"], e["last_offset"]) for e in early] == [("quiet", 0, 0)]
+        writer.flush()
+        assert store.read("busy").to_table().column("offset").to_pylist() == list(range(4000))
+    finally:
+        writer.close()
+        store.close()
+
+
 def test_one_journal_per_folder(tmp_path: Path) -> None:
     journal = Journal(tmp_path / JOURNAL_DIR)
     try:

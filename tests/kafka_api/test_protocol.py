@@ -308,6 +308,16 @@ def test_a_request_lands_as_one_journal_group_with_its_dead_letters_in_order(
     assert came_from == [b"1", b"2"]
 
 
+def test_the_journal_limit_is_the_memory_budget_unless_set(tmp_path: Path) -> None:
+    for name, extra, expected in (
+        ("default", {}, 512 * 1024 * 1024),
+        ("set", {"journal_max_bytes": "64MiB"}, 64 * 1024 * 1024),
+    ):
+        with listening(api_config(tmp_path / name, **extra)) as (server, _):
+            assert server.sink is not None
+            assert server.sink.writer.policy.journal_max_bytes == expected
+
+
 def test_an_idempotent_batch_of_only_poison_keeps_the_sequence_across_a_restart(
     tmp_path: Path,
 ) -> None:

@@ -139,6 +139,11 @@ def test_the_example_config_is_valid() -> None:
             "less than or equal to 1",
         ),
         (
+            {"kafka_api": {"journal_max_bytes": "1MiB"}, **MINIMAL},
+            "kafka_api.journal_max_bytes",
+            "at least 32MiB",
+        ),
+        (
             {"kafka_api": {"sasl": {"users": [{"name": "a", "password": "x"}] * 2}}, **MINIMAL},
             "kafka_api.sasl",
             "user listed twice",
