@@ -48,20 +48,31 @@ class Pending:
 
 class Ticket:
     """What one request waits for: `future` resolves once every partition it was handed to
-    (`need`) has counted it off (`met`), durable or failed."""
+    (`need`) has counted it off (`met`), durable or failed, and the request has handed out
+    its last partition (`arm`). Before that the count can reach zero and rise again: the
+    request waits between partitions (for the writer, a schema registry) while the first
+    ones become durable."""
 
-    __slots__ = ("future", "remaining")
+    __slots__ = ("_armed", "future", "remaining")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.future: asyncio.Future[None] = loop.create_future()
         self.remaining = 0
+        self._armed = False
 
     def need(self) -> None:
         self.remaining += 1
 
     def met(self) -> None:
         self.remaining -= 1
-        if self.remaining == 0 and not self.future.done():
+        self._resolve()
+
+    def arm(self) -> None:
+        self._armed = True
+        self._resolve()
+
+    def _resolve(self) -> None:
+        if self._armed and self.remaining == 0 and not self.future.done():
             self.future.set_result(None)
 
 

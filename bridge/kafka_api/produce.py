@@ -210,7 +210,8 @@ class ProduceHandler:
         every partition of the request: they seal in one group."""
         if acks != -1:
             return
-        if ticket.remaining:
+        ticket.arm()
+        if not ticket.future.done():
             # Not wait_for: a timeout leaves the future alone, for the partitions to count off.
             await asyncio.wait({ticket.future}, timeout=max(deadline - time.monotonic(), 0.001))
         for answer in answers:

@@ -24,6 +24,7 @@ def test_waiters_are_answered_when_their_offsets_are_durable() -> None:
         for ticket, end in zip(tickets, ends, strict=True):
             # 15 last: a batch sent again is answered with its first offsets, an earlier end.
             state.durable(end, ticket)
+            ticket.arm()
         seen = [[t.remaining == 0 for t in tickets]]
         for end in (9, 15, 20):
             state.reached(end)
@@ -45,6 +46,7 @@ def test_a_request_over_several_partitions_is_answered_once_all_are_durable() ->
         ticket = Ticket(loop)
         first.durable(8, ticket)
         second.durable(6, ticket)
+        ticket.arm()
         seen = []
         for state, end in ((second, 6), (first, 7), (first, 8)):
             state.reached(end)
@@ -64,7 +66,30 @@ def test_a_partition_going_away_lets_its_waiters_go_not_durable() -> None:
         state = _partition()
         ticket = Ticket(loop)
         state.durable(9, ticket)
+        ticket.arm()
         state.fail_waiters(ConnectionAbortedError("the listener is stopping"))
         return ticket.future.done(), state.is_durable(9), str(state.failure)
 
     assert asyncio.run(main()) == (True, False, "the listener is stopping")
+
+
+def test_a_request_is_not_answered_before_its_last_partition_is_handed_out() -> None:
+    """The first partition can be durable while the request still waits to hand out the
+    next one (the writer is full, a schema is being fetched): the count is back at zero
+    for a while, and that is not the answer."""
+
+    async def main() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        first, second = _partition(0), _partition(1)
+        ticket = Ticket(loop)
+        first.durable(6, ticket)
+        first.reached(6)
+        seen = [ticket.future.done()]
+        second.durable(7, ticket)
+        ticket.arm()
+        seen.append(ticket.future.done())
+        second.reached(7)
+        seen.append(ticket.future.done())
+        return seen
+
+    assert asyncio.run(main()) == [False, False, True]

@@ -395,6 +395,38 @@ def test_a_write_slower_than_the_request_timeout_is_answered_request_timed_out(
     assert sorted(table.column("value").to_pylist()) == [b"a", b"b", b"c", b"d"]
 
 
+def test_a_partition_held_back_is_answered_when_durable_not_when_the_first_one_is(
+    tmp_path: Path,
+) -> None:
+    """The first partition of a request becomes durable while the second waits for the
+    writer: the second is still answered by its own durability (not REQUEST_TIMED_OUT
+    long before the timeout, which a producer without idempotence would send again)."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        writer = server.sink.writer
+        accepting = writer.accepting
+        refused_until = time.monotonic() + 0.5
+
+        def held_back(topic: str, partition: int) -> bool:
+            if partition == 1 and time.monotonic() < refused_until:
+                return False
+            return accepting(topic, partition)
+
+        writer.accepting = held_back  # type: ignore[method-assign]
+        client = RawClient(bootstrap)
+        body = produce_body("events", 0, record_batch([b"p0"]))
+        body["topic_data"][0]["partition_data"].append(
+            {"index": 1, "records": record_batch([b"p1"])}
+        )
+        answer = client.call(PRODUCE, 9, body)
+        client.close()
+    codes = [(p.index, p.error_code) for p in answer.responses[0].partition_responses]
+    assert codes == [(0, ErrorCode.none), (1, ErrorCode.none)]
+    table = stored(tmp_path / "store", "events")
+    assert sorted(table.column("value").to_pylist()) == [b"p0", b"p1"]
+
+
 def test_records_not_durable_when_their_partition_is_let_go_are_not_acknowledged(
     tmp_path: Path,
 ) -> None:
