@@ -67,9 +67,13 @@ class JournaledWriter(Writer):
         return seq
 
     def _dropping(self, slog: SegmentLog) -> None:
-        if slog.journal_from is not None:
-            pinned = self._pinned
-            self._pinned = slog.journal_from if pinned is None else min(pinned, slog.journal_from)
+        # The seal in flight may fail after this: its groups stay in the journal as well.
+        # Pinned groups that do land are skipped by the replay.
+        in_flight = None if slog.in_flight is None else slog.in_flight.journal_from
+        for first in (slog.journal_from, in_flight):
+            if first is not None:
+                pinned = self._pinned
+                self._pinned = first if pinned is None else min(pinned, first)
 
     def _early(self, now: float) -> list[SegmentLog]:
         # The ticker may run before __init__ has set the journal.

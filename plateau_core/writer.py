@@ -142,6 +142,7 @@ class Writer:
             if slog is None:
                 return
             dropped_rows = slog.rows
+            # Before the wait: the seal in flight may fail, and what it held is dropped too.
             self._dropping(slog)
             self._buffered -= slog.drop()
             deadline = time.monotonic() + timeout_s
@@ -151,6 +152,11 @@ class Writer:
                 slog.in_flight is not None or key in self._maintained
             ) and time.monotonic() < deadline:
                 self._cond.wait(0.05)
+            if slog.in_flight is not None:
+                dropped_rows += slog.in_flight.rows
+            # A seal that failed meanwhile put its records back in the buffer.
+            dropped_rows += slog.rows
+            self._buffered -= slog.drop()
             del self._logs[key]
             lock = self._locks.pop(key)
             for other in self._logs.values():

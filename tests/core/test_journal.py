@@ -19,6 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
+from plateau_core.errors import FlushTimeoutError
 from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal, _write_all
 from plateau_core.journal_codec import JournalCorruptError
 from plateau_core.journal_replay import replay
@@ -396,3 +397,44 @@ def test_a_write_that_takes_part_of_the_chunks_goes_on_with_the_rest(
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abcdefghijknopqrstuvwxyz"
+
+
+def test_a_close_while_a_seal_runs_and_then_fails_keeps_its_groups(tmp_path: Path) -> None:
+    """A shutdown whose flush runs out of time while a seal is in flight (a full disk, a
+    locked manifest): when that seal then fails, its journal groups stay for the next start
+    instead of going with a journal closed as if everything were sealed."""
+    from plateau_core.journaled_writer import JournaledWriter  # noqa: PLC0415
+
+    data = tmp_path / "data"
+    store = Store.open(data)
+    entered, failing = threading.Event(), threading.Event()
+
+    def fails_late(*args: object, **kwargs: object) -> object:
+        entered.set()
+        failing.wait(10)
+        raise OSError(28, "No space left on device")
+
+    listener = Journaled()
+    writer = JournaledWriter(
+        store, Journal(data / JOURNAL_DIR), WriterPolicy(tick_s=0.01), listener, write=fails_late
+    )
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=0.01))
+    seq = writer.append_group([Append("t", 0, (batch(range(5)),))])
+    assert seq is not None
+    listener.wait(seq)
+    assert entered.wait(10)
+    threading.Timer(0.4, failing.set).start()
+    with capture_logs() as logs, pytest.raises(FlushTimeoutError):
+        writer.close(timeout_s=0.2)
+    released = [e for e in logs if e["event"] == "partition_released"]
+    assert released[0]["dropped_rows"] == 5
+    assert files(data / JOURNAL_DIR) != []
+    store.close()
+
+    store = Store.open(data)
+    writer = store.writer(WriterPolicy(tick_s=0.01), journal=True)
+    writer.acquire("t", 0)
+    assert replay(writer, writer.acquire) == 5
+    writer.close()
+    assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
+    store.close()
