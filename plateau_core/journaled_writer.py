@@ -64,7 +64,16 @@ class JournaledWriter(Writer):
         for slog in changed:
             if slog.journal_from is None:
                 slog.journal_from = seq
+            slog.journal_last = seq
         return seq
+
+    def _sealable(self, slog: SegmentLog) -> bool:
+        # Write-ahead: nothing reaches the manifest before its group is durable in the
+        # journal. A group spans partitions (a batch, its watermark move over poison records
+        # and their dead letters): sealed first, one part could outlive a crash that the rest,
+        # not yet synced, did not, and the replay could not put it back together.
+        last = slog.journal_last
+        return last is None or last <= self.journal.durable_seq
 
     def _dropping(self, slog: SegmentLog) -> None:
         # The seal in flight may fail after this: its groups stay in the journal as well.

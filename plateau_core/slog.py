@@ -142,6 +142,7 @@ class SegmentLog:
         self.last_error: str | None = None
         self.refused_nbytes = 0  # size of the batch last refused for the memory budget
         self.journal_from: int | None = None  # first journal group buffered here
+        self.journal_last: int | None = None  # the last one appended here
 
     @property
     def key(self) -> TopicPartition:

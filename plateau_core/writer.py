@@ -374,6 +374,9 @@ class Writer:
     def _early(self, now: float) -> list[SegmentLog]:
         return []  # partitions to seal before their roll says so
 
+    def _sealable(self, slog: SegmentLog) -> bool:
+        return True
+
     def _sealed_group(self) -> None: ...
     def _stopped(self) -> None: ...
 
@@ -403,7 +406,7 @@ class Writer:
 
     def _start(self, selected: list[SegmentLog]) -> None:
         for group in self._groups.form(selected):
-            jobs = [self._take(m) for m in group if m.pending()]
+            jobs = [self._take(m) for m in group if m.pending() and self._sealable(m)]
             if jobs:
                 self._groups.in_flight += 1
                 self._pool.submit(self._seal, jobs)

@@ -438,3 +438,44 @@ def test_a_close_while_a_seal_runs_and_then_fails_keeps_its_groups(tmp_path: Pat
     writer.close()
     assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
     store.close()
+
+
+def test_nothing_seals_before_its_group_is_durable_in_the_journal(tmp_path: Path) -> None:
+    """A group spans partitions (a batch with its watermark move over a poison record, and
+    the dead letter): no part of it reaches the manifest before the journal holds all of it,
+    or a crash in between would keep the move and lose the letter."""
+    from plateau_core.journaled_writer import JournaledWriter  # noqa: PLC0415
+
+    data = tmp_path / "data"
+    store = Store.open(data)
+    journal = Journal(data / JOURNAL_DIR)
+    flush = journal._flush
+    failing = threading.Event()
+    failing.set()
+
+    def flaky(chunks: Sequence[object]) -> None:
+        if failing.is_set():
+            raise OSError(5, "Input/output error")
+        flush(chunks)  # type: ignore[arg-type]
+
+    journal._flush = flaky  # type: ignore[method-assign]
+    listener = Journaled()
+    writer = JournaledWriter(store, journal, WriterPolicy(tick_s=0.01), listener)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=0.01))
+        writer.acquire("t-dlq", 0, roll=RollPolicy(max_age_s=0.01))
+        seq = writer.append_group(
+            [Append("t", 0, (batch(range(5)),), advance_to=6), Append("t-dlq", 0, (batch([0]),))]
+        )
+        assert seq is not None
+        time.sleep(0.3)  # many rolls
+        assert store.manifest.watermark("t", 0) is None
+        assert store.manifest.watermark("t-dlq", 0) is None
+        failing.clear()
+        listener.wait(seq)
+        writer.flush()
+        assert store.manifest.watermark("t", 0) == 6
+        assert store.manifest.watermark("t-dlq", 0) == 1
+    finally:
+        writer.close()
+        store.close()
