@@ -18,7 +18,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import structlog
 
-from plateau_core.errors import ManifestConflictError
+from plateau_core.errors import ManifestConflictError, SealError
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.lazy import materialize, span
 from plateau_core.listener import SealedSegment, WriterListener
@@ -78,7 +78,7 @@ def seal_group(
             for job, (paths, segments, _, _) in zip(group, done, strict=True)
         ]
         _record([*(s.commit for s in sealed), *derived], committer)
-    except ManifestConflictError:
+    except (ManifestConflictError, CommitUnknownError):
         raise
     except Exception:
         for written in done:
@@ -136,15 +136,26 @@ def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteS
     return Written(tuple(files), tuple(segments), commits, tuple(derived_files))
 
 
+class CommitUnknownError(SealError):
+    """A commit failed and the manifest could not say whether it landed: its files stay
+    (an orphan is removed when the partition is next acquired), and the retry finds out."""
+
+
 def _record(commits: list[PartitionCommit], committer: GroupCommitter) -> None:
     try:
         committer.commit(commits)
-    except ManifestConflictError:
-        raise
-    except Exception:
+    except Exception as exc:
         # Only a definite failure makes the files orphans: if the group did land (the error
-        # came after the commit), the seal succeeded.
-        if not recorded(committer.manifest, commits):
+        # came after the commit, say a connection lost during COMMIT), the seal succeeded,
+        # and its retry then conflicts with itself.
+        try:
+            landed = recorded(committer.manifest, commits)
+        except Exception as unknown:
+            raise CommitUnknownError(
+                f"the seal's commit failed ({exc}) and the manifest cannot say whether it "
+                f"landed ({unknown})"
+            ) from exc
+        if not landed:
             raise
 
 

@@ -169,6 +169,46 @@ def test_failed_manifest_commit_leaves_no_visible_file(
     assert store.read("t").to_table().num_rows == 2
 
 
+def test_a_commit_whose_outcome_is_unknown_keeps_its_files(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit lands, then fails (a connection lost during COMMIT), and the manifest
+    cannot be asked whether it landed: the files the manifest may now name stay, and the
+    retry finds the group recorded."""
+    commit, has_segment = store.manifest.commit_seal, store.manifest.has_segment
+    down = threading.Event()
+
+    def lands_then_fails(*args: object, **kwargs: object) -> bool:
+        commit(*args, **kwargs)  # type: ignore[arg-type]
+        down.set()
+        raise OSError("server closed the connection unexpectedly")
+
+    def unreachable(*args: object, **kwargs: object) -> bool:
+        if down.is_set():
+            raise OSError("connection refused")
+        return has_segment(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_seal", lands_then_fails)
+    monkeypatch.setattr(store.manifest, "has_segment", unreachable)
+    recorder = Recorder(store)
+    writer = store.writer(WriterPolicy(retry_backoff_s=10, tick_s=0.01), recorder)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0, 1]))
+        with pytest.raises(FlushTimeoutError):
+            writer.flush(timeout_s=0.5)
+        assert "cannot say whether it landed" in str(recorder.failed[0])
+        folder = store.data_dir / "topics/t/0"
+        assert [p.name for p in folder.iterdir() if p.suffix == ".arrow"] != []
+        monkeypatch.setattr(store.manifest, "commit_seal", commit)
+        down.clear()
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1]
+    assert store.manifest.watermark("t", 0) == 2
+
+
 def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
     writer = store.writer(WriterPolicy(writer_threads=2, fsync=False))
     try:
