@@ -18,7 +18,6 @@ from bridge.kafka_api.topics import TopicNameError
 log = structlog.get_logger(__name__)
 
 NODE_ID = 0
-EPOCH_MAX = 2**15 - 1
 # DescribeConfigs' config_source values.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -101,14 +100,11 @@ class AdminHandler:
                 "producer_id": -1,
                 "producer_epoch": -1,
             }
-        previous = getattr(body, "producer_id", -1)
-        epoch = getattr(body, "producer_epoch", -1)
-        if previous >= 0 and 0 <= epoch < EPOCH_MAX:
-            # A producer recovering from an error bumps its epoch and keeps its id (KIP-360);
-            # the new epoch restarts its sequences.
-            producer_id, epoch = previous, epoch + 1
-        else:
-            producer_id, epoch = self.sink.store.manifest.next_producer_id(), 0
+        # Kafka's rule without a transactional id: a new id every time, even when the
+        # producer names its current one (librdkafka does after an error). Bumping the
+        # epoch of an id it names would let it take one this store never handed out, or one
+        # handed to another producer since.
+        producer_id, epoch = self.sink.store.manifest.next_producer_id(), 0
         log.info("producer_id_assigned", producer_id=producer_id, epoch=epoch)
         return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": epoch}
 

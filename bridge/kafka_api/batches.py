@@ -22,6 +22,7 @@ from bridge.ingest.records import envelope
 from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
 
 NO_PRODUCER = -1
+NO_TIMESTAMP = -1  # a record the producer left without a time
 NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _HEAD = struct.Struct(">qiib")  # base offset, batch length, leader epoch, magic
 _LENGTH_END = 12  # batch_length counts the bytes after base offset and itself
@@ -36,6 +37,11 @@ class CorruptBatchError(ValueError):
 
 class UnsupportedFormatError(ValueError):
     """A batch in message format v0 or v1, which produce v3 and later do not carry."""
+
+
+class InvalidBatchError(ValueError):
+    """A batch that reads but breaks the format's rules (no records, a count that does not
+    match them, an idempotent batch without a sequence): Kafka's INVALID_RECORD."""
 
 
 class Records(NamedTuple):
@@ -85,11 +91,12 @@ class ProducedBatch:
 
 def stamps(timestamps: list[int], count: int, log_append_ms: int, now_ms: int) -> list[int]:
     """The records' timestamps as stored: `log_append_ms` for every one (LogAppendTime, when
-    not -1), else their own, with `now_ms` for any a producer left unset (-1)."""
+    not -1), else their own, with `now_ms` for any a producer left unset (-1; other times
+    before 1970 are kept, as Kafka keeps them)."""
     if log_append_ms >= 0:
         return [log_append_ms] * count
     if timestamps and min(timestamps) < 0:
-        return [now_ms if s < 0 else s for s in timestamps]
+        return [now_ms if s == NO_TIMESTAMP else s for s in timestamps]
     return timestamps
 
 
@@ -172,8 +179,14 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
     except Exception as exc:  # the reader's own errors: bad varints, codecs, sizes
         raise CorruptBatchError(f"the batch does not read: {type(exc).__name__}: {exc}") from exc
     count = batch.last_offset_delta + 1
+    if count <= 0:
+        raise InvalidBatchError(f"the batch's last offset delta {count - 1} leaves no records")
     if read != count:
-        raise CorruptBatchError(f"the batch holds {read} records; its header says {count}")
+        raise InvalidBatchError(f"the batch holds {read} records; its header says {count}")
+    if batch.producer_id != NO_PRODUCER and batch.base_sequence < 0:
+        raise InvalidBatchError(
+            f"sequence {batch.base_sequence} in a batch of producer {batch.producer_id}"
+        )
     return ProducedBatch(
         producer_id=batch.producer_id,
         producer_epoch=batch.producer_epoch,

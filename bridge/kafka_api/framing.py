@@ -32,7 +32,7 @@ class FramedConnection(asyncio.BufferedProtocol):
         self, handle: Callable[[FramedConnection], Coroutine[Any, Any, None]], max_frame: int
     ) -> None:
         self._handle = handle
-        self._max_frame = max_frame
+        self.max_frame = max_frame  # the largest frame read; its buffer is made at once
         self.transport: asyncio.Transport | None = None
         self._head = bytearray(_SIZE_BYTES)
         self._body: bytearray | None = None
@@ -64,7 +64,7 @@ class FramedConnection(asyncio.BufferedProtocol):
             if self._got < _SIZE_BYTES:
                 return
             size = int.from_bytes(self._head, "big", signed=True)
-            if not _MIN_FRAME <= size <= self._max_frame:
+            if not _MIN_FRAME <= size <= self.max_frame:
                 self._end(FrameError(f"a frame of {size} bytes is not a request"))
                 return
             self._body, self._got = bytearray(size), 0

@@ -14,7 +14,7 @@ import datetime
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.kafka_api.batches import (
     CorruptBatchError,
+    InvalidBatchError,
     ProducedBatch,
     UnsupportedFormatError,
     read_batch,
@@ -48,15 +49,21 @@ class ProduceHandler:
         self.sink = sink
         self.api = api
 
-    async def accept(
-        self, body: Any, allowed: Allowed
-    ) -> tuple[Callable[[], Awaitable[dict[str, Any]]], int]:
-        """Land the request's batches; returns the coroutine that builds the response and
-        the milliseconds this connection was held back (its throttle time)."""
+    async def accept(self, body: Any, allowed: Allowed) -> Accepted:
+        """Land the request's batches; returns the coroutine that builds the response, the
+        milliseconds this connection was held back (its throttle time) and the errors of the
+        partitions refused."""
         deadline = time.monotonic() + max(body.timeout.total_seconds(), 0.001)
         answers: list[_Answer] = []
         throttled = 0.0
         ticket = Ticket(asyncio.get_running_loop())
+        if body.acks not in (-1, 0, 1):
+            # Kafka answers every partition so, and takes nothing.
+            wrong = Outcome(ErrorCode.invalid_required_acks, message=f"acks={body.acks}")
+            answers = [
+                _Answer(t.name, p.index, wrong) for t in body.topic_data for p in t.partition_data
+            ]
+            return Accepted(_answered(answers), 0, [wrong.error])
         try:
             for topic_data in body.topic_data:
                 for data in topic_data.partition_data:
@@ -86,7 +93,10 @@ class ProduceHandler:
             await self._settle(answers, body.acks, ticket, deadline)
             return _response(answers, throttle_ms)
 
-        return respond, throttle_ms
+        refused: list[ErrorCode] = [
+            a.outcome.error for a in answers if a.outcome.error is not ErrorCode.none
+        ]
+        return Accepted(respond, throttle_ms, refused)
 
     async def _partition(
         self,
@@ -105,9 +115,17 @@ class ProduceHandler:
             return refused, 0.0
         assert records is not None
         try:
-            batches = [read_batch(data) for data in split_batches(records)]
-        except UnsupportedFormatError as exc:
-            outcome = Outcome(ErrorCode.unsupported_for_message_format, message=str(exc))
+            parts = split_batches(records)
+            if len(parts) > 1:
+                # Kafka's rule since produce v3: a partition's records are one batch, which
+                # lands whole or not at all.
+                raise InvalidBatchError(
+                    f"{len(parts)} record batches for one partition; a produce request "
+                    "carries exactly one per partition"
+                )
+            batches = [read_batch(data) for data in parts]
+        except (UnsupportedFormatError, InvalidBatchError) as exc:
+            outcome = Outcome(ErrorCode.invalid_record, message=str(exc))
             self._log_refused(topic, partition, outcome)
             return outcome, 0.0
         except CorruptBatchError as exc:
@@ -149,7 +167,8 @@ class ProduceHandler:
                 ErrorCode.unknown_topic_or_partition, message=f"no partition {topic}[{partition}]"
             )
         if not records:
-            return Outcome(ErrorCode.corrupt_message, message="the partition carries no records")
+            # Not CORRUPT_MESSAGE, which clients retry until their delivery timeout.
+            return Outcome(ErrorCode.invalid_record, message="the partition carries no records")
         if len(records) > self.api.message_max_bytes:
             return Outcome(
                 ErrorCode.message_too_large,
@@ -241,6 +260,19 @@ class ProduceHandler:
             error=outcome.error.name,
             detail=outcome.message,
         )
+
+
+class Accepted(NamedTuple):
+    respond: Callable[[], Awaitable[dict[str, Any]]]
+    throttle_ms: int
+    refused: list[ErrorCode]  # one per partition refused on arrival
+
+
+def _answered(answers: list[_Answer]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    async def respond() -> dict[str, Any]:
+        return _response(answers, 0)
+
+    return respond
 
 
 def _response(answers: list[_Answer], throttle_ms: int) -> dict[str, Any]:

@@ -38,6 +38,9 @@ NAME = "kafka-api"
 
 # Kafka's socket.request.max.bytes: a frame above this closes the connection unread.
 REQUEST_MAX_BYTES = 100 * 1024 * 1024
+# Before SASL authentication: a frame's buffer is allocated when its size arrives, so a
+# client that has not said who it is gets Kafka's sasl.server.max.receive.size.
+UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 
 
 class KafkaApiServer:
@@ -63,6 +66,7 @@ class KafkaApiServer:
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kafka-api", daemon=True)
         self._connections: set[FramedConnection] = set()
+        self._max_frame = max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes)
         self._status = StatusFile(config.storage.data_dir, NAME, run or new_run_id())
 
     # --- lifecycle (called from serve's thread) -----------------------------------------------
@@ -114,9 +118,9 @@ class KafkaApiServer:
         self.sink = sink
         sink.open()
         host, port = self.api.address
-        max_frame = max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes)
+        first = self._max_frame if self.api.sasl is None else UNAUTHENTICATED_MAX_BYTES
         server = await loop.create_server(
-            lambda: FramedConnection(self._connection, max_frame), host, port, ssl=self._tls()
+            lambda: FramedConnection(self._connection, first), host, port, ssl=self._tls()
         )
         bound = server.sockets[0].getsockname()
         self.address = (str(bound[0]), int(bound[1]))
@@ -194,6 +198,8 @@ class KafkaApiServer:
                     break
                 answer = await self._answer(conn, frame)
                 answers.put(answer)
+                if framed.max_frame != self._max_frame and conn.authenticated:
+                    framed.max_frame = self._max_frame
         except (ProtocolError, FrameError) as exc:
             reason = str(exc)
             self.stats.closed_connections["protocol_error"] += 1
@@ -261,13 +267,18 @@ class KafkaApiServer:
         if not conn.authenticated and request.api_key not in protocol.BEFORE_AUTH:
             raise ProtocolError(f"{name} before SASL authentication")
         if request.api_key == protocol.PRODUCE:
-            respond, _ = await self.produce.accept(request.body, conn.allowed)
+            accepted = await self.produce.accept(request.body, conn.allowed)
             if request.body.acks == 0:
+                if accepted.refused:
+                    # Kafka's way to tell a producer that hears nothing: the connection
+                    # closes, and the producer refreshes its metadata.
+                    names = sorted({code.name for code in accepted.refused})
+                    raise ProtocolError(f"an acks=0 produce was refused: {', '.join(names)}")
                 done.set_result(None)
                 return done
 
             async def produced() -> bytes | None:
-                return self._encode(request, await respond())
+                return self._encode(request, await accepted.respond())
 
             return asyncio.ensure_future(produced())
         body = self._admin(conn, request)

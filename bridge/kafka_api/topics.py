@@ -26,7 +26,7 @@ class ProducedTopics:
         self._api = api
         self._manifest = manifest
         self._mappings = {m.name: m for m in config.produced if m.name is not None}
-        self._consumed = {m.topic for m in config.consumed if m.topic is not None}
+        self._config = config
         self.partitions: dict[str, int] = {}
         for name, mapping in self._mappings.items():
             wanted = mapping.partitions or api.default_partitions
@@ -50,7 +50,8 @@ class ProducedTopics:
             validate_topic(topic)
         except InvalidInputError as exc:
             raise TopicNameError(str(exc)) from None
-        if topic in self._consumed:
+        # source_of, not the exact names alone: a regex source lands in topics named after it.
+        if self._config.source_of(topic) is not None:
             raise TopicNameError(
                 f"{topic!r} is consumed from the Kafka cluster; producers cannot write it here"
             )

@@ -11,7 +11,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import Kept
-from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch
+from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch, stamps
 from bridge.kafka_api.lazy_records import KafkaRecords
 from plateau_core import lazy as plateau_lazy
 from plateau_core.schema import normalized
@@ -106,3 +106,9 @@ def test_a_seal_builds_many_batches_in_pieces_with_the_same_rows(
     pieces = plateau_lazy.materialize([*lazy[:5], middle, *lazy[5:]])
     assert [p.num_rows for p in pieces] == [12, 8, 0, 12, 8]
     assert pa.Table.from_batches(pieces).to_pylist() == whole.to_pylist()
+
+
+def test_only_unset_timestamps_take_the_arrival_time() -> None:
+    # -1 is Kafka's "no timestamp"; other times before 1970 are kept, as Kafka keeps them.
+    assert stamps([-5, -1, 10], 3, -1, 99) == [-5, 99, 10]
+    assert stamps([-5, 10], 2, 7, 99) == [7, 7]  # LogAppendTime

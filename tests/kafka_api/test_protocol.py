@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pytest
 from kio.schema.errors import ErrorCode
 
@@ -66,6 +67,14 @@ def test_a_batch_sent_again_is_answered_with_its_offsets_even_after_a_restart(
         client = RawClient(bootstrap)
         pid = producer_id(client)
         assert producer_id(client) != pid  # never the same id twice
+        # Naming an id does not get it back (Kafka's rule without a transactional id).
+        named = client.call(
+            INIT_PRODUCER_ID,
+            4,
+            {"transaction_timeout": 60_000, "producer_id": pid, "producer_epoch": 0},
+        )
+        assert named.producer_id not in (pid, pid + 1)
+        assert named.producer_epoch == 0
         produce(client, "events", record_batch([b"other"]))  # offset 0 belongs to someone else
         batch = record_batch(first, producer_id=pid, epoch=0, sequence=0)
         landed = produce(client, "events", batch)
@@ -163,15 +172,49 @@ def legacy_message_set() -> bytes:
     return struct.pack(">qi", 0, len(body)) + body
 
 
+def recrc(batch: bytearray) -> bytes:
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+def no_records() -> bytes:
+    """A batch header saying it holds nothing (last offset delta -1, count 0)."""
+    batch = bytearray(record_batch([b"x"]))[:61]
+    struct.pack_into(">i", batch, 8, 61 - 12)
+    struct.pack_into(">i", batch, 23, -1)
+    struct.pack_into(">i", batch, 57, 0)
+    return recrc(batch)
+
+
+def sequence_less() -> bytes:
+    """An idempotent producer's batch with base sequence -1."""
+    batch = bytearray(record_batch([b"x"], producer_id=999, epoch=0, sequence=0))
+    struct.pack_into(">i", batch, 53, -1)
+    return recrc(batch)
+
+
 @pytest.mark.parametrize(
     ("records", "error"),
     [
         (corrupt(record_batch([b"a", b"b"])), ErrorCode.corrupt_message),
         (record_batch([b"a", b"b"])[:-7], ErrorCode.corrupt_message),
-        (legacy_message_set(), ErrorCode.unsupported_for_message_format),
+        (legacy_message_set(), ErrorCode.invalid_record),
         (record_batch([b"v" * 2000]), ErrorCode.message_too_large),
+        (record_batch([b"a"]) + record_batch([b"b"]), ErrorCode.invalid_record),
+        (b"", ErrorCode.invalid_record),
+        (no_records(), ErrorCode.invalid_record),
+        (sequence_less(), ErrorCode.invalid_record),
     ],
-    ids=["bad-crc", "truncated", "magic-1", "too-large"],
+    ids=[
+        "bad-crc",
+        "truncated",
+        "magic-1",
+        "too-large",
+        "two-batches",
+        "no-batch",
+        "no-records",
+        "idempotent-without-sequence",
+    ],
 )
 def test_bad_batches_get_kafkas_answer_and_store_nothing(
     tmp_path: Path, records: bytes, error: ErrorCode
@@ -187,6 +230,48 @@ def test_bad_batches_get_kafkas_answer_and_store_nothing(
         assert produce(client, "events", record_batch([b"ok"])).error_code == ErrorCode.none
         client.close()
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"ok"]
+
+
+def test_acks_kafka_does_not_know_are_refused_and_nothing_lands(tmp_path: Path) -> None:
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        body = produce_body("events", 0, record_batch([b"a"]), acks=2)
+        body["topic_data"][0]["partition_data"].append(
+            {"index": 1, "records": record_batch([b"b"])}
+        )
+        answer = client.call(PRODUCE, 9, body)
+        codes = [p.error_code for p in answer.responses[0].partition_responses]
+        assert codes == [ErrorCode.invalid_required_acks] * 2
+        client.close()
+    assert stored(tmp_path / "store", "events").num_rows == 0
+
+
+def test_a_refused_acks_0_produce_closes_its_connection(tmp_path: Path) -> None:
+    """A producer that hears nothing learns of the refusal as Kafka tells it: the
+    connection closes, and it asks for metadata again."""
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        client.send_frame(
+            client.request_frame(PRODUCE, 9, produce_body("nope", 0, record_batch([b"a"]), 0))
+        )
+        assert client.closed_by_peer()
+        client.close()
+        still_serving(bootstrap)
+
+
+def test_topics_a_regex_source_consumes_are_not_created_here(tmp_path: Path) -> None:
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}, {"source": "regex:clicks-.*"}],
+        auto_create_topics=True,
+    )
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        answer = produce(client, "clicks-eu", record_batch([b"a"]))
+        assert answer.error_code == ErrorCode.invalid_topic_exception
+        assert "consumed from the Kafka cluster" in answer.error_message
+        assert produce(client, "other", record_batch([b"b"])).error_code == ErrorCode.none
+        client.close()
 
 
 def test_unknown_topics_and_partitions(tmp_path: Path) -> None:
@@ -249,9 +334,9 @@ def test_undecodable_records_per_on_error(tmp_path: Path) -> None:
 def test_a_request_lands_as_one_journal_group_with_its_dead_letters_in_order(
     tmp_path: Path,
 ) -> None:
-    """Every partition of a request, and every batch of a partition, goes to the writer as
-    one group (one journal write); dead letters of two batches bound for one dead-letter
-    partition take consecutive offsets there, each naming the offset it came from."""
+    """Every partition of a request goes to the writer as one group (one journal write);
+    dead letters of one batch take consecutive offsets in their dead-letter partition, each
+    naming the offset it came from."""
     config = api_config(
         tmp_path / "store",
         [
@@ -280,8 +365,7 @@ def test_a_request_lands_as_one_journal_group_with_its_dead_letters_in_order(
                 "partition_data": [
                     {
                         "index": 0,
-                        "records": record_batch([b'{"n": 0}', b"bad a"])
-                        + record_batch([b"bad b", b'{"n": 3}']),
+                        "records": record_batch([b'{"n": 0}', b"bad a", b"bad b", b'{"n": 3}']),
                     }
                 ],
             },

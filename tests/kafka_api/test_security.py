@@ -3,6 +3,7 @@ and the per-user topic allowlist."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from bridge.local_kafka.security import SecuritySettings, prepare
-from tests.kafka_api.support import api_config, listening, stored
+from tests.kafka_api.support import RawClient, api_config, listening, stored
 
 USERS = [
     {"name": "alice", "password": "alice-secret"},
@@ -122,3 +123,35 @@ def test_passwords_come_from_the_environment(tmp_path: Path) -> None:
     assert config.kafka_api is not None and config.kafka_api.sasl is not None
     assert config.kafka_api.sasl.users[0].password.get_secret_value() == "from-env"
     assert "from-env" not in repr(config)
+
+
+def test_large_frames_wait_for_authentication(tmp_path: Path) -> None:
+    """A frame's buffer is made when its size arrives: before SASL authentication a client
+    gets 512 KiB (Kafka's sasl.server.max.receive.size), after it the full request size."""
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}],
+        sasl={"mechanisms": ["SCRAM-SHA-256"], "users": USERS},
+    )
+    with listening(config) as (_server, bootstrap):
+        stranger = RawClient(bootstrap)
+        stranger.sock.sendall(struct.pack(">i", 8 * 1024 * 1024))
+        assert stranger.closed_by_peer()
+        stranger.close()
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "alice",
+                "sasl.password": "alice-secret",
+                "message.timeout.ms": 8000,
+            }
+        )
+        errors: list[KafkaError] = []
+        producer.produce(
+            "events", value=b"x" * 700_000, on_delivery=lambda e, _m: e is None or errors.append(e)
+        )
+        assert producer.flush(15) == 0
+        assert errors == []
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"x" * 700_000]
