@@ -16,19 +16,22 @@ def admit(
     prepared: list[list[Prepared]],
     nbytes: int,
     *,
-    disk: DiskFloor,
+    disk: DiskFloor | None,
     held: int,
     budget: int,
 ) -> BackpressureError | None:
     """Raise for appends out of offset order, a disk under its floor or a busy partition;
     return the refusal when `nbytes` more would overrun the memory budget (`held`: bytes
     buffered or being written), so the caller can start seals before raising it. Changes
-    nothing but the partitions' note of the size refused, which `Writer.accepting` reads."""
+    nothing but the partitions' note of the size refused, which `Writer.accepting` reads.
+    `disk` None: the disk floor does not apply (a journal's replay, which frees the journal's
+    space as it seals)."""
     check_order(appends, slogs, [[p.batch for p in batches] for batches in prepared])
     if nbytes == 0:
         return None  # a watermark move or a producer note: nothing to buffer
     landing = [s for s, batches in zip(slogs, prepared, strict=True) if batches]
-    disk.check(landing[0].topic, landing[0].partition)
+    if disk is not None:
+        disk.check(landing[0].topic, landing[0].partition)
     for slog in landing:
         busy = slog.busy_reason()
         if busy is not None:

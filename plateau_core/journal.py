@@ -152,6 +152,10 @@ class Journal:
         for path in doomed:
             path.unlink(missing_ok=True)
             log.debug("journal_file_released", file=path.name, below=below)
+        if doomed:
+            # Otherwise, after a power loss, an older file could come back while a newer
+            # one's deletion stuck, and the start would find a gap in the groups.
+            _sync_dir(self.directory, self.fsync)
 
     def cut(self, max_bytes: int) -> int | None:
         """The group number below which every group must be sealed for the files on disk to

@@ -162,6 +162,10 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
     if data.size < len(MAGIC) or data.slice(0, len(MAGIC)).to_pybytes() != MAGIC:
         if data.size == 0 or MAGIC.startswith(data.to_pybytes()):
             return FileRead([], 0, "the file header is incomplete")  # a new file, torn
+        if not any(data.to_pybytes()):
+            # A new file whose header the crash left unwritten: its size reached the disk,
+            # its bytes did not (nothing in it was synced, so nothing was acknowledged).
+            return FileRead([], 0, "the file is all zeros")
         raise JournalCorruptError(f"journal file {name} does not start with {MAGIC!r}")
     schemas: dict[int, pa.Schema] = {}
     groups: list[Group] = []

@@ -240,7 +240,9 @@ class Writer:
                 slogs,
                 prepared,
                 nbytes,
-                disk=self._disk,
+                # A replay (journal=False) is not held back by the disk floor: refused, a
+                # restart on a full disk could never turn its journal into segments.
+                disk=self._disk if journal else None,
                 held=self._held(),
                 budget=self.policy.memory_budget_bytes,
             )

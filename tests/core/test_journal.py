@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
-from plateau_core.errors import FlushTimeoutError
+from plateau_core.errors import BackpressureError, FlushTimeoutError
 from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal, _write_all
 from plateau_core.journal_codec import JournalCorruptError
 from plateau_core.journal_replay import replay
@@ -122,6 +123,26 @@ def test_a_tail_of_zeros_is_a_torn_tail(tmp_path: Path) -> None:
     assert again.next_seq == 2
     (event,) = [e for e in logs if e["event"] == "journal_tail_discarded"]
     assert event["reason"] == "the file ends in zeros"
+
+
+def test_a_new_file_of_zeros_is_a_torn_file(tmp_path: Path) -> None:
+    """A crash right after a new file was made can leave its size on disk and not its
+    header: nothing in it was synced, so nothing in it was acknowledged."""
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory)
+    write(journal, [group(0, 0), group(0, 3)])
+    journal.close(everything_sealed=False)
+    (directory / f"{2:020d}{SUFFIX}").write_bytes(bytes(8))
+
+    with capture_logs() as logs:
+        again = Journal(directory)
+        read = list(again.recovered())
+    assert [g.seq for g in read] == [0, 1]
+    assert again.next_seq == 2
+    assert [e["reason"] for e in logs if e["event"] == "journal_tail_discarded"] == [
+        "the file is all zeros"
+    ]
+    again.close(everything_sealed=False)
 
 
 def test_a_group_missing_between_files_stops_the_start(tmp_path: Path) -> None:
@@ -479,3 +500,33 @@ def test_nothing_seals_before_its_group_is_durable_in_the_journal(tmp_path: Path
     finally:
         writer.close()
         store.close()
+
+
+def test_the_replay_is_not_held_back_by_the_disk_floor(tmp_path: Path) -> None:
+    """A restart on a disk below min_free_disk: the replay turns the journal into segments
+    (and frees it) instead of refusing, which would keep serve from starting at all."""
+    data = tmp_path / "data"
+    store = Store.open(data)
+    listener = Journaled()
+    writer = store.writer(WriterPolicy(tick_s=0.01), listener, journal=True)
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+    seq = writer.append_group([Append("t", 0, (batch(range(5)),))])
+    assert seq is not None
+    listener.wait(seq)
+    assert writer.journal is not None
+    writer.journal.close(everything_sealed=False)  # a crash: nothing sealed
+    writer._closed = True
+    for lock in writer._locks.values():
+        lock.release()
+    store.close()
+
+    store = Store.open(data)
+    floor = shutil.disk_usage(data).free + 1024**3  # below the floor whatever happens
+    writer = store.writer(WriterPolicy(tick_s=0.01, min_free_disk_bytes=floor), journal=True)
+    writer.acquire("t", 0)
+    assert replay(writer, writer.acquire, timeout_s=10) == 5
+    assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
+    with pytest.raises(BackpressureError):  # new records still wait for room
+        writer.append_group([Append("t", 0, (batch([5]),))])
+    writer.close()
+    store.close()
