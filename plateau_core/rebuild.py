@@ -39,6 +39,12 @@ NOTES = (
     "each watermark is the end of the partition's last readable segment: records after it "
     "that were skipped or sent to the dead-letter topic are read from Kafka again and "
     "handled again by their mapping's on_error",
+    "idempotent producers' last batches are not in the files: a producer's retry of a batch "
+    "acknowledged before the rebuild is stored again; producer ids start above any handed "
+    "out before (from the clock), so none is given twice",
+    "topics created through the Kafka API (CreateTopics, auto_create_topics) are not listed "
+    "as produced topics: their records are read as before, and producers need the topic "
+    "created again (or in the config) to write more",
 )
 
 
@@ -132,6 +138,9 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
         try:
             for topic, partition, folder in folders:
                 _PartitionRebuild(root, manifest, topic, partition, report).run(folder)
+            # The old counter is gone: ids from the clock's microseconds are above any a
+            # counter from 0 reached, and above those of an earlier rebuild.
+            manifest.skip_producer_ids(time.time_ns() // 1000)
         finally:
             manifest.close()
     finally:

@@ -211,6 +211,11 @@ class Manifest(SegmentReads):
         with self._write() as session:
             return produced.next_counter(session, produced.PRODUCER_IDS)
 
+    def skip_producer_ids(self, below: int) -> None:
+        """Hand out no producer id below `below` from now on."""
+        with self._write() as session:
+            produced.raise_counter(session, produced.PRODUCER_IDS, below)
+
     def producer_states(self, topic: str, partition: int) -> dict[int, ProducerState]:
         """Each idempotent producer's epoch and last batches on the partition, as sealed."""
         with self._read() as session:

@@ -63,6 +63,15 @@ def next_counter(session: Session, name: str) -> int:
     return value
 
 
+def raise_counter(session: Session, name: str, at_least: int) -> None:
+    """Make the counter's next value at least `at_least`."""
+    row = session.get(CounterRow, name)
+    if row is None:
+        session.add(CounterRow(name=name, value=at_least))
+    elif row.value < at_least:
+        row.value = at_least
+
+
 def producer_states(session: Session, topic: str, partition: int) -> dict[int, ProducerState]:
     rows = session.scalars(
         select(ProducerRow).where(ProducerRow.topic == topic, ProducerRow.partition == partition)

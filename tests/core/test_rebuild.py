@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,19 @@ def test_rebuild_moves_the_old_manifest_aside(tmp_path: Path) -> None:
     assert moved[0].name.startswith("manifest.db.broken-")
     with Store.open(data) as store, store.manifest.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM segments")).scalar() == 13
+
+
+def test_producer_ids_after_a_rebuild_are_above_any_handed_out_before(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    with Store.open(data) as store:
+        before = [store.manifest.next_producer_id() for _ in range(3)]
+    report = rebuild_manifest(data)
+    assert any("producer" in note for note in report.notes)
+    with Store.open(data) as store:
+        after = store.manifest.next_producer_id()
+    assert after > max(before)
+    time.sleep(1.1)  # the old manifest is moved aside under a name with the second
+    rebuild_manifest(data)  # and again: above what the first rebuild handed out
+    with Store.open(data) as store:
+        assert store.manifest.next_producer_id() > after
