@@ -5,7 +5,9 @@ every partition."""
 from __future__ import annotations
 
 import base64
+import collections
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -18,6 +20,11 @@ from bridge.kafka_api.topics import TopicNameError
 log = structlog.get_logger(__name__)
 
 NODE_ID = 0
+# Topic configs CreateTopics may carry: the values that say what plateau does anyway.
+_AS_PLATEAU_DOES: dict[str, tuple[str, ...]] = {
+    "cleanup.policy": ("delete",),
+    "message.timestamp.type": ("CreateTime",),
+}
 # DescribeConfigs' config_source values.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -41,7 +48,9 @@ class AdminHandler:
     def api_versions(self, _body: Any) -> dict[str, Any]:
         return {"error_code": ErrorCode.none, "api_keys": api_versions()}
 
-    def metadata(self, body: Any, version: int, auto_create: bool) -> dict[str, Any]:
+    def metadata(
+        self, body: Any, version: int, auto_create: bool, allowed: Callable[[str], bool]
+    ) -> dict[str, Any]:
         if body.topics is None or (version == 0 and not body.topics):
             names = sorted(self.topics.partitions)
         else:
@@ -51,7 +60,7 @@ class AdminHandler:
                 for t in body.topics
             ]
         allow = auto_create and getattr(body, "allow_auto_topic_creation", True)
-        topics = [self._topic_metadata(name, allow) for name in names]
+        topics = [self._topic_metadata(name, allow and allowed(name)) for name in names]
         return {
             "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
             "cluster_id": self.cluster_id,
@@ -108,10 +117,27 @@ class AdminHandler:
         log.info("producer_id_assigned", producer_id=producer_id, epoch=epoch)
         return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": epoch}
 
-    def create_topics(self, body: Any) -> dict[str, Any]:
+    def create_topics(self, body: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
         results = []
+        named = collections.Counter(topic.name for topic in body.topics)
         for topic in body.topics:
-            error, message, count = self._create(topic, body.validate_only)
+            error: ErrorCode
+            message: str | None
+            if named[topic.name] > 1:
+                # Kafka's answer: neither entry is created.
+                error, message, count = (
+                    ErrorCode.invalid_request,
+                    f"topic {topic.name!r} is listed more than once",
+                    -1,
+                )
+            elif not allowed(topic.name):
+                error, message, count = (
+                    ErrorCode.topic_authorization_failed,
+                    f"not allowed: {topic.name}",
+                    -1,
+                )
+            else:
+                error, message, count = self._create(topic, body.validate_only)
             results.append(
                 {
                     "name": topic.name,
@@ -129,7 +155,7 @@ class AdminHandler:
         name = topic.name
         if name in self.topics.partitions:
             return ErrorCode.topic_already_exists, f"topic {name!r} already exists", -1
-        if topic.replication_factor > 1:
+        if topic.replication_factor not in (-1, 1):
             return (
                 ErrorCode.invalid_replication_factor,
                 "plateau is one node: replication_factor can be 1 (or -1)",
@@ -137,8 +163,20 @@ class AdminHandler:
             )
         if topic.assignments:
             return ErrorCode.invalid_request, "plateau places partitions itself", -1
-        if topic.num_partitions == 0 or topic.num_partitions > 10_000:
+        if not (topic.num_partitions == -1 or 1 <= topic.num_partitions <= 10_000):
             return ErrorCode.invalid_partitions, "num_partitions must be 1..10000 or -1", -1
+        refused = [
+            f"{c.name}={c.value}"
+            for c in topic.configs
+            if c.value not in _AS_PLATEAU_DOES.get(c.name, ())
+        ]
+        if refused:
+            return (
+                ErrorCode.invalid_config,
+                f"plateau does not take topic configs here ({', '.join(refused)}); a topic's "
+                "settings go in its config file's topics section",
+                -1,
+            )
         try:
             self.topics.check_name(name)
         except TopicNameError as exc:

@@ -305,11 +305,13 @@ class KafkaApiServer:
         if key == protocol.API_VERSIONS:
             return self.admin.api_versions(body)
         if key == protocol.METADATA:
-            return self.admin.metadata(body, request.api_version, self.api.auto_create_topics)
+            return self.admin.metadata(
+                body, request.api_version, self.api.auto_create_topics, conn.allowed
+            )
         if key == protocol.INIT_PRODUCER_ID:
             return self.admin.init_producer_id(body)
         if key == protocol.CREATE_TOPICS:
-            return self.admin.create_topics(body)
+            return self.admin.create_topics(body, conn.allowed)
         if key == protocol.DESCRIBE_CLUSTER:
             return self.admin.describe_cluster(body)
         if key == protocol.DESCRIBE_CONFIGS:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from plateau_core.journal import JOURNAL_DIR, SUFFIX
 from plateau_core.journal_codec import read_file
@@ -200,3 +201,33 @@ def test_a_full_writer_throttles_producers_and_loses_nothing(tmp_path: Path) -> 
     table = stored(tmp_path / "store", "events")
     assert table.num_rows == len(delivered) == 20000
     assert len(set(table.column("key").to_pylist())) == 20000
+
+
+def test_admin_client_creates_topics_and_gets_kafkas_refusals(tmp_path: Path) -> None:
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+
+        def outcome(topic: NewTopic, validate_only: bool = False) -> int:
+            future = admin.create_topics([topic], validate_only=validate_only)[topic.topic]
+            try:
+                future.result(10)
+            except KafkaException as exc:
+                code: int = exc.args[0].code()
+                return code
+            return KafkaError.NO_ERROR
+
+        assert outcome(NewTopic("checked", 2), validate_only=True) == KafkaError.NO_ERROR
+        assert outcome(NewTopic("made", 3, 1)) == KafkaError.NO_ERROR
+        assert outcome(NewTopic("made", 3)) == KafkaError.TOPIC_ALREADY_EXISTS
+        assert outcome(NewTopic("copies", 1, 3)) == KafkaError.INVALID_REPLICATION_FACTOR
+        assert outcome(NewTopic("none", 0)) == KafkaError.INVALID_PARTITIONS
+        compacted = NewTopic("compacted", 1, config={"cleanup.policy": "compact"})
+        assert outcome(compacted) == KafkaError.INVALID_CONFIG
+        plain = NewTopic("plain", 1, config={"cleanup.policy": "delete"})
+        assert outcome(plain) == KafkaError.NO_ERROR
+        topics = admin.list_topics(timeout=10).topics
+        assert len(topics["made"].partitions) == 3
+        assert "checked" not in topics and "compacted" not in topics
+        delivered = produce(bootstrap, "made", {"acks": "all"}, count=30)
+    assert stored(tmp_path / "store", "made").num_rows == len(delivered) == 30

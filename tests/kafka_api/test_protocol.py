@@ -148,14 +148,15 @@ def test_impossible_frame_sizes_close_the_connection(tmp_path: Path, size: int) 
         still_serving(bootstrap)
 
 
-def test_trailing_bytes_after_a_request_close_the_connection(tmp_path: Path) -> None:
+def test_bytes_after_a_request_are_left_alone_as_kafka_does(tmp_path: Path) -> None:
+    """librdkafka's Metadata v12 (AdminClient.list_topics) ends in three bytes after the
+    request; Kafka's parser ignores them, and so does plateau."""
     with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
         client = RawClient(bootstrap)
         good = client.request_frame(API_VERSIONS, 3, {"client_software_name": "t"})
         client.send_frame(good + b"junk")
-        assert client.closed_by_peer()
+        assert client.response(API_VERSIONS, 3).error_code == ErrorCode.none
         client.close()
-        still_serving(bootstrap)
 
 
 def corrupt(batch: bytes) -> bytes:
