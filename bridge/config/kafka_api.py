@@ -108,6 +108,15 @@ class KafkaApiConfig(Strict):
         "every file written since; past this size those partitions seal early. The journal "
         "is not counted in storage.max_bytes.",
     )
+    producer_expiry: Duration = Field(
+        default=86400,
+        ge=60,
+        description="An idempotent producer's state (its epoch and last batches per partition, "
+        "kept in the manifest) is forgotten after this long without a write, as Kafka's "
+        "producer.id.expiration.ms: every restart of a Java producer takes a new producer "
+        "id, and the state would otherwise grow without end. A batch it retries after that "
+        "is taken as new.",
+    )
     group_commit_hold: Duration = Field(
         default=0.015,
         ge=0,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -101,6 +102,8 @@ class ProducedPartition:
         self.sealed_to = watermark  # every offset below is sealed and in the manifest
         self.durable_to = watermark  # ... or in the journal (acks=all may be answered)
         self.producers = producers
+        # When each producer last wrote here (monotonic; those loaded count from now).
+        self.seen = dict.fromkeys(producers, time.monotonic())
         self.max_age_s = max_age_s
         self.stalled: list[Pending] = []  # batches the writer refused, retried first
         self.landed: asyncio.Future[None] | None = None  # resolves once `stalled` is empty
@@ -112,15 +115,25 @@ class ProducedPartition:
         return self.topic, self.partition
 
     def check_producer(self, producer_id: int, epoch: int, first: int, last: int) -> Check:
+        self.seen[producer_id] = time.monotonic()
         return check(self.producers.get(producer_id), epoch, first, last)
 
     def remember(self, batch: ProducerBatch) -> None:
+        self.seen[batch.producer_id] = time.monotonic()
         current = self.producers.get(batch.producer_id)
         self.producers[batch.producer_id] = (
             ProducerState(batch.producer_id, batch.epoch, (batch,))
             if current is None
             else current.with_batch(batch)
         )
+
+    def forget_producers(self, before: float) -> int:
+        """Drop the producers that last wrote here before `before` (monotonic)."""
+        gone = [pid for pid, at in self.seen.items() if at < before]
+        for pid in gone:
+            del self.seen[pid]
+            self.producers.pop(pid, None)
+        return len(gone)
 
     def reserve(self, count: int) -> int:
         """Hand out `count` contiguous offsets; returns the first."""

@@ -13,6 +13,7 @@ import collections
 import contextlib
 import ssl
 import threading
+import time
 from typing import Any
 
 import structlog
@@ -41,6 +42,7 @@ REQUEST_MAX_BYTES = 100 * 1024 * 1024
 # Before SASL authentication: a frame's buffer is allocated when its size arrives, so a
 # client that has not said who it is gets Kafka's sasl.server.max.receive.size.
 UNAUTHENTICATED_MAX_BYTES = 512 * 1024
+PRODUCER_SWEEP_S = 600.0  # how often producers silent for producer_expiry are forgotten
 
 
 class KafkaApiServer:
@@ -158,9 +160,16 @@ class KafkaApiServer:
             )
 
     async def _report(self) -> None:
-        """The status file `plateau status`, /metrics and /readyz read, once a second."""
+        """The status file `plateau status`, /metrics and /readyz read, once a second; and
+        now and then, idempotent producers silent for producer_expiry are forgotten."""
+        loop = asyncio.get_running_loop()
+        swept = time.monotonic()
         while True:
             self._status.write(self._status_body())
+            if self.sink is not None and time.monotonic() - swept >= PRODUCER_SWEEP_S:
+                swept = time.monotonic()
+                self.sink.expire_producers()
+                await loop.run_in_executor(None, self.sink.expire_stored_producers)
             await asyncio.sleep(WRITE_INTERVAL_S)
 
     def _status_body(self) -> dict[str, Any]:

@@ -122,7 +122,36 @@ class ProduceSink(WriterListener):
 
     def open(self) -> None:
         """Acquire every produced partition, replaying the journal first."""
+        self.expire_stored_producers()
         self.owned.open()
+
+    def expire_producers(self) -> int:
+        """Forget the idempotent producers silent for `producer_expiry` in the partitions'
+        memory; returns how many (producer, partition) states went."""
+        expiry = self.api.producer_expiry
+        before = time.monotonic() - expiry
+        forgotten = 0
+        for state in self.partitions.values():
+            gone = state.forget_producers(before)
+            if gone:
+                forgotten += gone
+                log.info(
+                    "producers_forgotten",
+                    topic=state.topic,
+                    partition=state.partition,
+                    producers=gone,
+                    next_offset=state.next_offset,
+                    silent_s=expiry,
+                )
+        return forgotten
+
+    def expire_stored_producers(self) -> int:
+        """The same in the manifest (a write transaction: off the event loop)."""
+        expiry = self.api.producer_expiry
+        rows = self.store.manifest.expire_producers(int((time.time() - expiry) * 1000))
+        if rows:
+            log.info("producer_states_expired", rows=rows, silent_s=expiry)
+        return rows
 
     def open_topic(self, topic: str, count: int) -> None:
         self.owned.open_topic(topic, count)

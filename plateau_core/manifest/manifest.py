@@ -211,6 +211,12 @@ class Manifest(SegmentReads):
         with self._write() as session:
             return produced.next_counter(session, produced.PRODUCER_IDS)
 
+    def expire_producers(self, before_ms: int) -> int:
+        """Forget idempotent producers not heard from since `before_ms`; returns how many
+        (producer, partition) states went."""
+        with self._write() as session:
+            return produced.expire_producers(session, before_ms)
+
     def skip_producer_ids(self, below: int) -> None:
         """Hand out no producer id below `below` from now on."""
         with self._write() as session:

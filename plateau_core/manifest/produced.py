@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from plateau_core.errors import ManifestConflictError
@@ -61,6 +61,17 @@ def next_counter(session: Session, name: str) -> int:
     if moved.rowcount != 1:  # type: ignore[attr-defined]
         raise ManifestConflictError(f"counter {name!r} moved concurrently")
     return value
+
+
+def expire_producers(session: Session, before_ms: int) -> int:
+    """Delete the producer states last written before `before_ms`; returns how many."""
+    gone = session.execute(
+        delete(ProducerRow)
+        .where(ProducerRow.updated_at < before_ms)
+        .execution_options(synchronize_session=False)
+    )
+    count: int = gone.rowcount  # type: ignore[attr-defined]
+    return count
 
 
 def raise_counter(session: Session, name: str, at_least: int) -> None:

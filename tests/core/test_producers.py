@@ -4,6 +4,7 @@ producer's batches in the transaction of the segment that holds them."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,17 @@ def test_sealed_batches_are_recorded_with_their_segment(tmp_path: Path) -> None:
         _append(store, range(10, 15), ProducerBatch(5, 0, 10, 14, 10), seal=True)
         assert store.manifest.producer_states("t", 0)[5].last_sequence == 14
         assert store.manifest.producer_states("t", 1) == {}
+
+
+def test_producers_silent_since_the_cutoff_are_forgotten(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        _append(store, range(0, 10), ProducerBatch(5, 0, 0, 9, 0), seal=True)
+        before = int(time.time() * 1000)
+        time.sleep(0.01)
+        _append(store, range(10, 15), ProducerBatch(6, 0, 0, 4, 10), seal=True)
+        assert store.manifest.expire_producers(before) == 1
+        assert set(store.manifest.producer_states("t", 0)) == {6}
+        assert store.manifest.expire_producers(before) == 0
 
 
 def test_a_batch_lost_before_its_seal_leaves_no_trace(tmp_path: Path) -> None:

@@ -403,6 +403,31 @@ def test_the_journal_limit_is_the_memory_budget_unless_set(tmp_path: Path) -> No
             assert server.sink.writer.policy.journal_max_bytes == expected
 
 
+def test_a_producer_silent_for_the_expiry_is_forgotten_as_kafka_forgets_it(
+    tmp_path: Path,
+) -> None:
+    """Every restart of a Java producer takes a new id: without an expiry their states would
+    pile up in the manifest and in memory. One silent for producer_expiry is forgotten, and
+    its retry is then taken as new (Kafka's producer.id.expiration.ms)."""
+    config = api_config(tmp_path / "store", producer_expiry="1m")
+    batch = record_batch([b"a"], producer_id=7, epoch=0, sequence=0)
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        client = RawClient(bootstrap)
+        assert produce(client, "events", batch).base_offset == 0
+        assert produce(client, "events", batch).base_offset == 0  # a retry: its offsets
+        state = server.sink.partitions[("events", 0)]
+        assert server.sink.expire_producers() == 0
+        state.seen[7] -= 61  # a minute of silence
+        assert server.sink.expire_producers() == 1
+        assert produce(client, "events", batch).base_offset == 1  # new to the store now
+        client.close()
+    with Store.open(tmp_path / "store") as store:
+        assert set(store.manifest.producer_states("events", 0)) == {7}
+        assert store.manifest.expire_producers(int(time.time() * 1000) + 1) == 1
+        assert store.manifest.producer_states("events", 0) == {}
+
+
 def test_an_idempotent_batch_of_only_poison_keeps_the_sequence_across_a_restart(
     tmp_path: Path,
 ) -> None:
