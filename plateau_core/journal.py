@@ -193,6 +193,12 @@ class Journal:
             self._closing = True
             self._cond.notify_all()
         self._thread.join(timeout=60)
+        if self._thread.is_alive():
+            # A write or sync stuck in the kernel: closing its descriptor now could let it
+            # land in whatever file takes the number next. Leave both to the process's end.
+            log.error("journal_thread_stuck", first_unwritten_seq=self.durable_seq + 1)
+            self._lock.release()
+            return
         self._close_file()
         if everything_sealed and not self._pending and not self._retry:
             for file in self._files:
