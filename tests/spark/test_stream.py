@@ -1,4 +1,5 @@
-"""Structured Streaming over plateau topics: watermarks as offsets, availableNow, limits."""
+"""Structured Streaming over plateau topics: watermarks as offsets, availableNow, limits,
+consolidation under a running stream."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from plateau_core import Store
+from plateau_core.consolidate import Consolidator
+from plateau_core.policies import ConsolidatePolicy
 from tests.spark.conftest import minute_batches, write_segments
 from tests.support import batch
 
@@ -94,4 +97,57 @@ def test_segment_and_byte_limits_take_whole_segments(spark: SparkSession, tmp_pa
         assert landed(spark, out) == [(p, o) for p in (0, 1) for o in range(300)]
         rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
         assert rows == ([200] * 3 if name == "maxSegmentsPerTrigger" else [100] * 6), name
+    store.close()
+
+
+def consolidate(store: Store, target_bytes: int = 1 << 30) -> list[tuple[int, int]]:
+    """One consolidation pass over topic `s`; the merged segments' offset spans."""
+    policy = ConsolidatePolicy(target_bytes=target_bytes, min_age_s=0)
+    report = Consolidator(store, {"s": policy}, fsync=False).run()
+    return [(m.start_offset, m.end_offset) for m in report.merged]
+
+
+@pytest.mark.parametrize(("limit", "batches"), [("300", [300]), ("150", [100, 200])])
+def test_a_stream_reads_the_rest_of_segments_consolidation_merged(
+    spark: SparkSession, tmp_path: Path, limit: str, batches: list[int]
+) -> None:
+    """Consolidation merges a segment the stream read with ones it has not: the merged
+    segment starts below the stream's offset, and the stream reads the rows past it, once.
+    A row limit counts only the rows of a segment still to read."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "s", 0, minute_batches(0, 1), roll_rows=100)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(spark, store, out, checkpoint)
+    assert landed(spark, out) == [(0, o) for o in range(100)]
+
+    write_segments(store, "s", 0, minute_batches(0, 4)[1:], roll_rows=100)
+    size = max(s.size_bytes for s in store.manifest.segments("s"))
+    assert consolidate(store, target_bytes=size * 5 // 2) == [(0, 200), (200, 400)]
+
+    query = run_available_now(spark, store, out, checkpoint, maxRecordsPerTrigger=limit)
+    assert landed(spark, out) == [(0, o) for o in range(400)]
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0] == batches
+    store.close()
+
+
+def test_a_micro_batch_replayed_after_consolidation_reads_its_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A micro-batch planned before consolidation and run again after it (the query stopped
+    before committing it) reads its offsets out of the merged segment."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "s", 0, minute_batches(0, 2), roll_rows=100)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(spark, store, out, checkpoint, maxSegmentsPerTrigger="1")
+    assert landed(spark, out) == [(0, o) for o in range(200)]
+    # Batch 1 read [100, 200); as if the query died before committing it, sink and source.
+    for log in (checkpoint / "commits", out / "_spark_metadata"):
+        (log / "1").unlink()
+        (log / ".1.crc").unlink(missing_ok=True)
+    assert landed(spark, out) == [(0, o) for o in range(100)]
+
+    assert consolidate(store) == [(0, 200)]
+    query = run_available_now(spark, store, out, checkpoint)
+    assert landed(spark, out) == [(0, o) for o in range(200)]
+    assert [p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0] == [1]
     store.close()

@@ -41,12 +41,14 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final ReadPlan plan;
+  private final SegmentGroup group;
   private final Segment[] segments;
   private final BufferAllocator allocator;
   private final StructField[] output;
   private long remaining;
   private int next; // the next segment to open
   private SegmentFile file;
+  private Bounds bounds; // the open segment's: the scan's, narrowed to the share of it read
   private VectorSchemaRoot root;
   private VectorLoader loader;
   private Set<String> keep;
@@ -59,6 +61,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
 
   BatchReader(ReadPlan plan, SegmentGroup group) {
     this.plan = plan;
+    this.group = group;
     this.segments = group.segments;
     this.allocator = ROOT.newChildAllocator("plateau-task", 0, Long.MAX_VALUE);
     this.output = plan.readSchema.fields();
@@ -72,6 +75,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
         if (next >= segments.length) {
           return false;
         }
+        bounds = group.boundsOf(next, plan.bounds);
         open(segments[next++]);
       } else if (position < selected.length) {
         int batch = selected[position++];
@@ -80,7 +84,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
         }
         batchesRead++;
         long[] span = file.index == null ? null : file.index[batch];
-        boolean whole = !filtered || (span != null && plan.bounds.coversBatch(span[0], span[1], span[2], span[3]));
+        boolean whole = !filtered || (span != null && bounds.coversBatch(span[0], span[1], span[2], span[3]));
         current = build(whole ? null : selection());
         if (current != null) {
           return true;
@@ -100,11 +104,11 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
   private void open(Segment segment) {
     SegmentFile opened = SegmentFile.open(plan.options.segmentPath(segment.path()), segment, plan.options.topic);
     file = opened;
-    filtered = !plan.bounds.covers(segment);
+    filtered = !bounds.covers(segment);
     List<Integer> chosen = new ArrayList<>();
     for (int i = 0; i < file.batchCount(); i++) {
       long[] span = file.index == null ? null : file.index[i];
-      if (filtered && span != null && !plan.bounds.overlapsBatch(span[0], span[1], span[2], span[3])) {
+      if (filtered && span != null && !bounds.overlapsBatch(span[0], span[1], span[2], span[3])) {
         batchesSkipped++;
       } else {
         chosen.add(i);
@@ -129,13 +133,13 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
       keep.add(f.name());
     }
     if (filtered) { // the columns the row filter looks at, whether or not the query returns them
-      if (!plan.bounds.offsets.isAll()) {
+      if (!bounds.offsets.isAll()) {
         keep.add(Bounds.OFFSET);
       }
-      if (!plan.bounds.times.isAll()) {
+      if (!bounds.times.isAll()) {
         keep.add(Bounds.TIMESTAMP);
       }
-      if (plan.bounds.key != null) {
+      if (bounds.key != null) {
         keep.add(Bounds.KEY);
       }
     }
@@ -166,7 +170,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
   /** The rows passing the bounds, as indices into the loaded batch. */
   private int[] selection() {
     int rows = root.getRowCount();
-    Bounds b = plan.bounds;
+    Bounds b = bounds;
     boolean byOffset = !b.offsets.isAll();
     boolean byTime = !b.times.isAll();
     ArrowBuf offsets = byOffset ? root.getVector(Bounds.OFFSET).getDataBuffer() : null;

@@ -77,6 +77,11 @@ final class Bounds implements Serializable {
     return withRange(TIMESTAMP, times.narrow(null, hi));
   }
 
+  /** These bounds with offsets outside `share` excluded too. */
+  Bounds withOffsets(Range share) {
+    return withRange(OFFSET, offsets.narrow(share.lo, share.hi));
+  }
+
   /** The predicates plateau applies and those left to Spark, in the order given. */
   static Bounds push(Predicate[] predicates, List<Predicate> taken, List<Predicate> left) {
     Bounds bounds = NONE;

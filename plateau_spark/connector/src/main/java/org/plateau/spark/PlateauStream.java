@@ -4,6 +4,7 @@ import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.Deque;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.PriorityQueue;
@@ -23,8 +24,11 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * Structured Streaming over a topic: offsets are the partitions' watermarks. A micro-batch
- * reads whole segments sealed between two offsets, so a stream sees every segment exactly once,
- * in offset order per partition, and never a partial one.
+ * reads the rows of sealed segments between two offsets, so a stream sees every row exactly
+ * once, in offset order per partition, and never a segment still being written. A micro-batch
+ * normally ends where a segment ends; consolidation can later merge segments a stream read
+ * with ones it has not, so a segment is chosen when it overlaps the batch's offsets and only
+ * its rows within them are read.
  */
 final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
   private final SourceOptions options;
@@ -85,9 +89,13 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     PlateauOffset start = (PlateauOffset) startOffset;
     List<Segment> candidates = new ArrayList<>();
-    for (Segment s : segmentsAfter(start)) {
-      if (target == null || s.endOffset() <= target.of(s.partition())) {
-        candidates.add(s);
+    try (ManifestReader m = manifest()) {
+      for (Segment s : m.segments(options.topic, Bounds.NONE)) {
+        long to = target == null ? Long.MAX_VALUE : target.of(s.partition());
+        Segment unread = unread(s, start.of(s.partition()), to);
+        if (unread != null) {
+          candidates.add(unread);
+        }
       }
     }
     Map<Integer, Long> end = new TreeMap<>(start.next);
@@ -102,16 +110,33 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
     return new PlateauOffset(end);
   }
 
-  private List<Segment> segmentsAfter(PlateauOffset start) {
-    List<Segment> out = new ArrayList<>();
-    try (ManifestReader m = manifest()) {
-      for (Segment s : m.segments(options.topic, Bounds.NONE)) {
-        if (s.startOffset() >= start.of(s.partition())) {
-          out.add(s);
-        }
-      }
+  /**
+   * The part of the segment within [from, to), as a segment spanning only those offsets with
+   * its rows and bytes scaled to them (what admission counts), or null when none of it is.
+   * A segment partly below `from` is one consolidation merged from segments the stream had
+   * read and segments it had not.
+   */
+  static Segment unread(Segment s, long from, long to) {
+    long lo = Math.max(s.startOffset(), from);
+    long hi = Math.min(s.endOffset(), to);
+    if (lo >= hi) {
+      return null;
     }
-    return out;
+    if (lo == s.startOffset() && hi == s.endOffset()) {
+      return s;
+    }
+    double share = (hi - lo) / (double) Math.max(1, s.endOffset() - s.startOffset());
+    return new Segment(
+        s.id(),
+        s.partition(),
+        lo,
+        hi,
+        Math.max(1, (long) Math.ceil(s.recordCount() * share)),
+        s.timeMin(),
+        s.timeMax(),
+        Math.max(1, (long) Math.ceil(s.sizeBytes() * share)),
+        s.path(),
+        s.checksums());
   }
 
   /**
@@ -164,14 +189,21 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
     PlateauOffset start = (PlateauOffset) startOffset;
     PlateauOffset end = (PlateauOffset) endOffset;
     List<Segment> chosen = new ArrayList<>();
+    Map<Long, Range> shares = new HashMap<>(); // segments only partly in [start, end)
     try (ManifestReader m = manifest()) {
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
-        if (s.startOffset() >= start.of(s.partition()) && s.endOffset() <= end.of(s.partition())) {
-          chosen.add(s);
+        Segment unread = unread(s, start.of(s.partition()), end.of(s.partition()));
+        if (unread == null) {
+          continue;
+        }
+        chosen.add(s);
+        if (unread != s) {
+          shares.put(s.id(), new Range(unread.startOffset(), unread.endOffset(), null));
         }
       }
     }
-    return SegmentGroup.plan(chosen, options.maxPartitionBytes, Bounds.NONE).toArray(new InputPartition[0]);
+    return SegmentGroup.plan(chosen, options.maxPartitionBytes, Bounds.NONE, shares)
+        .toArray(new InputPartition[0]);
   }
 
   @Override
