@@ -154,6 +154,46 @@ def test_timestamp_bounds_are_exact_at_millisecond_resolution(
     assert df.filter(fn.col("timestamp").isin(t, t + half)).count() == 1
 
 
+LONG_MAX = 2**63 - 1
+LONG_MIN = -(2**63)
+
+
+@pytest.mark.parametrize(
+    ("predicate", "offsets"),
+    [
+        (f"offset <= {LONG_MAX}", range(10)),
+        (f"{LONG_MAX} >= offset", range(10)),
+        (f"offset > {LONG_MAX}", []),
+        (f"offset = {LONG_MAX}", []),
+        (f"offset >= {LONG_MAX}", []),
+        (f"offset IN (3, {LONG_MAX})", [3]),
+        (f"offset IN (3, {LONG_MAX}) AND offset <= {LONG_MAX}", [3]),
+        (f"offset < {LONG_MIN}", []),
+        (f"offset >= {LONG_MIN}", range(10)),
+        (f"offset > {LONG_MIN} AND offset < 4", range(4)),
+        (f"timestamp >= timestamp_micros({LONG_MAX})", []),
+        (f"timestamp < timestamp_micros({LONG_MAX})", range(10)),
+        (f"timestamp > timestamp_micros({LONG_MIN})", range(10)),
+        (f"timestamp <= timestamp_micros({LONG_MIN})", []),
+        ("partition <= 2147483647", range(10)),
+        ("partition > 2147483647", []),
+    ],
+)
+def test_comparisons_at_the_ends_of_the_long_range(
+    spark: SparkSession, tmp_path: Path, predicate: str, offsets: range | list[int]
+) -> None:
+    """Literals at Long.MAX_VALUE and Long.MIN_VALUE: the bound just past them does not wrap
+    around, for the rows read, the segments planned and the counts the manifest answers."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, [batch(range(10))], roll_rows=10)
+    df = load(spark, store, "t").filter(predicate)
+    spark_side = load(spark, store, "t", pushdown="false").filter(predicate)
+    assert sorted(r.offset for r in df.select("offset").collect()) == list(offsets)
+    assert sorted(r.offset for r in spark_side.select("offset").collect()) == list(offsets)
+    assert df.count() == len(offsets)
+    store.close()
+
+
 def test_dataframe_queried_with_then_without_a_filter_is_not_stale(
     spark: SparkSession, minutes_store: Store
 ) -> None:

@@ -180,22 +180,25 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     // A segment whose keys are all null stores them as a null column: no key matches there.
     FieldVector keyColumn = b.key == null ? null : root.getVector(Bounds.KEY);
     VarBinaryVector keys = keyColumn instanceof VarBinaryVector ? (VarBinaryVector) keyColumn : null;
+    // No upper bound (null) is not Long.MAX_VALUE, which `x < hi` would exclude.
     long oLo = b.offsets.lo == null ? Long.MIN_VALUE : b.offsets.lo;
-    long oHi = b.offsets.hi == null ? Long.MAX_VALUE : b.offsets.hi;
+    boolean oBounded = b.offsets.hi != null;
+    long oHi = oBounded ? b.offsets.hi : 0;
     long tLo = b.times.lo == null ? Long.MIN_VALUE : b.times.lo;
-    long tHi = b.times.hi == null ? Long.MAX_VALUE : b.times.hi;
+    boolean tBounded = b.times.hi != null;
+    long tHi = tBounded ? b.times.hi : 0;
     int[] kept = new int[rows];
     int n = 0;
     for (int i = 0; i < rows; i++) {
       if (byOffset) {
         long offset = offsets.getLong((long) i * 8);
-        if (offset < oLo || offset >= oHi || (b.offsets.values != null && !b.offsets.values.contains(offset))) {
+        if (offset < oLo || (oBounded && offset >= oHi) || (b.offsets.values != null && !b.offsets.values.contains(offset))) {
           continue;
         }
       }
       if (byTime) {
         long ms = Math.floorDiv(times.getLong((long) i * 8), perMs);
-        if (ms < tLo || ms >= tHi || (b.times.values != null && !b.times.values.contains(ms))) {
+        if (ms < tLo || (tBounded && ms >= tHi) || (b.times.values != null && !b.times.values.contains(ms))) {
           continue;
         }
       }

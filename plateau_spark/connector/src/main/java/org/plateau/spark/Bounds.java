@@ -72,9 +72,9 @@ final class Bounds implements Serializable {
     return withRange(TIMESTAMP, times.narrow(lo, null));
   }
 
-  /** These bounds with rows at or after `hi` (epoch ms) excluded too. */
-  Bounds before(long hi) {
-    return withRange(TIMESTAMP, times.narrow(null, hi));
+  /** These bounds with rows after `last` (epoch ms) excluded too. */
+  Bounds atOrBefore(long last) {
+    return withRange(TIMESTAMP, times.narrow(null, Range.after(last)));
   }
 
   /** These bounds with offsets outside `share` excluded too. */
@@ -121,12 +121,12 @@ final class Bounds implements Serializable {
         if (!(e instanceof Literal)) {
           return null;
         }
-        long[] span = span(name, (Literal<?>) e);
+        Range span = span(name, (Literal<?>) e);
         if (span == null) {
           return null;
         }
-        if (span[1] == span[0] + 1) { // an element matches only when exact at plateau's resolution
-          values.add(span[0]);
+        if (span.hi == null || span.hi - span.lo == 1) { // matches only when exact at plateau's resolution
+          values.add(span.lo);
         }
       }
       return withRange(name, range(name).only(values));
@@ -150,19 +150,20 @@ final class Bounds implements Serializable {
       boolean conflict = noKey || (key != null && !Arrays.equals(key, wanted));
       return new Bounds(partitions, offsets, times, wanted, conflict);
     }
-    long[] span = span(name, literal);
+    Range span = span(name, literal);
     if (span == null) {
       return null;
     }
-    long lo = span[0];
-    long hi = span[1]; // the values v with lo <= v < hi compare equal to the literal
+    Long lo = span.lo;
+    Long hi = span.hi; // the values v with lo <= v < hi compare equal to the literal
     Range current = range(name);
     switch (op) {
       case "=":
       case "<=>":
         return withRange(name, current.narrow(lo, hi));
       case ">":
-        return withRange(name, current.narrow(hi, null));
+        // hi null: the literal is Long.MAX_VALUE, and no value is greater.
+        return withRange(name, hi == null ? Range.NONE : current.narrow(hi, null));
       case ">=":
         return withRange(name, current.narrow(lo, null));
       case "<":
@@ -204,11 +205,12 @@ final class Bounds implements Serializable {
   }
 
   /**
-   * [lo, hi) in the manifest's unit of the values equal to the literal. Spark's timestamps are
+   * [lo, hi) in the manifest's unit of the values equal to the literal; hi is null (no bound)
+   * for Long.MAX_VALUE, whose successor a long cannot hold. Spark's timestamps are
    * microseconds and plateau's milliseconds: a literal between two milliseconds equals none
    * (lo == hi), which keeps every comparison exact.
    */
-  private static long[] span(String column, Literal<?> literal) {
+  private static Range span(String column, Literal<?> literal) {
     Object value = literal.value();
     if (value == null) {
       return null;
@@ -218,11 +220,13 @@ final class Bounds implements Serializable {
         return null;
       }
       long micros = (Long) value;
-      return new long[] {Math.floorDiv(micros + 999, 1000), Math.floorDiv(micros, 1000) + 1};
+      long floor = Math.floorDiv(micros, 1000); // both ends without overflow at either extreme
+      long ceiling = floor + (Math.floorMod(micros, 1000) == 0 ? 0 : 1);
+      return new Range(ceiling, floor + 1, null);
     }
     if (value instanceof Integer || value instanceof Long || value instanceof Short || value instanceof Byte) {
       long v = ((Number) value).longValue();
-      return new long[] {v, v + 1};
+      return new Range(v, Range.after(v), null);
     }
     return null;
   }

@@ -7,6 +7,7 @@ import java.util.TreeSet;
 /** lo <= x < hi (null: unbounded), optionally x in `values` (a SQL IN). */
 final class Range implements Serializable {
   static final Range ALL = new Range(null, null, null);
+  static final Range NONE = new Range(0L, 0L, null);
 
   final Long lo;
   final Long hi;
@@ -16,6 +17,11 @@ final class Range implements Serializable {
     this.lo = lo;
     this.hi = hi;
     this.values = values;
+  }
+
+  /** The exclusive upper bound just above v: null (no bound) for Long.MAX_VALUE. */
+  static Long after(long v) {
+    return v == Long.MAX_VALUE ? null : Long.valueOf(v + 1);
   }
 
   Range narrow(Long newLo, Long newHi) {
@@ -46,11 +52,11 @@ final class Range implements Serializable {
     if (inside.isEmpty()) {
       return new Range(0L, 0L, inside);
     }
-    return new Range(inside.first(), inside.last() + 1, inside);
+    return new Range(inside.first(), after(inside.last()), inside);
   }
 
   boolean isEmpty() {
-    return lo != null && hi != null && lo >= hi;
+    return hi != null && ((lo != null && lo >= hi) || hi == Long.MIN_VALUE);
   }
 
   boolean isAll() {

@@ -49,7 +49,7 @@ final class TopN {
     if (threshold == null) {
       return new Plan(admitted, bounds);
     }
-    return new Plan(admitted, descending ? bounds.atOrAfter(threshold) : bounds.before(threshold + 1));
+    return new Plan(admitted, descending ? bounds.atOrAfter(threshold) : bounds.atOrBefore(threshold));
   }
 
   /** The time at or beyond which k certain rows lie, or null while fewer are certain. */
