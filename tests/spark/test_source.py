@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as fn
@@ -208,6 +210,70 @@ def test_dataframe_queried_with_then_without_a_filter_is_not_stale(
     write_segments(minutes_store, "t", 0, more, roll_rows=100)
     assert load(spark, minutes_store, "t").count() == 3100
     assert df.count() == 3100  # each query plans its segments from the manifest
+
+
+def test_a_column_widened_after_load_fails_the_query_naming_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The schema is taken at load(): a segment sealed since that holds a column in a wider
+    type than planned is never read through the planned one (a double's bits as a bigint, an
+    int64 cut to an int); the query fails naming the segment, the column and both types."""
+    store = Store.open(tmp_path / "data")
+    inner = pa.struct([pa.field("a", pa.int32())])
+    wider = pa.struct([pa.field("a", pa.int64()), pa.field("b", pa.string())])
+    first = {
+        "x": pa.array([1, 2], pa.int64()),
+        "n": pa.array([7, 8], pa.int32()),
+        "s": pa.array([{"a": 1}, {"a": 2}], inner),
+    }
+    later = {
+        "x": pa.array([1.5, -2.25], pa.float64()),  # a JSON field that met a fraction
+        "n": pa.array([5_000_000_000, 9], pa.int64()),
+        "s": pa.array([{"a": 2**40, "b": "p"}, {"a": 3, "b": None}], wider),
+    }
+    write_segments(store, "j", 0, [batch(range(2), extra=first)], roll_rows=2)
+    df = load(spark, store, "j")
+    write_segments(store, "j", 0, [batch(range(2, 4), extra=later)], roll_rows=2)
+
+    path = re.escape(segment(0, 2, topic="j"))
+    where = rf"topic 'j', segment {path} \(partition 0, offsets \[2, 4\)\)"
+    again = r"Load the DataFrame again \(restart a streaming query\)"
+    expected = [
+        ("x", r"column 'x' is double \(Arrow FloatingPoint\(DOUBLE\)\) on disk, .* with bigint"),
+        ("n", r"column 'n' is bigint \(Arrow Int\(64, true\)\) on disk, .* with int"),
+        ("s.a", r"column 's' is struct<a:bigint,b:string> .* with struct<a:int>"),
+    ]
+    for column, problem in expected:
+        with pytest.raises((PySparkException, Py4JJavaError), match=f"{where}: {problem}.*{again}"):
+            df.selectExpr("offset", column).collect()
+    # The older segment still reads (the filter leaves the new one out), and a new load()
+    # reads the widened columns.
+    assert df.filter("offset < 2").select("x", "n", "s.a").collect() == [(1, 7, 1), (2, 8, 2)]
+    fresh = load(spark, store, "j").orderBy("offset").select("x", "n", "s.a", "s.b")
+    assert [tuple(r) for r in fresh.collect()] == [
+        (1.0, 7, 1, None),
+        (2.0, 8, 2, None),
+        (1.5, 5_000_000_000, 2**40, "p"),
+        (-2.25, 9, 3, None),
+    ]
+    store.close()
+
+
+def test_a_narrower_column_sealed_after_load_reads_as_planned(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """What a new load() would widen anyway is read exactly: int32 under a planned bigint, an
+    int64 under a planned double."""
+    store = Store.open(tmp_path / "data")
+    first = {"x": pa.array([0.5], pa.float64()), "n": pa.array([2**40], pa.int64())}
+    later = {"x": pa.array([3], pa.int64()), "n": pa.array([-4], pa.int32())}
+    write_segments(store, "w", 0, [batch([0], extra=first)], roll_rows=1)
+    df = load(spark, store, "w")
+    write_segments(store, "w", 0, [batch([1], extra=later)], roll_rows=1)
+    rows = df.orderBy("offset").select("x", "n").collect()
+    assert [tuple(r) for r in rows] == [(0.5, 2**40), (3.0, -4)]
+    assert df.schema["x"].dataType == load(spark, store, "w").schema["x"].dataType
+    store.close()
 
 
 def test_manifest_url_option_reads_the_same_store(

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from plateau_core import Store
@@ -150,4 +152,46 @@ def test_a_micro_batch_replayed_after_consolidation_reads_its_rows(
     query = run_available_now(spark, store, out, checkpoint)
     assert landed(spark, out) == [(0, o) for o in range(200)]
     assert [p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0] == [1]
+    store.close()
+
+
+def test_a_stream_fails_on_a_column_widened_after_it_started_then_restarts(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A stream's schema is taken when it is loaded: a segment sealed later with a column in a
+    wider type (a JSON field that met a fraction) fails the micro-batch, naming the column,
+    rather than reading a double's bits as a bigint. Restarted, it reads on with the new type."""
+    store = Store.open(tmp_path / "data")
+    ints = {"x": pa.array([1, 2], pa.int64())}
+    write_segments(store, "s", 0, [batch(range(2), extra=ints)], roll_rows=2)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def start(frame: DataFrame) -> StreamingQuery:
+        return (
+            frame.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    def reader() -> DataFrame:
+        return (
+            spark.readStream.format("plateau")
+            .option("path", str(store.data_dir))
+            .option("topic", "s")
+            .option("maxSegmentsPerTrigger", "1")
+            .load()
+        )
+
+    stale = reader()
+    fractions = {"x": pa.array([1.5, 2.5], pa.float64())}
+    write_segments(store, "s", 0, [batch(range(2, 4), extra=fractions)], roll_rows=2)
+    query = start(stale)
+    with pytest.raises(PySparkException, match=r"column 'x' is double .* planned with bigint"):
+        query.awaitTermination(180)
+    assert landed(spark, out) == [(0, 0), (0, 1)]  # the batch before the wider segment
+
+    assert start(reader()).awaitTermination(180)
+    assert landed(spark, out) == [(0, o) for o in range(4)]
     store.close()

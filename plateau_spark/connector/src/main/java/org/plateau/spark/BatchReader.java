@@ -126,6 +126,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
             null);
       }
     }
+    checkTypes(segment);
     selected = chosen.stream().mapToInt(Integer::intValue).toArray();
     position = 0;
     keep = new HashSet<>();
@@ -151,6 +152,38 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     }
     root = VectorSchemaRoot.create(new Schema(fields), allocator);
     loader = new VectorLoader(root, Codecs.FACTORY);
+  }
+
+  /**
+   * Every column returned can be read as the type the query planned, before any row of the
+   * segment is: the plan's schema was taken when the DataFrame was loaded (or the stream
+   * started), and a segment sealed since may hold a column under a wider type.
+   */
+  private void checkTypes(Segment segment) {
+    for (StructField f : output) {
+      if (f.name().equals(Bounds.PARTITION)) {
+        continue;
+      }
+      Field field = null;
+      for (Field candidate : file.schema.getFields()) {
+        if (candidate.getName().equals(f.name())) {
+          field = candidate;
+          break;
+        }
+      }
+      if (field != null && !TopicSchema.readable(field, f.dataType())) {
+        file = null;
+        throw new TopicSchema.ChangedTypeException(
+            "topic '" + plan.options.topic + "', segment " + segment.path() + " (partition "
+                + segment.partition() + ", offsets [" + segment.startOffset() + ", "
+                + segment.endOffset() + ")): column '" + f.name() + "' is "
+                + TopicSchema.describe(field) + " on disk, but the query was planned with "
+                + f.dataType().simpleString() + ", its type when the DataFrame was loaded: a "
+                + "segment sealed since widened it, and its values cannot be read as "
+                + f.dataType().simpleString() + ". Load the DataFrame again (restart a "
+                + "streaming query) to read the column as its widened type.");
+      }
+    }
   }
 
   private void finish() {

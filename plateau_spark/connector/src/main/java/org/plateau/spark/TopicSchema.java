@@ -185,6 +185,81 @@ final class TopicSchema {
     }
   }
 
+  /**
+   * Whether a segment's column can be read as the type a query planned: when merging the
+   * column's type into the planned one gives the planned type, as a fresh load's merged schema
+   * would (an int32 column under a bigint, an int64 under a double, a timestamp without a zone
+   * under one with it). Otherwise its values would be reinterpreted or cut (a double's bits
+   * read as a bigint, an int64 cut to an int): the plan was made before a later segment widened
+   * the column. A column of nulls reads as any type; of a struct, the children the plan names
+   * are checked (children it lacks are not read); nullability counts where Spark relies on it.
+   */
+  static boolean readable(Field field, DataType planned) {
+    ArrowType type = field.getType();
+    switch (type.getTypeID()) {
+      case Null:
+        return true;
+      case Struct: {
+        if (!(planned instanceof StructType)) {
+          return false;
+        }
+        for (StructField wanted : ((StructType) planned).fields()) {
+          Field child = null;
+          for (Field c : field.getChildren()) {
+            if (c.getName().equals(wanted.name())) {
+              child = c;
+              break;
+            }
+          }
+          boolean ok =
+              child == null
+                  ? wanted.nullable()
+                  : readable(child, wanted.dataType()) && (wanted.nullable() || !child.isNullable());
+          if (!ok) {
+            return false;
+          }
+        }
+        return true;
+      }
+      case List:
+      case LargeList: {
+        if (!(planned instanceof ArrayType)) {
+          return false;
+        }
+        ArrayType array = (ArrayType) planned;
+        Field element = field.getChildren().get(0);
+        return readable(element, array.elementType()) && (array.containsNull() || !element.isNullable());
+      }
+      case Map: {
+        if (!(planned instanceof MapType)) {
+          return false;
+        }
+        MapType map = (MapType) planned;
+        Field entries = field.getChildren().get(0);
+        Field value = entries.getChildren().get(1);
+        return readable(entries.getChildren().get(0), map.keyType())
+            && readable(value, map.valueType())
+            && (map.valueContainsNull() || !value.isNullable());
+      }
+      default:
+        try {
+          return merge(field.getName(), planned, sparkType(field)).equals(planned);
+        } catch (IllegalArgumentException e) {
+          return false; // types that do not merge, or one Spark cannot read
+        }
+    }
+  }
+
+  /** A segment column's type for a message: Spark's name for it, then Arrow's. */
+  static String describe(Field field) {
+    String arrow = field.getChildren().isEmpty() ? field.getType().toString() : field.toString();
+    try {
+      return sparkType(field).simpleString() + " (Arrow " + arrow + ")";
+    } catch (IllegalArgumentException e) {
+      return "Arrow " + arrow;
+    }
+  }
+
   private static int integerRank(DataType t) {
     if (t.equals(DataTypes.ByteType)) {
       return 1;
@@ -263,6 +338,13 @@ final class TopicSchema {
     throw new IllegalArgumentException(
         "column '" + column + "' has types " + a.simpleString() + " and " + b.simpleString()
             + " in different segments, which cannot be merged");
+  }
+
+  /** A segment holds a column in a type the query's plan cannot read it as. */
+  static final class ChangedTypeException extends IllegalStateException {
+    ChangedTypeException(String message) {
+      super(message);
+    }
   }
 
   private static DecimalType asDecimal(DataType t) {
