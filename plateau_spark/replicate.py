@@ -9,14 +9,10 @@ from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from plateau_core.errors import PlateauError
 from plateau_spark.errors import ReplicationFailedError
 from plateau_spark.jobs import spark_message
-from plateau_spark.replication import (
-    ReplicationReport,
-    Replicator,
-    SchemaConflictError,
-    TargetError,
-)
+from plateau_spark.replication import ReplicationReport, Replicator
 
 log = structlog.get_logger("plateau.replicate")
 
@@ -32,12 +28,18 @@ def replicate(
     """Run until `stop` is set (or once), `interval_s` apart; returns the runs' reports.
     `spark` writes Parquet replicas (None: written in this process; Iceberg tables always are).
 
-    Raises ReplicationFailedError when a run fails: nothing of it was recorded.
+    Raises ReplicationFailedError when a run with `once` fails: nothing of it was recorded.
+    On an interval a failed run is logged (replication_failed) and the next one tries again:
+    object storage that is away for a while must not stop replication for good.
     """
     stop = stop or threading.Event()
     reports = []
     while True:
-        reports.append(_run(replicator, spark))
+        try:
+            reports.append(_run(replicator, spark))
+        except ReplicationFailedError:
+            if once:
+                raise
         if once or stop.wait(interval_s):
             return reports
 
@@ -45,7 +47,7 @@ def replicate(
 def _run(replicator: Replicator, spark: SparkSession | None) -> ReplicationReport:
     try:
         report = replicator.run_once(spark)
-    except (PySparkException, Py4JError, TargetError, SchemaConflictError) as exc:
+    except (PySparkException, Py4JError, PlateauError, OSError) as exc:
         log.error("replication_failed", target=replicator.target.uri, error=spark_message(exc))
         raise ReplicationFailedError(
             f"replication to {replicator.target.uri} failed: {spark_message(exc)}"

@@ -348,11 +348,19 @@ class Manifest(SegmentReads):
             problem=problem,
         ) == [segment_id]
 
-    def mark_replicated(self, segment_ids: Sequence[int]) -> list[int]:
+    def mark_replicated(self, segment_ids: Sequence[int], *, whole: bool = False) -> list[int]:
         """sealed → replicated, and each partition's replicated_offset past them, in one
-        transaction: the copy is either recorded whole or not at all."""
+        transaction: the copy is either recorded whole or not at all. `whole`: none moves
+        unless every one is still sealed (a copy of segments that a consolidation replaced
+        or a check quarantined meanwhile must not count for the others)."""
         if not segment_ids:
             return []
+        try:
+            return self._mark_replicated(segment_ids, whole)
+        except _NotWholeError:
+            return []
+
+    def _mark_replicated(self, segment_ids: Sequence[int], whole: bool) -> list[int]:
         with self._write() as session:
             moved = _move(
                 session,
@@ -361,6 +369,8 @@ class Manifest(SegmentReads):
                 SegmentState.REPLICATED,
                 replicated_at=now_ms(),
             )
+            if whole and len(moved) != len(set(segment_ids)):
+                raise _NotWholeError  # rolls the moves back
             if not moved:
                 return []
             ends = session.execute(
@@ -459,3 +469,7 @@ def _record_partition(conn: Connection, commit: PartitionCommit, stamp: int) -> 
         advance_over(conn, topic, partition, commit.advance_to, stamp)
     produced.record_producers(conn, topic, partition, commit.producers, stamp)
     return True
+
+
+class _NotWholeError(Exception):
+    """mark_replicated(whole=True) found a segment no longer sealed."""

@@ -11,6 +11,7 @@ A crash before 3 leaves only files that step 1 of the next run removes or overwr
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import time
@@ -120,16 +121,31 @@ class Replicator:
             if not tasks:
                 return report
             filesystem = self.target.filesystem()
-            report.orphans_removed = self._remove_unfinished(filesystem, tasks)
+            self.target.clear_staging(filesystem)
+            removed, covered = self._remove_unfinished(filesystem, tasks)
+            report.orphans_removed = removed
+            tasks = self._skip_covered(tasks, covered)
+            if not tasks:
+                return report
             results = (
                 run_spark(spark, tasks, self._manifest_url(), self.compression)
                 if spark is not None
                 else _run_here(tasks)
             )
-            ids = [s.id for task in tasks for s in task.segments]
-            moved = set(self.store.manifest.mark_replicated(ids))
+            moved: set[int] = set()
+            for index, (task, files) in enumerate(zip(tasks, results, strict=True)):
+                recorded = self.store.manifest.mark_replicated(
+                    [s.id for s in task.segments], whole=True
+                )
+                if recorded:
+                    moved.update(recorded)
+                else:
+                    self._discard(filesystem, task, files)
+                    results[index] = []
         report.seconds = time.monotonic() - started
         for task, files in zip(tasks, results, strict=True):
+            if not files and not any(s.id in moved for s in task.segments):
+                continue
             report.segments += sum(1 for s in task.segments if s.id in moved)
             report.files += len(files)
             report.rows += sum(f.rows for f in files)
@@ -149,24 +165,57 @@ class Replicator:
             )
         return report
 
+    def _discard(
+        self, filesystem: fs.FileSystem, task: ReplicaTask, files: list[ReplicaFile]
+    ) -> None:
+        """A task's segments changed while it was copied (a consolidation replaced one, a
+        check quarantined one): its files hold rows of segments no longer pending, so they go,
+        and the next run copies what replaced them."""
+        for replica in files:
+            self.target.delete(filesystem, replica.path)
+        log.warning(
+            "replica_task_discarded",
+            topic=task.topic,
+            partition=task.partition,
+            start_offset=task.start_offset,
+            end_offset=task.end_offset,
+            files=[f.path for f in files],
+            reason="a segment of it is no longer sealed (consolidated or quarantined meanwhile)",
+        )
+
     def _manifest_url(self) -> str | None:
         """The manifest's URL when it is not the default file in the data folder."""
         url = self.store.manifest.url
         default = self.store.data_dir / MANIFEST_FILE
         return None if url in (f"sqlite:///{default}", str(default)) else url
 
-    def _remove_unfinished(self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]) -> int:
-        """Delete files of an unfinished earlier run that hold rows of the pending segments."""
+    def _remove_unfinished(
+        self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """Delete files of an unfinished earlier run that hold rows of the pending segments;
+        returns how many, and per partition the offset up to which files that also hold
+        older rows were kept (`_skip_covered`)."""
         removed = 0
+        covered: dict[tuple[str, int], int] = {}
         spans = {(s.topic, s.partition): s.replicated_offset for s in self.store.spans()}
         by_partition: dict[tuple[str, int], list[SegmentRecord]] = {}
         for task in tasks:
             by_partition.setdefault((task.topic, task.partition), []).extend(task.segments)
         for (topic, partition), segments in by_partition.items():
-            replicated = spans.get((topic, partition), 0)
+            # Only files reaching into the pending segments' offsets are rewritten: below
+            # them are finished files, some of segments retention has removed since (after a
+            # rebuild-manifest, replicated_offset starts at 0 again).
+            floor = max(spans.get((topic, partition), 0), min(s.start_offset for s in segments))
             for relative in self._candidate_files(filesystem, topic, partition, segments):
                 bounds = parse_replica_name(relative.rsplit("/", 1)[-1])
-                if bounds is None or bounds[1] < replicated:
+                if bounds is None or bounds[1] < floor:
+                    continue
+                if bounds[0] < floor:
+                    # It also holds rows below every pending segment, whose segments may be
+                    # gone (retention, then a rebuild-manifest reset replicated_offset): it
+                    # stays, and what it holds is not copied again.
+                    key = (topic, partition)
+                    covered[key] = max(covered.get(key, 0), bounds[1] + 1)
                     continue
                 self.target.delete(filesystem, relative)
                 removed += 1
@@ -176,10 +225,47 @@ class Replicator:
                     partition=partition,
                     first_offset=bounds[0],
                     last_offset=bounds[1],
-                    replicated_offset=replicated,
+                    replicated_offset=floor,
                     path=relative,
                 )
-        return removed
+        return removed, covered
+
+    def _skip_covered(
+        self, tasks: list[ReplicaTask], covered: dict[tuple[str, int], int]
+    ) -> list[ReplicaTask]:
+        """Record as replicated the pending segments a kept file already holds whole, and
+        plan without them (a segment it holds in part is copied whole: said in the log)."""
+        if not covered:
+            return tasks
+        kept: list[ReplicaTask] = []
+        for task in tasks:
+            upto = covered.get((task.topic, task.partition))
+            if upto is None:
+                kept.append(task)
+                continue
+            held = [s for s in task.segments if s.end_offset <= upto]
+            rest = tuple(s for s in task.segments if s.end_offset > upto)
+            if held:
+                self.store.manifest.mark_replicated([s.id for s in held])
+                log.info(
+                    "segments_already_replicated",
+                    topic=task.topic,
+                    partition=task.partition,
+                    start_offset=held[0].start_offset,
+                    end_offset=held[-1].end_offset,
+                )
+            if rest and rest[0].start_offset < upto:
+                log.warning(
+                    "replica_rows_copied_twice",
+                    topic=task.topic,
+                    partition=task.partition,
+                    start_offset=rest[0].start_offset,
+                    end_offset=upto,
+                    reason="a kept replica file holds part of a pending segment",
+                )
+            if rest:
+                kept.append(dataclasses.replace(task, segments=rest))
+        return kept
 
     def _candidate_files(
         self, filesystem: fs.FileSystem, topic: str, partition: int, segments: list[SegmentRecord]

@@ -6,7 +6,9 @@ S3-compatible server and to local disk; only durability differs (see `FileTarget
 
 from __future__ import annotations
 
+import contextlib
 import os
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -18,6 +20,11 @@ from pyarrow import fs
 
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.names import TEMP_MARKER
+
+# Objects being written on S3 before they are moved to their names. Spark and most readers
+# skip folders starting with "_".
+S3_STAGING = "_plateau_staging"
+
 
 # Beyond this many days of pending data, list the whole tree once instead of a folder per day.
 MAX_DAY_LISTINGS = 62
@@ -96,14 +103,31 @@ class Target:
         self, filesystem: fs.FileSystem, relative: str, produce: Callable[[IO[bytes]], None]
     ) -> int:
         """Write one file so that it exists under its name only when complete and durable;
-        returns its size. Locally: temp file, fsync, rename, fsync the folder. On S3 an
-        object becomes visible only when its upload completes."""
+        returns its size. Locally: temp file, fsync, rename, fsync the folder. On S3: an
+        object under the staging prefix, then moved (a server-side copy) to its name; closing
+        an upload completes it whatever was written, so a write that fails half way must not
+        be under the final name."""
         final = self.path(relative)
         if self.scheme == "file":
             return _write_local(Path(final), produce)
-        with filesystem.open_output_stream(final) as stream:
-            produce(stream)
+        temp = self.path(f"{S3_STAGING}/{uuid.uuid4().hex}-{relative.rsplit('/', 1)[-1]}")
+        try:
+            with filesystem.open_output_stream(temp) as stream:
+                produce(stream)
+            filesystem.move(temp, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                filesystem.delete_file(temp)
+            raise
         return int(filesystem.get_file_info(final).size)
+
+    def clear_staging(self, filesystem: fs.FileSystem) -> None:
+        """Delete what a killed run left under the S3 staging prefix (runs hold the
+        replication lock, so nothing else writes there now)."""
+        if self.scheme == "file":
+            return
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_dir_contents(self.path(S3_STAGING), missing_dir_ok=True)
 
     def list_files(self, filesystem: fs.FileSystem, relative_dir: str) -> list[str]:
         """Names of the files directly in a folder of the target (none if it is missing)."""

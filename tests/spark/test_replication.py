@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyarrow import fs
 from pyspark.sql import SparkSession
+from structlog.testing import capture_logs
 
 from plateau_core import RetentionPolicy, SegmentState, Store, StoreLimits
+from plateau_core.rebuild import rebuild_manifest
 from plateau_core.retention import Retention
-from plateau_spark.replication import Replicator, Target, write_task
+from plateau_spark.errors import ReplicationFailedError
+from plateau_spark.replicate import replicate
+from plateau_spark.replication import (
+    ReplicationReport,
+    Replicator,
+    Target,
+    TargetError,
+    write_task,
+)
 from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.support import batch
 
@@ -155,4 +168,141 @@ def test_s3_target_idempotent_then_retention_deletes_only_replicated(
     left = store.manifest.segments("t")
     assert [(s.partition, s.start_offset, s.state) for s in left] == [(1, 200, SegmentState.SEALED)]
     assert retention.forced_total == 0
+    store.close()
+
+
+def test_topics_replicate_into_their_own_folders_whatever_their_columns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two topics sharing partition 0 and offsets, one with a column of its own: each
+    topic's rows land in its folder once (one Spark write per topic)."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "alpha", 0, minute_batches(0, 1), roll_rows=100)
+    levels = pa.array(["info"] * 40)
+    write_segments(store, "beta", 0, [batch(range(40), extra={"level": levels})], roll_rows=40)
+    target_dir = tmp_path / "replica"
+    report = Replicator(store, Target.parse(str(target_dir))).run_once(spark)
+    assert report.rows == 140
+    for topic in ("alpha", "beta"):
+        assert spark_keys(spark, str(target_dir / topic)) == stored_keys(store, topic)
+    assert "level" in spark.read.parquet(str(target_dir / "beta")).columns
+    assert "level" not in spark.read.parquet(str(target_dir / "alpha")).columns
+    store.close()
+
+
+def test_a_task_whose_segment_changed_during_the_run_is_copied_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment quarantined (or consolidated) between the copy and its record: the task's
+    files go and none of its segments counts as replicated, so the replica never holds
+    rows the manifest does not say it holds."""
+    import plateau_spark.replication.job as job  # noqa: PLC0415
+
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, minute_batches(0, 3), roll_rows=100)
+    first, second, third = store.manifest.segments("t")
+    target = Target.parse(str(tmp_path / "replica"))
+    copy = job._run_here
+
+    def copy_then_quarantine(tasks: list[Any]) -> Any:
+        files = copy(tasks)
+        store.manifest.quarantine(third.id, "damaged")
+        return files
+
+    monkeypatch.setattr(job, "_run_here", copy_then_quarantine)
+    report = Replicator(store, target).run_once()
+    assert report.segments == 0 and report.files == 0
+    assert list((tmp_path / "replica").rglob("*.parquet")) == []
+    states = {s.id: s.state for s in store.manifest.segments("t", states=tuple(SegmentState))}
+    assert states == {
+        first.id: SegmentState.SEALED,
+        second.id: SegmentState.SEALED,
+        third.id: SegmentState.QUARANTINED,
+    }
+    monkeypatch.setattr(job, "_run_here", copy)
+    assert Replicator(store, target).run_once().segments == 2
+    replica = ds.dataset(str(tmp_path / "replica" / "t"), format="parquet", partitioning="hive")
+    assert sorted(replica.to_table().column("offset").to_pylist()) == list(range(200))
+    store.close()
+
+
+def test_after_rebuild_manifest_files_of_removed_segments_stay(tmp_path: Path) -> None:
+    """Replicated, then retention removed the older segment, then a rebuild-manifest
+    (replicated_offset back to 0): the file holding both segments' rows stays, since it is
+    the only copy of the removed one, and the remaining segment counts as replicated."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, minute_batches(0, 2), roll_rows=100)
+    target = Target.parse(str(tmp_path / "replica"))
+    assert Replicator(store, target).run_once().files == 1  # one file, offsets 0-199
+    retention = Retention(
+        store,
+        default=RetentionPolicy(max_segments=1, require_replicated=True),
+        limits=StoreLimits(deletion_grace_s=0),
+    )
+    retention.run()
+    retention.run()
+    assert [s.start_offset for s in store.manifest.segments("t")] == [100]
+    store.close()
+    rebuild_manifest(tmp_path / "data")
+    store = Store.open(tmp_path / "data")
+    report = Replicator(store, target).run_once()
+    assert report.orphans_removed == 0 and report.files == 0
+    replica = ds.dataset(str(tmp_path / "replica" / "t"), format="parquet", partitioning="hive")
+    assert sorted(replica.to_table().column("offset").to_pylist()) == list(range(200))
+    assert [s.state for s in store.manifest.segments("t")] == [SegmentState.REPLICATED]
+    store.close()
+
+
+def test_an_s3_write_that_fails_half_way_leaves_no_object(
+    tmp_path: Path, s3_target: Target
+) -> None:
+    """Closing an S3 upload completes it whatever was written: a failed write is staged
+    under a prefix readers skip and never reaches its name."""
+    filesystem = s3_target.filesystem()
+
+    def fails(out: Any) -> None:
+        out.write(b"PAR1" + bytes(1000))
+        raise OSError("the segment went away")
+
+    with pytest.raises(OSError, match="went away"):
+        s3_target.write(filesystem, "t/date=2023-11-14/partition=0/x.parquet", fails)
+    listed = filesystem.get_file_info(fs.FileSelector(s3_target.path(""), recursive=True))
+    assert [i.path for i in listed if i.type == fs.FileType.File] == []
+    assert s3_target.write(filesystem, "t/ok.bin", lambda out: out.write(b"ok")) == 2
+    listed = filesystem.get_file_info(fs.FileSelector(s3_target.path(""), recursive=True))
+    assert [i.path for i in listed if i.type == fs.FileType.File] == [s3_target.path("t/ok.bin")]
+
+
+def test_on_an_interval_a_failed_run_is_logged_and_the_next_one_tries_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, minute_batches(0, 1), roll_rows=100)
+    replicator = Replicator(store, Target.parse(str(tmp_path / "replica")))
+    real = replicator.run_once
+    calls = []
+    stop = threading.Event()
+
+    def flaky(spark: Any = None) -> ReplicationReport:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TargetError("object storage is away")
+        stop.set()
+        return real(spark)
+
+    monkeypatch.setattr(replicator, "run_once", flaky)
+    with capture_logs() as logs:
+        reports = replicate(replicator, None, interval_s=0.01, stop=stop)
+    assert [r.segments for r in reports] == [1]
+    assert [e["event"] for e in logs if e["event"].startswith("replication_")] == [
+        "replication_failed",
+        "replication_run",
+    ]
+
+    def away(spark: Any = None) -> ReplicationReport:
+        raise TargetError("object storage is away")
+
+    monkeypatch.setattr(replicator, "run_once", away)
+    with pytest.raises(ReplicationFailedError):  # once: the failure is the answer
+        replicate(replicator, None, interval_s=0.01, once=True)
     store.close()
