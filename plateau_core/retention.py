@@ -176,8 +176,16 @@ class Retention(BackgroundTask):
             used = sum(s.size_bytes for s in remaining) + manifest
             need = max(need, used - self.limits.max_bytes)
         if self.limits.min_free_disk_bytes is not None:
-            need = max(need, self.limits.min_free_disk_bytes - self._disk_free())
+            shortfall = self.limits.min_free_disk_bytes - self._disk_free_soon()
+            need = max(need, shortfall)
         return need
+
+    def _disk_free_soon(self) -> int:
+        """Free disk once the segments already retired are deleted: their files stay for the
+        deletion grace, and counting them short again on every pass (ten times a second)
+        would retire the whole store for a shortfall of a segment or two."""
+        retired = self.store.manifest.segments(states=(SegmentState.DELETING,))
+        return self._disk_free() + sum(s.size_bytes for s in retired)
 
     def _finish_deletions(self, now: int) -> list[SegmentRecord]:
         cutoff = now - int(self.limits.deletion_grace_s * 1000)
@@ -255,6 +263,7 @@ class Retention(BackgroundTask):
         if (
             self.limits.min_free_disk_bytes is not None
             and self._disk_free() < self.limits.min_free_disk_bytes
+            and self._disk_free_soon() < self.limits.min_free_disk_bytes
         ):
             return True
         totals = self.store.manifest.topic_totals()

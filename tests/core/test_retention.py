@@ -173,6 +173,27 @@ def test_min_free_disk_frees_the_oldest(store: Store) -> None:
     assert _starts(store) == [20, 30]
 
 
+def test_segments_waiting_out_their_grace_count_as_freed_disk(store: Store) -> None:
+    """Retired segments keep their files for the deletion grace: the next passes (the
+    watch looks ten times a second) must not retire another shortfall's worth each time,
+    which took the whole store for a shortfall of two segments."""
+    fill_segments(store, 0, 6)
+    first, second = store.manifest.segments("t")[:2]
+    retention = Retention(
+        store,
+        limits=StoreLimits(
+            min_free_disk_bytes=1000 + first.size_bytes + second.size_bytes,
+            deletion_grace_s=300,
+        ),
+        disk_free=lambda: 1000,  # nothing is freed until the grace ends
+    )
+    assert [s.start_offset for s in retention.run(now=_now_after(6)).global_marked] == [0, 10]
+    assert not retention.over_limits()
+    for _ in range(3):
+        assert retention.run(now=_now_after(6)).global_marked == []
+    assert _starts(store) == [20, 30, 40, 50]
+
+
 def test_background_retention_runs_periodically(store: Store) -> None:
     fill_segments(store, 0, 3)
     retention = Retention(
