@@ -69,6 +69,12 @@ class Writer:
         self._cond = threading.Condition()
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._locks: dict[TopicPartition, PartitionLock] = {}
+        # Partitions given up while a seal or a consolidation of theirs still ran: their
+        # locks are released when that ends, never before (a next owner would recover the
+        # folder under it: delete the file it is about to record, or have it renamed over
+        # one of its own).
+        self._lingering: dict[TopicPartition, PartitionLock] = {}
+        self._sealing: set[TopicPartition] = set()  # partitions with a seal running
         self._maintained: set[TopicPartition] = set()  # see maintaining()
         self._buffered = 0
         self._in_flight = 0
@@ -161,14 +167,19 @@ class Writer:
             lock = self._locks.pop(key)
             for other in self._logs.values():
                 other.links.discard(key)
+            busy = slog.in_flight is not None or key in self._maintained
+            if busy:
+                self._lingering[key] = lock
             self._cond.notify_all()
-        lock.release()
+        if not busy:
+            lock.release()
         log.info(
             "partition_released",
             topic=topic,
             partition=partition,
             last_offset=slog.last_offset,
             dropped_rows=dropped_rows,
+            lock_kept_until_seal_ends=busy,
         )
         self.listener.on_capacity()
 
@@ -190,6 +201,17 @@ class Writer:
                 with self._cond:
                     self._maintained.discard(key)
                     self._cond.notify_all()
+                self._let_go_if_done(key)
+
+    def _let_go_if_done(self, key: TopicPartition) -> None:
+        """Release the lock of a partition given up while busy, once nothing of it runs."""
+        with self._cond:
+            lock = self._lingering.get(key)
+            if lock is None or key in self._maintained or key in self._sealing:
+                return
+            del self._lingering[key]
+        lock.release()
+        log.info("partition_lock_released", topic=key[0], partition=key[1])
 
     def owned(self) -> list[TopicPartition]:
         with self._cond:
@@ -415,6 +437,7 @@ class Writer:
 
     def _take(self, slog: SegmentLog) -> SealJob:
         job = slog.take()
+        self._sealing.add(slog.key)
         self._buffered -= job.nbytes
         self._in_flight += job.nbytes
         return job
@@ -441,11 +464,14 @@ class Writer:
             self._groups.after(group, self.policy.group_hold_s, time.monotonic() - began)
             for job in group:
                 self._in_flight -= job.nbytes
+                self._sealing.discard(job.key)
                 slog = self._logs.get(job.key)
                 if slog is not None:
                     slog.sealed()
             self._schedule()
             self._cond.notify_all()
+        for job in group:
+            self._let_go_if_done(job.key)
         self._sealed_group()
         self.listener.on_capacity()
 
@@ -456,6 +482,7 @@ class Writer:
             delays: list[float] = []
             for job in group:
                 self._in_flight -= job.nbytes
+                self._sealing.discard(job.key)
                 slog = self._logs.get(job.key)
                 delay = 0.0
                 if slog is not None:
@@ -467,6 +494,8 @@ class Writer:
                         slog.links.update(keys - {job.key})
                 delays.append(delay)
             self._cond.notify_all()
+        for job in group:
+            self._let_go_if_done(job.key)
         for job, delay in zip(group, delays, strict=True):
             log_failure(job, exc, delay)
             self.listener.on_seal_failed(job.topic, job.partition, exc)

@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,8 +18,11 @@ from plateau_core import (
     RollPolicy,
     Store,
     StoreLimits,
+    Writer,
     WriterPolicy,
 )
+from plateau_core.errors import FlushTimeoutError
+from plateau_core.segment_file import write_segment
 from tests.support import append_patiently, batch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,6 +92,42 @@ def test_one_writer_per_partition_in_process(store: Store) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_a_partition_given_up_mid_seal_keeps_its_lock_until_the_seal_ends(
+    store: Store,
+) -> None:
+    """A partition lost (or revoked after a flush timeout) while its seal is stuck: the
+    next owner waits for that seal instead of recovering the folder under it, where the old
+    seal would rename its file over the new owner's."""
+    release_disk = threading.Event()
+    stuck = threading.Event()
+
+    def slow_write(*args: Any, **kwargs: Any) -> Any:
+        stuck.set()
+        release_disk.wait(10)
+        return write_segment(*args, **kwargs)
+
+    old = Writer(store, WriterPolicy(fsync=False), write=slow_write)
+    new = store.writer(WriterPolicy(fsync=False))
+    try:
+        old.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        old.append("t", 0, batch(range(200)))
+        with pytest.raises(FlushTimeoutError):
+            old.flush(timeout_s=0.2)
+        assert stuck.is_set()
+        old.release("t", 0, seal=False, timeout_s=0.2)
+        with pytest.raises(PartitionLockedError):
+            new.acquire("t", 0, timeout_s=0.3)
+        release_disk.set()
+        assert new.acquire("t", 0, timeout_s=10) == 200
+        new.append("t", 0, batch(range(200, 210)))
+        new.flush()
+    finally:
+        release_disk.set()
+        old.close()
+        new.close()
+    assert store.read("t").to_table().column("offset").to_pylist() == list(range(210))
 
 
 def test_one_writer_per_partition_across_processes(tmp_path: Path) -> None:
