@@ -43,5 +43,10 @@ def before(batch: pa.RecordBatch, offset: int) -> pa.RecordBatch:
     return batch.slice(0, keep)
 
 
+def from_offset(batch: pa.RecordBatch, offset: int) -> pa.RecordBatch:
+    """The rows at `offset` and after (offsets ascend within a batch)."""
+    return batch.slice(before(batch, offset).num_rows)
+
+
 def describe(offsets: list[TopicPartition]) -> list[str]:
     return [f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in offsets]

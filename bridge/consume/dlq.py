@@ -70,6 +70,14 @@ class DeadLetters:
                     f"cannot send {topic}[{partition}] offset {item.offset} to the "
                     f"dead-letter topic {dlq_topic!r}: {exc}"
                 ) from None
+        remaining = self._producer.flush(timeout_s)
+        if remaining or failures:
+            raise BridgeError(
+                f"{remaining} dead letters to {dlq_topic!r} not delivered in {timeout_s}s"
+                if remaining
+                else f"dead letters to {dlq_topic!r} failed: {failures[0]}"
+            )
+        for item in poison:  # said once the dead-letter topic has them, not before
             log.warning(
                 "record_dead_lettered",
                 topic=topic,
@@ -77,13 +85,6 @@ class DeadLetters:
                 offset=item.offset,
                 dlq=dlq_topic,
                 error=item.error,
-            )
-        remaining = self._producer.flush(timeout_s)
-        if remaining or failures:
-            raise BridgeError(
-                f"{remaining} dead letters to {dlq_topic!r} not delivered in {timeout_s}s"
-                if remaining
-                else f"dead letters to {dlq_topic!r} failed: {failures[0]}"
             )
 
     def close(self) -> None:

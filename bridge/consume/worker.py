@@ -28,7 +28,7 @@ from confluent_kafka import (
 )
 
 from bridge.config.models import Config
-from bridge.consume.batches import Key, before, by_partition, describe
+from bridge.consume.batches import Key, before, by_partition, describe, from_offset
 from bridge.consume.client import consumer_settings, dead_letter_settings, librdkafka_logger
 from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
@@ -211,39 +211,50 @@ class Worker:
             return
         poison = decoded.poison
         batches = decoded.batches
-        stop_at: int | None = None
-        if poison and route.mapping.on_error == "fail":
-            stop_at = poison[0].offset
-            batches = [before(b, stop_at) for b in batches]
-        refused_at: int | None = None
+        if not poison:
+            self._append(key, state, batches)
+            return
+        first = poison[0].offset
+        # What comes before the first poison record lands first. What comes after it waits
+        # until the poison is handled (in the dead-letter topic, acknowledged): sealed
+        # earlier, it would move the watermark past a record a failing dead-letter topic
+        # never took, and nothing would read that record again.
+        if self._append(key, state, [before(b, first) for b in batches]) is not None:
+            return  # held back: the rest is read again when the writer takes more
+        if route.mapping.on_error == "fail":
+            self.telemetry.add("poison_records", (state.plateau_topic, "fail"))
+            raise PoisonStopError(
+                f"{key[0]}[{key[1]}] offset {first} cannot be decoded ({poison[0].error}); "
+                "on_error is fail, so the worker stops before it"
+            )
+        # Dead letters are at least once: records the writer holds back below are read and
+        # dead-lettered again later.
+        self._handle_poison(route, key, state.plateau_topic, records, poison)
+        refused_at = self._append(key, state, [from_offset(b, first) for b in batches])
+        if refused_at is None:
+            last = max(p.offset for p in poison)
+            if last + 1 > state.next_offset:
+                state.next_offset = last + 1
+                self.writer.skip(state.plateau_topic, key[1], last + 1)
+
+    def _append(
+        self, key: Key, state: PartitionState, batches: Sequence[pa.RecordBatch]
+    ) -> int | None:
+        """Hand the batches to the writer; the offset it refused at (the partition is then
+        paused there), or None."""
         for batch in batches:
             if batch.num_rows == 0:
                 continue
             try:
                 self.writer.append(state.plateau_topic, key[1], batch)
             except BackpressureError as exc:
-                refused_at = batch.column("offset")[0].as_py()
+                refused_at: int = batch.column("offset")[0].as_py()
                 self._pauses.pause(key, state, refused_at, exc.reason, exc.detail)
-                break
+                return refused_at
             state.next_offset = batch.column("offset")[batch.num_rows - 1].as_py() + 1
             self.stats.records += batch.num_rows
             self.telemetry.ingested(state.plateau_topic, key[1], batch.num_rows, batch.nbytes)
-        if stop_at is not None and refused_at is None:
-            bad = poison[0]
-            self.telemetry.add("poison_records", (state.plateau_topic, "fail"))
-            raise PoisonStopError(
-                f"{key[0]}[{key[1]}] offset {stop_at} cannot be decoded ({bad.error}); "
-                "on_error is fail, so the worker stops before it"
-            )
-        limit = refused_at if refused_at is not None else None
-        handled = [p for p in poison if limit is None or p.offset < limit]
-        if handled:
-            self._handle_poison(route, key, state.plateau_topic, records, handled)
-            if refused_at is None:
-                last = max(p.offset for p in handled)
-                if last + 1 > state.next_offset:
-                    state.next_offset = last + 1
-                    self.writer.skip(state.plateau_topic, key[1], last + 1)
+        return None
 
     def _handle_poison(
         self,

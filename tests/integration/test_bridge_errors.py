@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -12,10 +13,13 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
+from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
+from bridge.errors import BridgeError
 from bridge.ingest.records import ERROR_HEADERS
 from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_POISON, serve
+from bridge.store import open_store
 from plateau_core import Store
 from tests.bridge_support import (
     committed,
@@ -122,6 +126,34 @@ def test_poison_stops_the_worker_before_it(
     assert table.column("n").to_pylist() == [0, 1, 2]
     with Store.open(tmp_path) as store:
         assert store.manifest.watermark(topic, 0) == 3
+
+
+def test_a_dead_letter_topic_that_refuses_keeps_the_watermark_before_the_poison(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """The dead-letter topic refuses the poison record (too large for it): the worker stops
+    naming it, and nothing after it was sealed, so the record is read again next time
+    rather than lost between the store and the dead-letter topic."""
+    topic = topic_factory(partitions=1)
+    dlq = topic_factory(partitions=1, **{"max.message.bytes": "2000"})
+    poison = b"\xff" * 20_000
+    produce(
+        kafka,
+        topic,
+        [Record(value=poison if i == 5 else GOOD[i], partition=0) for i in range(10)],
+    )
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic, "format": "json", "on_error": "dlq", "dlq": dlq}],
+        group=f"g-{topic}",
+    )
+    with open_store(config) as store:
+        with pytest.raises(BridgeError, match="dead"):
+            Worker(config, store, threading.Event()).run()
+        assert (store.manifest.watermark(topic, 0) or 0) <= 5
+    assert sorted(stored(tmp_path, topic).column("n").to_pylist()) == [0, 1, 2, 3, 4]
+    assert sum(end_offsets(kafka, dlq).values()) == 0
 
 
 def test_regex_mapping_picks_up_a_topic_created_later(kafka: str, tmp_path: Path) -> None:
