@@ -357,6 +357,10 @@ class Worker:
                 worker=self.name,
             )
         consumer.incremental_assign(partitions)
+        # librdkafka keeps a partition's pause across an unassign and a new assignment: one
+        # paused for backpressure before it was revoked would otherwise never be fetched
+        # again, while its fresh state here says it is not paused.
+        consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = {(tp.topic, tp.partition) for tp in partitions}

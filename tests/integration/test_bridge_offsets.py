@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +11,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
+from bridge.store import open_store
 from plateau_core import Store
 from tests.bridge_support import (
     committed,
@@ -121,3 +125,74 @@ def test_records_removed_by_kafka_retention_are_a_recorded_gap(
     assert offsets == list(range(100)) + list(range(150, 200))
     with Store.open(tmp_path) as store:
         assert store.manifest.gaps(topic) == [(0, 100, 150)]
+
+
+def test_a_partition_paused_then_revoked_is_fetched_again_when_assigned_back(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """librdkafka keeps a partition's pause across a revoke and a new assignment: a
+    partition paused for backpressure (the disk floor here), taken by another member and
+    given back, must be resumed, or it is never fetched again."""
+    topic = topic_factory(partitions=2)
+    produce(kafka, topic, [Record(value=b"r%d" % i, partition=i % 2) for i in range(40)])
+    group = f"g-{topic}"
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic}],
+        group=group,
+        storage={"min_free_disk": 10**18},  # every append refused: paused for disk_full
+        kafka_extra={"session.timeout.ms": 6000, "heartbeat.interval.ms": 500},
+    )
+    stop = threading.Event()
+    with open_store(config) as store:
+        worker = Worker(config, store, stop)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(
+                lambda: (
+                    len(worker.partitions) == 2
+                    and all(s.paused_reason for s in worker.partitions.values())
+                )
+            )
+            other = Consumer(
+                {
+                    "bootstrap.servers": kafka,
+                    "group.id": group,
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "session.timeout.ms": 6000,
+                }
+            )
+            taken: list[int] = []
+
+            def assigned(consumer: Consumer, parts: list[TopicPartition]) -> None:
+                taken.extend(p.partition for p in parts)
+                consumer.incremental_assign(parts)
+                consumer.pause(parts)
+
+            other.subscribe([topic], on_assign=assigned)
+
+            def took() -> bool:
+                other.poll(0.1)
+                return bool(taken)
+
+            _until(took)
+            other.close()
+            _until(lambda: len(worker.partitions) == 2)
+            worker.writer._disk.floor_bytes = 0  # room on the disk again
+            _until(lambda: _landed(store, topic) == {0: 20, 1: 20}, timeout_s=40)
+        finally:
+            stop.set()
+            running.join(60)
+
+
+def _landed(store: Store, topic: str) -> dict[int, int]:
+    return {s.partition: s.next_offset for s in store.spans(topic)}
+
+
+def _until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
