@@ -28,7 +28,22 @@ def start_offset(
         if kafka.start_without_watermark == "committed":
             return OFFSET_STORED  # librdkafka falls back to auto.offset.reset
         return OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END
-    low, _high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+    low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+    if high < watermark:
+        # The partition ends before what the store already holds of it: the topic was
+        # deleted and created again (its offsets start over), or its log was cut back. Its
+        # records below the watermark take offsets the store has, and are not read.
+        log.error(
+            "source_behind_store",
+            topic=tp.topic,
+            partition=tp.partition,
+            next_offset=watermark,
+            latest_available=high,
+            not_read=min(watermark, high) - low,
+            reason="the Kafka partition ends before the store's watermark: a topic deleted "
+            "and created again, or a log cut back; map it to a new plateau topic to keep "
+            "its records",
+        )
     if low > watermark:
         manifest.record_gap(plateau_topic, tp.partition, watermark, low)
         log.warning(

@@ -10,9 +10,11 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from structlog.testing import capture_logs
 
 from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
+from bridge.local_kafka.topics import create_topic
 from bridge.store import open_store
 from plateau_core import Store
 from tests.bridge_support import (
@@ -196,3 +198,39 @@ def _until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def test_a_topic_created_again_behind_the_store_is_said_loudly(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """A source topic deleted and created again starts its offsets over, below what the
+    store holds of it: its first records take offsets the store has. Not silently."""
+    topic = topic_factory(partitions=1)
+    config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    produce(kafka, topic, [Record(value=b"old-%d" % i, partition=0) for i in range(30)])
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 30})
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.delete_topics([topic])[topic].result(30)
+    _until(lambda: topic not in admin.list_topics(timeout=10).topics)
+    deadline = time.monotonic() + 30
+    while True:  # the deletion finishes in the background
+        try:
+            create_topic(kafka, topic, 1)
+            break
+        except Exception:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+    produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(10)])
+    stop = threading.Event()
+    with open_store(config) as store, capture_logs() as logs:
+        worker = Worker(config, store, stop)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(lambda: any(e["event"] == "source_behind_store" for e in logs))
+        finally:
+            stop.set()
+            running.join(60)
+    (event,) = [e for e in logs if e["event"] == "source_behind_store"]
+    assert (event["topic"], event["next_offset"], event["latest_available"]) == (topic, 30, 10)
