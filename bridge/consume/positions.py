@@ -23,11 +23,27 @@ def start_offset(
 ) -> int:
     """The offset to seek `tp` to: the manifest's watermark, or where Kafka's retention
     left the partition when it removed records plateau had not read (a gap, recorded in
-    the manifest). A partition without a watermark starts per the configuration."""
+    the manifest). A partition without a watermark starts per the configuration. With
+    `start_without_watermark: committed` (stores on several nodes), a partition back from
+    another node starts where that node's seals took the group's committed offset: its
+    records since are in that node's store."""
     if watermark is None:
         if kafka.start_without_watermark == "committed":
             return OFFSET_STORED  # librdkafka falls back to auto.offset.reset
         return OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END
+    if kafka.start_without_watermark == "committed":
+        (found,) = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)
+        if found.offset > watermark:
+            log.info(
+                "partition_landed_elsewhere",
+                topic=tp.topic,
+                partition=tp.partition,
+                next_offset=watermark,
+                committed_offset=found.offset,
+                reason="another node's store holds the records in between",
+            )
+            manifest.record_gap(plateau_topic, tp.partition, watermark, found.offset)
+            watermark = int(found.offset)
     low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
     if high < watermark:
         # The partition ends before what the store already holds of it: the topic was

@@ -234,3 +234,34 @@ def test_a_topic_created_again_behind_the_store_is_said_loudly(
             running.join(60)
     (event,) = [e for e in logs if e["event"] == "source_behind_store"]
     assert (event["topic"], event["next_offset"], event["latest_available"]) == (topic, 30, 10)
+
+
+def test_a_partition_back_from_another_node_starts_where_that_node_left_it(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """Stores on two nodes, start_without_watermark: committed. A partition that goes to
+    node B and comes back to A continues at B's committed offset, not at A's older
+    watermark: the stores hold disjoint offset ranges."""
+    topic = topic_factory(partitions=1)
+    group = f"g-{topic}"
+    configs = [
+        make_config(
+            kafka,
+            tmp_path / node,
+            [{"source": topic}],
+            group=group,
+            kafka_extra={"start_without_watermark": "committed"},
+        )
+        for node in ("a", "b")
+    ]
+    node_a, node_b = configs
+    for config, start in ((node_a, 0), (node_b, 100), (node_a, 200)):
+        produce(
+            kafka, topic, [Record(value=b"r%d" % i, partition=0) for i in range(start, start + 100)]
+        )
+        with serving(config):
+            wait_landed(config.storage.data_dir, topic, {0: start + 100})
+    held_a = set(stored(tmp_path / "a", topic).column("offset").to_pylist())
+    held_b = set(stored(tmp_path / "b", topic).column("offset").to_pylist())
+    assert held_a == set(range(100)) | set(range(200, 300))
+    assert held_b == set(range(100, 200))
