@@ -300,6 +300,10 @@ class Worker:
             if only is not None and key not in only:
                 keep.append(item)
                 continue
+            if only is None and state is None:
+                # Lost: another member owns the partition now, and committing this store's
+                # offset could move the group's back (another node starts from it).
+                continue
             ends[key] = max(ends.get(key, 0), offset)
         for item in keep:
             self._sealed.put(item)
@@ -388,7 +392,7 @@ class Worker:
                 self.writer.release(state.plateau_topic, tp.partition, seal=False)
             log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
         # Nothing is committed for lost partitions: another member owns them now; their
-        # sealed segments stay in the queue and are dropped with the unknown source below.
+        # sealed segments (and seals still running) are dropped by the next _commit_sealed.
 
     def snapshot(self) -> dict[str, Any]:
         """This worker's partitions, offsets, pauses and counters, as JSON-able data."""

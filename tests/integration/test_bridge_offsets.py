@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from structlog.testing import capture_logs
 
+from bridge.consume.state import PartitionState
 from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
 from bridge.local_kafka.topics import create_topic
@@ -265,3 +266,32 @@ def test_a_partition_back_from_another_node_starts_where_that_node_left_it(
     held_b = set(stored(tmp_path / "b", topic).column("offset").to_pylist())
     assert held_a == set(range(100)) | set(range(200, 300))
     assert held_b == set(range(100, 200))
+
+
+def test_seals_of_a_lost_partition_are_not_committed(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """A partition lost (its session expired) belongs to another member: seals of it that
+    finish afterwards are not committed, which could move the group's offset back."""
+    topic = topic_factory(partitions=2)
+    config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    with open_store(config) as store:
+        worker = Worker(config, store, threading.Event())
+        committed_here: list[list[TopicPartition]] = []
+
+        class Recorder:
+            def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+                committed_here.append(offsets)
+
+        real = worker.consumer
+        worker.consumer = Recorder()  # type: ignore[assignment]
+        try:
+            plateau_topic = worker._routes.route(topic).plateau_topic
+            worker.partitions[(topic, 0)] = PartitionState(plateau_topic, 0)
+            worker._sealed.put((plateau_topic, 0, 10))  # owned
+            worker._sealed.put((plateau_topic, 1, 20))  # lost meanwhile
+            worker._commit_sealed()
+        finally:
+            worker.consumer = real
+            real.close()
+    assert [[(tp.partition, tp.offset) for tp in c] for c in committed_here] == [[(0, 10)]]
