@@ -54,6 +54,19 @@ def stored_keys(store: Store, topic: str = "t") -> Counter[tuple[int, int]]:
     return keys
 
 
+def keep_one_replicated(store: Store) -> Retention:
+    """Two passes of retention keeping one segment per topic, and only replicated ones
+    going (without a grace)."""
+    retention = Retention(
+        store,
+        default=RetentionPolicy(max_segments=1, require_replicated=True),
+        limits=StoreLimits(deletion_grace_s=0),
+    )
+    retention.run()
+    retention.run()
+    return retention
+
+
 def spark_keys(spark: SparkSession, path: str) -> Counter[tuple[int, int]]:
     rows = spark.read.parquet(path).select("partition", "offset").collect()
     return Counter((r.partition, r.offset) for r in rows)
@@ -157,13 +170,7 @@ def test_s3_target_idempotent_then_retention_deletes_only_replicated(
 
     # New data not yet replicated; retention that requires replication keeps it.
     write_segments(store, "t", 1, [batch(range(200, 300))], roll_rows=100)
-    retention = Retention(
-        store,
-        default=RetentionPolicy(max_segments=1, require_replicated=True),
-        limits=StoreLimits(deletion_grace_s=0),
-    )
-    retention.run()
-    retention.run()
+    retention = keep_one_replicated(store)
     # max_segments=1 for the topic: all eight replicated segments go, the new one stays.
     left = store.manifest.segments("t")
     assert [(s.partition, s.start_offset, s.state) for s in left] == [(1, 200, SegmentState.SEALED)]
@@ -234,13 +241,7 @@ def test_after_rebuild_manifest_files_of_removed_segments_stay(tmp_path: Path) -
     write_segments(store, "t", 0, minute_batches(0, 2), roll_rows=100)
     target = Target.parse(str(tmp_path / "replica"))
     assert Replicator(store, target).run_once().files == 1  # one file, offsets 0-199
-    retention = Retention(
-        store,
-        default=RetentionPolicy(max_segments=1, require_replicated=True),
-        limits=StoreLimits(deletion_grace_s=0),
-    )
-    retention.run()
-    retention.run()
+    keep_one_replicated(store)
     assert [s.start_offset for s in store.manifest.segments("t")] == [100]
     store.close()
     rebuild_manifest(tmp_path / "data")
