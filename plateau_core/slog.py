@@ -137,6 +137,10 @@ class SegmentLog:
         self.urgent = False
         self.first_buffered_at: float | None = None
         self.in_flight: SealJob | None = None
+        # A seal whose commit may have landed (its outcome unknown): retried exactly as it
+        # was, never merged with records buffered since, so that its retry writes the same
+        # file and finds its own commit (anything else would rewrite a recorded file).
+        self.exact: SealJob | None = None
         self.failures = 0
         self.retry_at: float | None = None
         self.last_error: str | None = None
@@ -161,7 +165,12 @@ class SegmentLog:
 
     def pending(self) -> bool:
         """Anything to record: buffered rows, a watermark move, producer batches."""
-        return bool(self.batches) or self.pending_advance is not None or bool(self.producers)
+        return (
+            bool(self.batches)
+            or self.pending_advance is not None
+            or bool(self.producers)
+            or self.exact is not None
+        )
 
     def can_seal(self, now: float) -> bool:
         return (
@@ -232,6 +241,10 @@ class SegmentLog:
     def take(self) -> SealJob:
         if not self.pending():
             raise InvalidInputError("nothing buffered to seal")
+        if self.exact is not None:
+            job, self.exact = self.exact, None
+            self.in_flight = job
+            return job
         job = SealJob(
             topic=self.topic,
             partition=self.partition,
@@ -271,6 +284,9 @@ class SegmentLog:
         if job.journal_from is not None:
             # The job's records came first, so its first group is the lower one.
             self.journal_from = job.journal_from
+        return self._failed(error, backoff_s, now)
+
+    def _failed(self, error: str, backoff_s: float, now: float) -> float:
         self.in_flight = None
         self.failures += 1
         delay: float = min(30.0, backoff_s * 2 ** (self.failures - 1))
@@ -278,9 +294,19 @@ class SegmentLog:
         self.last_error = error
         return delay
 
+    def hold_exact(self, job: SealJob, error: str, backoff_s: float, now: float) -> float:
+        """Keep a seal whose commit outcome is unknown for a retry as it was; returns the
+        retry delay."""
+        self.exact = job
+        if job.journal_from is not None:
+            held = self.journal_from
+            self.journal_from = job.journal_from if held is None else min(held, job.journal_from)
+        return self._failed(error, backoff_s, now)
+
     def drop(self) -> int:
         """Forget the buffer (the partition was lost); returns the bytes released."""
-        released = self.nbytes
+        released = self.nbytes + (0 if self.exact is None else self.exact.nbytes)
+        self.exact = None
         self._clear()
         return released
 

@@ -40,7 +40,7 @@ from plateau_core.producers import ProducerBatch
 from plateau_core.recovery import recover_partition
 from plateau_core.rollup import RollupPolicy
 from plateau_core.seal_groups import SealGroups, relieve_pressure
-from plateau_core.sealing import announce, log_failure, seal_group
+from plateau_core.sealing import CommitUnknownError, announce, log_failure, seal_group
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.slog import Append, Prepared, SealJob, SegmentLog, prepare
@@ -487,9 +487,8 @@ class Writer:
                 delay = 0.0
                 if slog is not None:
                     self._buffered += job.nbytes
-                    delay = slog.restore(
-                        job, str(exc), self.policy.retry_backoff_s, time.monotonic()
-                    )
+                    keep = slog.hold_exact if isinstance(exc, CommitUnknownError) else slog.restore
+                    delay = keep(job, str(exc), self.policy.retry_backoff_s, time.monotonic())
                     if self._link_groups:  # still one group: it must land together
                         slog.links.update(keys - {job.key})
                 delays.append(delay)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from plateau_core import (
 from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
+from plateau_core.verify import verify_store
 from tests.support import batch
 
 
@@ -197,16 +199,27 @@ def test_a_commit_whose_outcome_is_unknown_keeps_its_files(
         writer.append("t", 0, batch([0, 1]))
         with pytest.raises(FlushTimeoutError):
             writer.flush(timeout_s=0.5)
+        deadline = time.monotonic() + 10
+        while not recorder.failed:  # told after the writer's lock is let go
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         assert "cannot say whether it landed" in str(recorder.failed[0])
         folder = store.data_dir / "topics/t/0"
         assert [p.name for p in folder.iterdir() if p.suffix == ".arrow"] != []
+        # Records arriving before the retry are not merged into it: the retry writes the
+        # same file and finds its commit, and they seal on their own.
+        writer.append("t", 0, batch([2, 3]))
         monkeypatch.setattr(store.manifest, "commit_seal", commit)
         down.clear()
         writer.flush(timeout_s=10)
     finally:
         writer.close()
-    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1]
-    assert store.manifest.watermark("t", 0) == 2
+    spans = [(s.start_offset, s.end_offset) for s in store.manifest.segments("t")]
+    assert spans == [(0, 2), (2, 4)]
+    report = verify_store(store, deep=True)
+    assert report.problems == [] and report.orphans == []
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3]
+    assert store.manifest.watermark("t", 0) == 4
 
 
 def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
