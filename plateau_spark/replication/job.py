@@ -11,7 +11,6 @@ A crash before 3 leaves only files that step 1 of the next run removes or overwr
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import os
 import time
@@ -21,6 +20,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import structlog
 from pyarrow import fs
 
@@ -28,7 +29,7 @@ from plateau_core.errors import PlateauError
 from plateau_core.manifest import SegmentRecord, SegmentState
 from plateau_core.names import MANIFEST_FILE
 from plateau_core.policies import MiB
-from plateau_core.schema import merge_schemas
+from plateau_core.schema import OFFSET, merge_schemas
 from plateau_core.store import Store
 from plateau_spark.replication.files import (
     ReplicaFile,
@@ -122,11 +123,7 @@ class Replicator:
                 return report
             filesystem = self.target.filesystem()
             self.target.clear_staging(filesystem)
-            removed, covered = self._remove_unfinished(filesystem, tasks)
-            report.orphans_removed = removed
-            tasks = self._skip_covered(tasks, covered)
-            if not tasks:
-                return report
+            report.orphans_removed = self._remove_unfinished(filesystem, tasks)
             results = (
                 run_spark(spark, tasks, self._manifest_url(), self.compression)
                 if spark is not None
@@ -189,14 +186,10 @@ class Replicator:
         default = self.store.data_dir / MANIFEST_FILE
         return None if url in (f"sqlite:///{default}", str(default)) else url
 
-    def _remove_unfinished(
-        self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]
-    ) -> tuple[int, dict[tuple[str, int], int]]:
-        """Delete files of an unfinished earlier run that hold rows of the pending segments;
-        returns how many, and per partition the offset up to which files that also hold
-        older rows were kept (`_skip_covered`)."""
+    def _remove_unfinished(self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]) -> int:
+        """Delete files of an unfinished earlier run that hold rows of the pending segments
+        (the run writes those rows again); returns how many."""
         removed = 0
-        covered: dict[tuple[str, int], int] = {}
         spans = {(s.topic, s.partition): s.replicated_offset for s in self.store.spans()}
         by_partition: dict[tuple[str, int], list[SegmentRecord]] = {}
         for task in tasks:
@@ -212,11 +205,9 @@ class Replicator:
                     continue
                 if bounds[0] < floor:
                     # It also holds rows below every pending segment, whose segments may be
-                    # gone (retention, then a rebuild-manifest reset replicated_offset): it
-                    # stays, and what it holds is not copied again.
-                    key = (topic, partition)
-                    covered[key] = max(covered.get(key, 0), bounds[1] + 1)
-                    continue
+                    # gone (retention, then a rebuild-manifest reset replicated_offset): those
+                    # rows stay, in a file of their own, and the rest is written again.
+                    self._keep_below(filesystem, relative, floor)
                 self.target.delete(filesystem, relative)
                 removed += 1
                 log.warning(
@@ -228,44 +219,29 @@ class Replicator:
                     replicated_offset=floor,
                     path=relative,
                 )
-        return removed, covered
+        return removed
 
-    def _skip_covered(
-        self, tasks: list[ReplicaTask], covered: dict[tuple[str, int], int]
-    ) -> list[ReplicaTask]:
-        """Record as replicated the pending segments a kept file already holds whole, and
-        plan without them (a segment it holds in part is copied whole: said in the log)."""
-        if not covered:
-            return tasks
-        kept: list[ReplicaTask] = []
-        for task in tasks:
-            upto = covered.get((task.topic, task.partition))
-            if upto is None:
-                kept.append(task)
-                continue
-            held = [s for s in task.segments if s.end_offset <= upto]
-            rest = tuple(s for s in task.segments if s.end_offset > upto)
-            if held:
-                self.store.manifest.mark_replicated([s.id for s in held])
-                log.info(
-                    "segments_already_replicated",
-                    topic=task.topic,
-                    partition=task.partition,
-                    start_offset=held[0].start_offset,
-                    end_offset=held[-1].end_offset,
-                )
-            if rest and rest[0].start_offset < upto:
-                log.warning(
-                    "replica_rows_copied_twice",
-                    topic=task.topic,
-                    partition=task.partition,
-                    start_offset=rest[0].start_offset,
-                    end_offset=upto,
-                    reason="a kept replica file holds part of a pending segment",
-                )
-            if rest:
-                kept.append(dataclasses.replace(task, segments=rest))
-        return kept
+    def _keep_below(self, filesystem: fs.FileSystem, relative: str, floor: int) -> None:
+        """Write the rows of a replica file below offset `floor` to a file of their own, in
+        the same folder (its name from its offsets, so a retry writes the same one)."""
+        with filesystem.open_input_file(self.target.path(relative)) as handle:
+            table = pq.ParquetFile(handle).read()
+        kept = table.filter(pc.less(table.column(OFFSET), floor))
+        bounds = pc.min_max(kept.column(OFFSET))
+        first, last = bounds["min"].as_py(), bounds["max"].as_py()
+        folder = relative.rsplit("/", 1)[0]
+        name = f"{folder}/{first:020d}-{last:020d}.parquet"
+        self.target.write(
+            filesystem, name, lambda out: pq.write_table(kept, out, compression=self.compression)
+        )
+        log.warning(
+            "replica_file_split",
+            path=relative,
+            kept=name,
+            rows_kept=kept.num_rows,
+            rewritten_from_offset=floor,
+            reason="it held rows of pending segments and of segments no longer here",
+        )
 
     def _candidate_files(
         self, filesystem: fs.FileSystem, topic: str, partition: int, segments: list[SegmentRecord]
