@@ -4,7 +4,14 @@ committed offset is for lag tools."""
 from __future__ import annotations
 
 import structlog
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_STORED, Consumer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_STORED,
+    Consumer,
+    KafkaException,
+    TopicPartition,
+)
 
 from bridge.config.models import KafkaConfig
 from plateau_core.manifest import Manifest
@@ -32,7 +39,13 @@ def start_offset(
             return OFFSET_STORED  # librdkafka falls back to auto.offset.reset
         return OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END
     if kafka.start_without_watermark == "committed":
-        (found,) = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)
+        try:
+            (found,) = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)
+        except KafkaException as exc:  # the store's own watermark is safe, if not the best
+            log.warning(
+                "committed_offset_unknown", topic=tp.topic, partition=tp.partition, error=str(exc)
+            )
+            found = TopicPartition(tp.topic, tp.partition, watermark)
         if found.offset > watermark:
             log.info(
                 "partition_landed_elsewhere",

@@ -130,6 +130,31 @@ def test_a_partition_given_up_mid_seal_keeps_its_lock_until_the_seal_ends(
     assert store.read("t").to_table().column("offset").to_pylist() == list(range(210))
 
 
+def test_the_same_writer_takes_a_partition_back_once_its_old_seal_ends(store: Store) -> None:
+    """Revoked while its seal is stuck, then assigned back to the same worker: acquire
+    waits for that seal (the lock is still this writer's), then recovers as usual."""
+    release_disk = threading.Event()
+
+    def slow_write(*args: Any, **kwargs: Any) -> Any:
+        release_disk.wait(10)
+        return write_segment(*args, **kwargs)
+
+    writer = Writer(store, WriterPolicy(fsync=False), write=slow_write)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch(range(50)))
+        with pytest.raises(FlushTimeoutError):
+            writer.flush(timeout_s=0.2)
+        writer.release("t", 0, seal=False, timeout_s=0.1)
+        with pytest.raises(PartitionLockedError):
+            writer.acquire("t", 0, timeout_s=0.3)
+        threading.Timer(0.3, release_disk.set).start()
+        assert writer.acquire("t", 0, timeout_s=10) == 50
+    finally:
+        release_disk.set()
+        writer.close()
+
+
 def test_one_writer_per_partition_across_processes(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [
