@@ -103,7 +103,8 @@ class KafkaApiConfig(Strict):
     journal_max_bytes: Size | None = Field(
         default=None,
         description="durability: journal only. Soft limit of the journal's files on disk "
-        "(default: storage.memory_budget). Files go oldest first, once every record in them "
+        "(default: storage.memory_budget, at least 32MiB). Files go oldest first, once every "
+        "record in them "
         "is sealed, so a partition with old unsealed records (a long roll.max_age) keeps "
         "every file written since; past this size those partitions seal early. The journal "
         "is not counted in storage.max_bytes.",

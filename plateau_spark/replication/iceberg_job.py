@@ -205,6 +205,7 @@ class IcebergReplicator(Replicator):
         """Delete data files of runs that wrote but never committed (no snapshot reads a
         file whose first offset is at or past the committed offset)."""
         filesystem = location.filesystem()
+        location.clear_staging(filesystem)  # objects a killed run was still writing
         removed = 0
         for partition in sorted({t.partition for t in tasks}):
             floor = committed.get(partition, 0)
