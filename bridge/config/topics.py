@@ -192,7 +192,9 @@ class TopicMapping(Strict):
     timestamp: str = Field(
         default="kafka",
         description="kafka (the record's timestamp), log_append_time (when plateau received "
-        "it; produced topics only) or field:<name> (epoch ms or a timestamp in the data).",
+        "it; produced topics only) or field:<name> (a timestamp in the data, epoch ms between "
+        "years 1 and 9999, or ISO 8601 text with a zone; anything else makes the record "
+        "poison).",
     )
     key: Literal["keep", "drop"] = Field(default="keep", description="Keep the record key.")
     headers: Literal["keep", "drop"] = Field(default="keep", description="Keep the record headers.")

@@ -123,3 +123,57 @@ def test_random_bytes_never_raise() -> None:
         values += [json.dumps({"n": 1}).encode(), None]
         decoded = _decode({"format": fmt}, values)
         assert _rows(decoded) + len(decoded.poison) >= len(values) - 1
+
+
+def test_json_strings_that_are_not_utf8_are_poison() -> None:
+    # Arrow's reader let them into a string column, and every seal then failed for good.
+    decoded = _decode(
+        {"format": "json"}, [b'{"n": 1}', b'{"name": "caf\xe9", "n": 2}', b'{"n": 3}']
+    )
+    assert _rows(decoded) == 2 and "not UTF-8" in _poison(decoded)[1]
+    assert decoded.batches[0].column("n").to_pylist() == [1, 3]
+
+
+@pytest.mark.parametrize("depth", [61, 20_000])
+@pytest.mark.parametrize("pretty", [False, True], ids=["one-line", "pretty"])
+def test_json_nested_too_deep_is_poison(depth: int, pretty: bool) -> None:
+    # Arrow's IPC writer refuses 64 levels at the seal, and 20,000 in one line crashed the
+    # process inside Arrow's reader (a RecursionError in json.loads when pretty-printed).
+    nested = "[" * depth + "1" + "]" * depth
+    document = f'{{"a":{nested}}}' if not pretty else f'{{\n "a": {nested}\n}}'
+    decoded = _decode({"format": "json"}, [document.encode(), b'{"a": [1]}'])
+    assert "nested deeper than 60" in _poison(decoded)[0]
+    assert _rows(decoded) == 1
+
+
+def test_json_nested_to_the_limit_lands() -> None:
+    nested = "[" * 58 + "1" + "]" * 58
+    decoded = _decode({"format": "json"}, [f'{{"a":{{"b":{nested}}}}}'.encode()])
+    assert _rows(decoded) == 1 and decoded.poison == []
+
+
+def test_event_times_as_iso_8601_text_land() -> None:
+    decoded = _decode(
+        {"format": "json", "timestamp": "field:ts"},
+        [
+            b'{"ts": "2024-01-01T12:00:00.123Z"}',
+            b'{"ts": "2024-01-01T14:00:00.5+02:00"}',
+            b'{"ts": "soon"}',
+            b'{"ts": "2024-01-01T12:00:00"}',
+        ],
+    )
+    stamps = [t.isoformat() for t in decoded.batches[0].column("timestamp").to_pylist()]
+    assert stamps == ["2024-01-01T12:00:00.123000+00:00", "2024-01-01T12:00:00.500000+00:00"]
+    assert set(_poison(decoded)) == {2, 3}
+    assert "ISO 8601 with a zone" in _poison(decoded)[3]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e300", "1700000000000000"])
+def test_event_times_out_of_range_are_poison(value: str) -> None:
+    # Stored before as dates no reader can show (and plateau status failed on them):
+    # NaN became -2^63 ms, epoch microseconds the year 55840.
+    decoded = _decode(
+        {"format": "json", "timestamp": "field:t"},
+        [b'{"t": 1700000000000}', f'{{"t": {value}}}'.encode()],
+    )
+    assert _rows(decoded) == 1 and "between years 1 and 9999" in _poison(decoded)[1]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from bridge.ingest.decode.common import Decoded, poison_at
-from bridge.ingest.decode.json_format import RESERVED, event_times
+from bridge.ingest.decode.event_times import event_times
+from bridge.ingest.decode.json_format import RESERVED
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.errors import InvalidInputError
 from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from bridge.ingest.decode.common import Decoded, poison_at
+from bridge.ingest.decode.event_times import event_times
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.schema import TIMESTAMP_TYPE, conform
 
@@ -108,6 +109,13 @@ class JsonDecoder:
 
     def _read(self, lines: list[bytes]) -> pa.Table:
         data = b"\n".join(lines)
+        try:
+            # Arrow's reader lets bytes that are not UTF-8 through into string columns, and
+            # the seal then fails on them for good. One check of the block: a failing block
+            # is split until the records at fault are found, as for other parse errors.
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise pa.ArrowInvalid(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
         options = pajson.ParseOptions(
             explicit_schema=_pinned(self.known),
             unexpected_field_behavior="ignore" if self.declared is not None else "infer",
@@ -155,11 +163,15 @@ def _one_line(value: bytes | None) -> tuple[bytes, str | None]:
     stripped = value.strip()
     if not stripped:
         return b"", "empty value in a json topic"
+    if stripped.count(b"[") + stripped.count(b"{") > MAX_DEPTH and _depth(stripped) > MAX_DEPTH:
+        # Arrow's reader recurses into nesting (a record 20,000 levels deep crashed the
+        # process) and its IPC writer refuses more than 64 levels at the seal.
+        return b"", f"JSON nested deeper than {MAX_DEPTH} levels"
     if b"\n" in stripped or b"\r" in stripped:
         # Pretty-printed JSON: compact it so that one message is one line.
         try:
             stripped = json.dumps(json.loads(stripped), separators=(",", ":")).encode()
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             return b"", f"not JSON: {exc}"
     if not stripped.startswith(b"{"):
         # Arrow's reader takes a top-level `null` as a row of nulls next to other rows, and
@@ -167,6 +179,31 @@ def _one_line(value: bytes | None) -> tuple[bytes, str | None]:
         # refuses, but only after parsing.
         return b"", f"not a JSON object: {stripped[:40]!r}"
     return stripped, None
+
+
+MAX_DEPTH = 60
+
+
+def _depth(data: bytes) -> int:
+    """How deep objects and arrays nest in a JSON text (brackets in strings not counted)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 def _pinned(known: pa.Schema | None) -> pa.Schema | None:
@@ -200,26 +237,3 @@ def _widen(schemas: Sequence[pa.Schema | None]) -> pa.Schema:
 def _conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
     batches = [conform(b, schema) for b in table.to_batches()]
     return pa.Table.from_batches(batches, schema=schema)
-
-
-def event_times(table: pa.Table, name: str) -> tuple[pa.Array, dict[int, str]]:
-    """The timestamp column from a field: timestamps, or numbers as epoch milliseconds."""
-    if name not in table.column_names:
-        return pa.nulls(table.num_rows, TIMESTAMP_TYPE), dict.fromkeys(
-            range(table.num_rows), f"timestamp field {name!r} is missing"
-        )
-    column = table.column(name).combine_chunks()
-    if pa.types.is_timestamp(column.type):
-        stamps = column.cast(TIMESTAMP_TYPE)
-    elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-        stamps = column.cast(pa.int64(), safe=False).cast(TIMESTAMP_TYPE)
-    else:
-        return pa.nulls(table.num_rows, TIMESTAMP_TYPE), dict.fromkeys(
-            range(table.num_rows),
-            f"timestamp field {name!r} is {column.type}, not a timestamp or epoch milliseconds",
-        )
-    nulls = stamps.is_null()
-    bad = {
-        i: f"timestamp field {name!r} is null or missing" for i, v in enumerate(nulls) if v.as_py()
-    }
-    return stamps, bad

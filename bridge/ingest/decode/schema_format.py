@@ -24,7 +24,8 @@ import pyarrow as pa
 
 from bridge.ingest.decode.avro_arrow import UnsupportedSchemaError
 from bridge.ingest.decode.common import Decoded, poison_at
-from bridge.ingest.decode.json_format import RESERVED, event_times
+from bridge.ingest.decode.event_times import event_times
+from bridge.ingest.decode.json_format import RESERVED
 from bridge.ingest.decode.registry import SchemaSource, UnknownSchemaError
 from bridge.ingest.decode.wire import (
     HEADER,
