@@ -113,11 +113,19 @@ def apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str], source: Pat
             continue
         if parts[0] == "kafka" and len(parts) == 2 and parts[1] not in _KAFKA_FIELDS:
             parts[1] = parts[1].replace("_", ".")
-        try:
-            parsed = yaml.safe_load(value) if value else value
-        except (yaml.YAMLError, RecursionError, ValueError):
-            parsed = value  # validated as the string it is
-        _set(raw, parts, parsed, name, source)
+        _set(raw, parts, _env_value(value), name, source)
+
+
+def _env_value(value: str) -> Any:
+    """The text as it is (validation turns "30", "true" or "1GiB" into what a key takes),
+    or a YAML list or mapping when it is written as one. Read as YAML whole, a secret's
+    " #..." was a comment, "0123" an octal 83 and "12:30:00" the number 45000."""
+    if value.lstrip()[:1] not in ("[", "{"):
+        return value
+    try:
+        return yaml.safe_load(value)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return value  # validated as the string it is
 
 
 # plateau's own kafka keys keep their underscores; any other key is librdkafka's.

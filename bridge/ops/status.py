@@ -19,7 +19,13 @@ Row = dict[str, Any]
 
 
 def _iso(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+    if ms is None:
+        return None
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()
+    except (ValueError, OverflowError, OSError):
+        # Stored by an older version from a number that was not epoch milliseconds.
+        return f"{ms} ms (outside the calendar)"
 
 
 def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], str | None]:

@@ -342,3 +342,21 @@ def test_schema_registry_password_from_the_environment_and_tls_beside_the_file(
     assert settings["ssl.ca.location"] == str(tmp_path / "ca.pem")
     assert settings["max.retries"] == 0
     assert "s3cret" not in json.dumps(config.redacted())
+
+
+def test_environment_values_are_taken_as_written(tmp_path: Path) -> None:
+    # Read as YAML they lost a secret's " #..." as a comment, and "0123" became 83.
+    path = _write(tmp_path, {"kafka": {"bootstrap_servers": "a:1"}, **MINIMAL})
+    config = load_config(
+        path,
+        env={
+            "PLATEAU__KAFKA__SASL_PASSWORD": "s3cret #2024",
+            "PLATEAU__KAFKA__GROUP_ID": "0123",
+            "PLATEAU__STORAGE__WRITER_THREADS": "3",
+            "PLATEAU__TOPICS__0__INDEX__BLOOM": "[rid, user]",  # a list, written as one
+        },
+    )
+    assert config.kafka.librdkafka()["sasl.password"] == "s3cret #2024"
+    assert config.kafka.group_id == "0123"
+    assert config.storage.writer_threads == 3
+    assert config.topics[0].index.bloom == ["rid", "user"]
