@@ -43,8 +43,18 @@ class Condition:
         if index < 0 or pa.types.is_null(batch.schema.field(index).type):
             return pa.array([False] * batch.num_rows, pa.bool_())
         column = batch.column(index)
+        values = sorted(self.values, key=repr)
+        if _numeric(column.type) and all(_is_number(v) for v in values):
+            # A column the topic widened (int32 in older segments, double in newer): 1.5
+            # cannot be an int32, so it is compared as a double in those segments.
+            try:
+                wanted = pa.array(values).cast(column.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                column = column.cast(pa.float64())
+                wanted = pa.array([float(v) for v in values], pa.float64())
+            return pc.fill_null(pc.is_in(column, value_set=wanted), False)
         try:
-            wanted = pa.array(sorted(self.values, key=repr)).cast(column.type)
+            wanted = pa.array(values).cast(column.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InvalidInputError(
                 f"where {self.column!r}: {sorted(self.values, key=repr)!r} cannot be compared "
@@ -129,3 +139,11 @@ def admitted_by_blooms(where: Where, blooms: Mapping[str, Bloom]) -> bool:
 def admitted_by_stats(where: Where, stats: Mapping[str, ColumnStats], record_count: int) -> bool:
     """Whether a segment with these promoted statistics may hold a row every condition keeps."""
     return all(c.admits(stats.get(c.column), record_count) for c in where)
+
+
+def _numeric(dtype: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(dtype) or pa.types.is_floating(dtype))
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

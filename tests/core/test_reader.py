@@ -94,6 +94,23 @@ def test_schema_evolution_merges_and_widens(store: Store) -> None:
     assert len(store.manifest.schemas("t")) == 3
 
 
+def test_where_on_a_widened_column_reads_every_segment_as_the_merged_type(store: Store) -> None:
+    """int32 in an older segment, double in a newer one: a fraction finds nothing in the
+    int32 segment instead of refusing to compare with it."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        for offset, column in ((0, pa.array([1], pa.int32())), (1, pa.array([1.5]))):
+            writer.append("t", 0, batch([offset], extra={"x": column}))
+            writer.flush()
+    finally:
+        writer.close()
+    assert store.read("t", where={"x": 1.5}).to_table().column("offset").to_pylist() == [1]
+    assert store.read("t", where={"x": 1}).to_table().column("offset").to_pylist() == [0]
+    with pytest.raises(InvalidInputError, match="cannot be compared"):
+        store.read("t", where={"x": "one"}).to_table()
+
+
 def test_spans_describe_partitions(ten_segments: Store) -> None:
     [span] = ten_segments.spans("t")
     assert (span.partition, span.next_offset, span.segments, span.records) == (0, 1000, 10, 1000)
