@@ -180,11 +180,35 @@ def merge_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
     unique = list({fingerprint(s): s.remove_metadata() for s in schemas}.values())
     if not unique:
         return pa.schema(FIXED_FIELDS)
-    merged = pa.unify_schemas(unique, promote_options="permissive")
+    try:
+        merged = pa.unify_schemas(unique, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
+        raise InvalidInputError(_clash(unique, exc)) from exc
     fields = [merged.field(OFFSET), merged.field(TIMESTAMP)]
     fields[0] = fields[0].with_nullable(False)
     fields += [f.with_nullable(True) for f in merged if f.name not in (OFFSET, TIMESTAMP)]
     return pa.schema(fields)
+
+
+def _clash(schemas: list[pa.Schema], exc: Exception) -> str:
+    """Which field's types cannot be merged, and what to do about it."""
+    types: dict[str, set[str]] = {}
+    for schema in schemas:
+        for field in schema:
+            types.setdefault(field.name, set()).add(str(field.type))
+    for name, found in types.items():
+        try:
+            pa.unify_schemas(
+                [pa.schema([s.field(name)]) for s in schemas if name in s.names],
+                promote_options="permissive",
+            )
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            return (
+                f"column {name!r} was stored as {' and '.join(sorted(found))} in different "
+                "segments, which cannot be read as one column (two workers or nodes each "
+                "inferred a JSON field's type): declare its type in the topic's schema"
+            )
+    return f"the topic's segments have schemas that cannot be merged: {exc}"
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -79,5 +79,5 @@ class Routes:
             return
         try:
             route.decoder.seed(merge_schemas(stored.values()))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, InvalidInputError) as exc:
             log.warning("stored_schemas_disagree", topic=route.plateau_topic, error=str(exc))

@@ -4,15 +4,20 @@ and when a dead-letter partition is first written."""
 
 from __future__ import annotations
 
+import structlog
+
 from bridge.config.models import Config
 from bridge.config.topics import RollConfig
 from bridge.ingest.decode import decoder_for
 from bridge.kafka_api.partition import ProducedPartition
 from bridge.kafka_api.topics import ProducedTopics
 from plateau_core import Store, Writer
+from plateau_core.errors import InvalidInputError
 from plateau_core.journal_replay import replay
 from plateau_core.policies import RollPolicy
 from plateau_core.schema import merge_schemas
+
+log = structlog.get_logger(__name__)
 
 # Produced partitions seal this often unless their topic sets roll.max_age. With
 # durability: segment, acks=all waits for the seal, so this bounds the acknowledgement
@@ -103,7 +108,10 @@ class OwnedPartitions:
         decoder = decoder_for(mapping, self.config.schema_registry)
         stored = self.store.manifest.schemas(topic)
         if stored:
-            decoder.seed(merge_schemas(stored.values()))
+            try:
+                decoder.seed(merge_schemas(stored.values()))
+            except InvalidInputError as exc:  # segments of clashing types: seeded by none
+                log.warning("stored_schemas_disagree", topic=topic, error=str(exc))
         state = ProducedPartition(
             topic,
             partition,

@@ -111,6 +111,21 @@ def test_where_on_a_widened_column_reads_every_segment_as_the_merged_type(store:
         store.read("t", where={"x": "one"}).to_table()
 
 
+def test_columns_whose_types_cannot_merge_are_named(store: Store) -> None:
+    """Two workers each inferring a JSON field's type can store it as text in one partition
+    and as a number in another: the read says which column, not Arrow's merge error."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        for partition, column in ((0, pa.array(["42"])), (1, pa.array([42]))):
+            writer.acquire("t", partition, roll=RollPolicy(max_age_s=3600))
+            writer.append("t", partition, batch([0], extra={"user": column}))
+        writer.flush()
+    finally:
+        writer.close()
+    with pytest.raises(InvalidInputError, match="column 'user' was stored as int64 and string"):
+        store.read("t").to_table()
+
+
 def test_spans_describe_partitions(ten_segments: Store) -> None:
     [span] = ten_segments.spans("t")
     assert (span.partition, span.next_offset, span.segments, span.records) == (0, 1000, 10, 1000)
