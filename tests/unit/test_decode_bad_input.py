@@ -177,3 +177,12 @@ def test_event_times_out_of_range_are_poison(value: str) -> None:
         [b'{"t": 1700000000000}', f'{{"t": {value}}}'.encode()],
     )
     assert _rows(decoded) == 1 and "between years 1 and 9999" in _poison(decoded)[1]
+
+
+def test_json_field_named_like_plateaus_and_its_renamed_twin_is_poison() -> None:
+    # `offset` is stored as `offset_`: with a field `offset_` too, one value was lost.
+    decoded = _decode(
+        {"format": "json"}, [b'{"offset": 1, "offset_": 2}', b'{"offset_": 3}', b'{"n": 4}']
+    )
+    assert "both present" in _poison(decoded)[0]
+    assert decoded.batches[0].column("offset_").to_pylist() == [3, None]

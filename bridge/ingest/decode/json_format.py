@@ -133,28 +133,48 @@ class JsonDecoder:
     ) -> None:
         """`table` holds the decoded rows `rows` of `records`, in order."""
         timestamps = None
+        bad = _twins(table)
         if self.timestamp_field is not None:
-            timestamps, bad = event_times(table, self.timestamp_field)
-            if bad:
-                keep = [i for i in range(len(rows)) if i not in bad]
-                for i in sorted(bad):
-                    result.poison.append(poison_at(records, rows[i], bad[i]))
-                table = table.take(pa.array(keep, pa.int64()))
-                timestamps = timestamps.take(pa.array(keep, pa.int64()))
-                rows = [rows[i] for i in keep]
+            timestamps, late = event_times(table, self.timestamp_field)
+            bad = {**late, **bad}
+        if bad:
+            keep = pa.array([i for i in range(len(rows)) if i not in bad], pa.int64())
+            for i in sorted(bad):
+                result.poison.append(poison_at(records, rows[i], bad[i]))
+            table = table.take(keep)
+            timestamps = None if timestamps is None else timestamps.take(keep)
+            rows = [rows[i] for i in keep.to_pylist()]
         if not rows:
             return
         columns = kept_columns(
             records, self.kept, rows=pa.array(rows, pa.int64()), timestamps=timestamps
         )
         for name in table.column_names:
-            column = table.column(name).combine_chunks()
-            columns[f"{name}_" if name in RESERVED else name] = column
+            renamed = f"{name}_" if name in RESERVED else name
+            if renamed != name and renamed in table.column_names:
+                continue  # only nulls left in it (_twins): the field `name_` is the column
+            columns[renamed] = table.column(name).combine_chunks()
         result.batches.append(pa.RecordBatch.from_pydict(columns))
 
 
 class _RowCountError(ValueError):
     pass
+
+
+def _twins(table: pa.Table) -> dict[int, str]:
+    """Rows with a field named like one of plateau's columns (stored with a `_` suffix)
+    and a field already named so: one would overwrite the other."""
+    bad: dict[int, str] = {}
+    for name in RESERVED:
+        if name in table.column_names and f"{name}_" in table.column_names:
+            present = table.column(name).is_valid()
+            for i, here in enumerate(present.to_pylist()):
+                if here:
+                    bad[i] = (
+                        f"fields {name!r} and {name + '_'!r} both present: {name!r} is stored "
+                        f"as {name + '_'!r}"
+                    )
+    return bad
 
 
 def _one_line(value: bytes | None) -> tuple[bytes, str | None]:
