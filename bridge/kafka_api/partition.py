@@ -104,6 +104,9 @@ class ProducedPartition:
         self.producers = producers
         # When each producer last wrote here (monotonic; those loaded count from now).
         self.seen = dict.fromkeys(producers, time.monotonic())
+        # LogAppendTime of recent idempotent batches by base offset, for answering a batch
+        # sent again with the time it got (as Kafka does); not kept across restarts.
+        self.append_times: dict[int, int] = {}
         self.max_age_s = max_age_s
         self.stalled: list[Pending] = []  # batches the writer refused, retried first
         self.landed: asyncio.Future[None] | None = None  # resolves once `stalled` is empty
@@ -126,6 +129,11 @@ class ProducedPartition:
             if current is None
             else current.with_batch(batch)
         )
+
+    def appended(self, base_offset: int, at_ms: int) -> None:
+        self.append_times[base_offset] = at_ms
+        if len(self.append_times) > _APPEND_TIMES_KEPT:
+            del self.append_times[next(iter(self.append_times))]
 
     def forget_producers(self, before: float) -> int:
         """Drop the producers that last wrote here before `before` (monotonic)."""
@@ -180,6 +188,9 @@ class ProducedPartition:
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             waiter.ticket.met()
+
+
+_APPEND_TIMES_KEPT = 4096  # a producer's last five batches, for many producers
 
 
 def _end(waiter: Waiter) -> int:

@@ -223,7 +223,11 @@ class ProduceSink(WriterListener):
                 )
                 end = base + batch.count
                 state.durable(end, ticket)
-                return Outcome(base_offset=base, durable=[(state, end)])
+                return Outcome(
+                    base_offset=base,
+                    log_append_time_ms=state.append_times.get(base, -1),
+                    durable=[(state, end)],
+                )
             if verdict.verdict is not Verdict.NEW:
                 code = (
                     ErrorCode.invalid_producer_epoch
@@ -269,6 +273,8 @@ class ProduceSink(WriterListener):
                 base,
             )
             state.remember(producer)
+            if log_append:
+                state.appended(base, appended_ms)
         # advance_to: offsets of the batch that land nowhere here (poison) are passed over
         # in the same transaction as its rows, its producer batch and its dead letters.
         source = Append(topic, partition, rows, producer, end, urgent)

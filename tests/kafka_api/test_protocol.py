@@ -233,6 +233,23 @@ def test_bad_batches_get_kafkas_answer_and_store_nothing(
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"ok"]
 
 
+def test_a_batch_sent_again_to_a_log_append_time_topic_gets_its_append_time(
+    tmp_path: Path,
+) -> None:
+    config = api_config(
+        tmp_path / "store", [{"name": "lat", "partitions": 1, "timestamp": "log_append_time"}]
+    )
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        batch = record_batch([b"a"], producer_id=producer_id(client), epoch=0, sequence=0)
+        first = produce(client, "lat", batch)
+        time.sleep(0.01)
+        again = produce(client, "lat", batch)
+        client.close()
+    assert first.log_append_time is not None
+    assert (again.base_offset, again.log_append_time) == (0, first.log_append_time)
+
+
 def test_acks_kafka_does_not_know_are_refused_and_nothing_lands(tmp_path: Path) -> None:
     with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
         client = RawClient(bootstrap)
