@@ -42,14 +42,14 @@ from plateau_core.journal_codec import (
     read_file,
 )
 from plateau_core.partition_lock import PartitionLock
-from plateau_core.policies import MiB
+from plateau_core.policies import JOURNAL_FILE_BYTES
 from plateau_core.slog import Append, Prepared
 
 log = structlog.get_logger(__name__)
 
 JOURNAL_DIR = "journal"
 SUFFIX = ".journal"
-FILE_BYTES = 16 * MiB  # a new file once the current one holds this much
+FILE_BYTES = JOURNAL_FILE_BYTES  # a new file once the current one holds this much
 _IOV_MAX = 512  # chunks per writev, under the kernel's limit of 1024
 _RETRY_S = (0.05, 0.2, 1.0, 5.0)
 

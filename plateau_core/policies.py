@@ -53,6 +53,12 @@ class IndexPolicy:
             raise InvalidInputError(f"index.bloom lists a column twice: {list(self.bloom)}")
 
 
+# The journal's files (plateau_core.journal), and the least its limit may be: below two of
+# them, every new file would force seals.
+JOURNAL_FILE_BYTES = 16 * MiB
+JOURNAL_MIN_BYTES = 2 * JOURNAL_FILE_BYTES
+
+
 @dataclass(frozen=True)
 class WriterPolicy:
     """How a writer buffers and seals, across all the partitions it owns."""

@@ -9,8 +9,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from bridge.config.fields import Duration, Size, Strict
-
-_JOURNAL_FLOOR = 32 * 1024 * 1024
+from plateau_core.policies import JOURNAL_MIN_BYTES
 
 
 class KafkaApiTls(Strict):
@@ -147,8 +146,7 @@ class KafkaApiConfig(Strict):
     @field_validator("journal_max_bytes")
     @classmethod
     def _journal_room(cls, value: int | None) -> int | None:
-        # Below two of the journal's 16 MiB files, every tick would force seals.
-        if value is not None and value < _JOURNAL_FLOOR:
+        if value is not None and value < JOURNAL_MIN_BYTES:
             raise ValueError(f"must be at least 32MiB (two journal files), got {value} bytes")
         return value
 

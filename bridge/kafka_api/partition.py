@@ -122,7 +122,7 @@ class ProducedPartition:
         return check(self.producers.get(producer_id), epoch, first, last)
 
     def remember(self, batch: ProducerBatch) -> None:
-        self.seen[batch.producer_id] = time.monotonic()
+        # `seen` was set by check_producer, which every batch remembered went through.
         current = self.producers.get(batch.producer_id)
         self.producers[batch.producer_id] = (
             ProducerState(batch.producer_id, batch.epoch, (batch,))

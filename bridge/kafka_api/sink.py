@@ -37,7 +37,7 @@ from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
 from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment, WriterListener
-from plateau_core.policies import MiB, WriterPolicy
+from plateau_core.policies import JOURNAL_MIN_BYTES, WriterPolicy
 from plateau_core.producers import ProducerBatch, Verdict
 
 log = structlog.get_logger(__name__)
@@ -98,9 +98,9 @@ class ProduceSink(WriterListener):
                 # The producers answered by a group send their next batches within a few
                 # ms; held that long, the next group takes them (docs/benchmarks.md).
                 group_hold_s=0.0 if self.journaled else api.group_commit_hold,
-                # The memory budget bounds what is unsealed; below two journal files every
-                # new file would force seals.
-                journal_max_bytes=api.journal_max_bytes or max(storage.memory_budget, 32 * MiB),
+                # The memory budget bounds what is unsealed.
+                journal_max_bytes=api.journal_max_bytes
+                or max(storage.memory_budget, JOURNAL_MIN_BYTES),
             ),
             self,
             journal=self.journaled,

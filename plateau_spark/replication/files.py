@@ -68,7 +68,12 @@ def replica_dir(topic: str, day: date, partition: int) -> str:
 
 
 def replica_name(topic: str, day: date, partition: int, first: int, last: int) -> str:
-    return f"{replica_dir(topic, day, partition)}/{first:020d}-{last:020d}.parquet"
+    return f"{replica_dir(topic, day, partition)}/{replica_file_name(first, last)}"
+
+
+def replica_file_name(first: int, last: int) -> str:
+    """A replica file's name in its folder: the offsets of its first and last rows."""
+    return f"{first:020d}-{last:020d}.parquet"
 
 
 def parse_replica_name(name: str) -> tuple[int, int] | None:

@@ -37,6 +37,7 @@ from plateau_spark.replication.files import (
     parse_replica_name,
     pending_days,
     replica_dir,
+    replica_file_name,
     write_task,
 )
 from plateau_spark.replication.spark_write import run_spark
@@ -230,7 +231,7 @@ class Replicator:
         bounds = pc.min_max(kept.column(OFFSET))
         first, last = bounds["min"].as_py(), bounds["max"].as_py()
         folder = relative.rsplit("/", 1)[0]
-        name = f"{folder}/{first:020d}-{last:020d}.parquet"
+        name = f"{folder}/{replica_file_name(first, last)}"
         self.target.write(
             filesystem, name, lambda out: pq.write_table(kept, out, compression=self.compression)
         )

@@ -27,12 +27,11 @@ from pyspark.sql import functions as fn
 
 from plateau_core.schema import OFFSET
 from plateau_spark.replication.files import ReplicaFile, ReplicaTask, replica_name
-from plateau_spark.replication.target import Target, TargetError
+from plateau_spark.replication.target import STAGING_DIR, Target, TargetError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-STAGING_DIR = "_plateau_staging"  # Spark's readers skip folders starting with "_"
 # Spark's writer settings for the run: millisecond data kept as standard Parquet timestamps,
 # and one open file per (date, partition) instead of a sort of every task's rows by them.
 _WRITE_CONF = {

@@ -21,9 +21,10 @@ from pyarrow import fs
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.names import TEMP_MARKER
 
-# Objects being written on S3 before they are moved to their names. Spark and most readers
-# skip folders starting with "_".
-S3_STAGING = "_plateau_staging"
+# Files being written before they get their names: in the target on S3 (moved into place),
+# for Spark's writer in the target of a local one. Spark and most readers skip folders
+# starting with "_".
+STAGING_DIR = "_plateau_staging"
 
 
 # Beyond this many days of pending data, list the whole tree once instead of a folder per day.
@@ -110,7 +111,7 @@ class Target:
         final = self.path(relative)
         if self.scheme == "file":
             return _write_local(Path(final), produce)
-        temp = self.path(f"{S3_STAGING}/{uuid.uuid4().hex}-{relative.rsplit('/', 1)[-1]}")
+        temp = self.path(f"{STAGING_DIR}/{uuid.uuid4().hex}-{relative.rsplit('/', 1)[-1]}")
         try:
             with filesystem.open_output_stream(temp) as stream:
                 produce(stream)
@@ -127,7 +128,7 @@ class Target:
         if self.scheme == "file":
             return
         with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_dir_contents(self.path(S3_STAGING), missing_dir_ok=True)
+            filesystem.delete_dir_contents(self.path(STAGING_DIR), missing_dir_ok=True)
 
     def list_files(self, filesystem: fs.FileSystem, relative_dir: str) -> list[str]:
         """Names of the files directly in a folder of the target (none if it is missing)."""
