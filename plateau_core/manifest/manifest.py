@@ -439,21 +439,17 @@ def _move(
     """Inside a write transaction: the listed segments that are in `from_states` move to
     `to_state` (with `values`); returns their ids."""
     allowed = [s.value for s in from_states]
-    ids = list(
-        session.scalars(
-            select(SegmentRow.id).where(
-                SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(allowed)
-            )
-        )
+    # The ids the UPDATE itself changed, not a SELECT's before it: under PostgreSQL's READ
+    # COMMITTED, a row another transaction moves on while this one waits for its lock is
+    # skipped by the UPDATE, though a SELECT just before still saw it in `from_states`.
+    moved = session.scalars(
+        update(SegmentRow)
+        .where(SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(allowed))
+        .values(state=to_state.value, **values)
+        .returning(SegmentRow.id)
+        .execution_options(synchronize_session=False)
     )
-    if ids:
-        session.execute(
-            update(SegmentRow)
-            .where(SegmentRow.id.in_(ids), SegmentRow.state.in_(allowed))
-            .values(state=to_state.value, **values)
-            .execution_options(synchronize_session=False)
-        )
-    return ids
+    return sorted(moved)
 
 
 def _record_partition(conn: Connection, commit: PartitionCommit, stamp: int) -> bool:

@@ -7,20 +7,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
 from plateau_core import Store, WriterPolicy
-from plateau_core.manifest import Manifest
+from plateau_core.manifest import Manifest, SegmentState
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
 from tests.bridge_support import REPO
 from tests.core.test_blooms import SEGMENTS, _write, request_id
 from tests.core.test_manifest import race_opens
 from tests.postgres_server import PostgresServer
-from tests.support import batch
+from tests.support import batch, fill_segments
 
 
 def test_openers_racing_on_a_new_database_migrate_it_once(
@@ -121,3 +123,59 @@ def test_two_processes_share_the_manifest(postgres: PostgresServer, tmp_path: Pa
         }
         assert by_partition == {0: list(range(500)), 1: list(range(1000))}
         assert len(store.manifest.segments("t", partitions=[1])) == 10
+
+
+def _wait_for_lock_wait(url: str) -> None:
+    """Until some session of the database waits on a row lock (a blocked UPDATE)."""
+    probe = create_engine(url)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with probe.connect() as conn:
+                waiting = conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    )
+                ).scalar_one()
+            if waiting:
+                return
+            assert time.monotonic() < deadline, "the UPDATE never waited on the row lock"
+            time.sleep(0.01)
+    finally:
+        probe.dispose()
+
+
+def test_a_copy_is_not_recorded_when_another_process_retires_one_of_its_segments(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """READ COMMITTED: a row another transaction moves on while mark_replicated waits for
+    its lock is skipped by the UPDATE, and must not be counted as moved."""
+    url = postgres.new_database()
+    with Store.open(tmp_path, manifest_url=url) as store:
+        fill_segments(store, 0, 2)
+        first, second = store.manifest.segments("t")
+        other = create_engine(url)
+        try:
+            with other.connect() as conn:
+                retiring = conn.begin()
+                conn.execute(
+                    text("UPDATE segments SET state = 'deleting' WHERE id = :id"), {"id": first.id}
+                )
+                answer: list[list[int]] = []
+                marking = threading.Thread(
+                    target=lambda: answer.append(
+                        store.manifest.mark_replicated([first.id, second.id], whole=True)
+                    )
+                )
+                marking.start()
+                _wait_for_lock_wait(url)
+                retiring.commit()
+                marking.join(timeout=30)
+        finally:
+            other.dispose()
+        assert answer == [[]]
+        states = {s.id: s.state for s in store.manifest.segments_by_id([first.id, second.id])}
+        assert states == {first.id: SegmentState.DELETING, second.id: SegmentState.SEALED}
+        assert store.spans("t")[0].replicated_offset == 0
+
