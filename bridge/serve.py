@@ -9,12 +9,14 @@ signal exits at once, which recovery on the next start handles.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
 import signal
 import threading
 import time
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -154,16 +156,32 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 20, 20)
 
 
-def _child(config: Config, name: str, run: str, log_level: str, log_format: str) -> None:
+def _child(
+    config: Config, name: str, run: str, log_level: str, log_format: str, *, told: Connection
+) -> None:
     configure_logging(log_level, log_format)
     stop = threading.Event()
     install_stop_handlers(stop)
+    threading.Thread(
+        target=_stop_when_told, args=(told, stop), name="stop-word", daemon=True
+    ).start()
     store = open_store(config)
     try:
         code = run_worker(config, store, stop, name, run)
     finally:
         store.close()
     raise SystemExit(code)
+
+
+def _stop_when_told(told: Connection, stop: threading.Event) -> None:
+    """Stop on serve's word, or when serve is gone (the pipe's end closes with it).
+
+    serve does not forward its signal: systemd (KillMode=control-group) and a Ctrl-C at a
+    terminal signal every process of the group already, and a second signal means "exit
+    at once", which would drop what the worker is sealing."""
+    with contextlib.suppress(EOFError, OSError):
+        told.recv()
+    stop.set()
 
 
 def _supervise(
@@ -174,15 +192,22 @@ def _supervise(
     # The children's stderr is this process's: "auto" decides the same way there.
     log_format = os.environ.get("PLATEAU_LOG_FORMAT", "auto")
     children: dict[str, BaseProcess] = {}
+    words: dict[str, Connection] = {}
     restarts: dict[str, float] = {}
     finished: dict[str, int] = {}
 
     def start(name: str) -> None:
+        told, tell = context.Pipe(duplex=False)
         process = context.Process(
-            target=_child, args=(config, name, run, level, log_format), name=name
+            target=_child,
+            args=(config, name, run, level, log_format),
+            kwargs={"told": told},
+            name=name,
         )
         process.start()
+        told.close()
         children[name] = process
+        words[name] = tell
         log.info("worker_process_started", worker=name, pid=process.pid)
 
     for i in range(workers):
@@ -194,6 +219,7 @@ def _supervise(
                 continue
             code = process.exitcode or 0
             del children[name]
+            words.pop(name).close()
             if code in (0, EXIT_POISON):
                 finished[name] = code
                 continue
@@ -204,9 +230,9 @@ def _supervise(
             counters.restarted()
             if not stop.wait(delay):
                 start(name)
-    for process in children.values():
-        if process.is_alive() and process.pid is not None:
-            os.kill(process.pid, signal.SIGTERM)
+    for tell in words.values():
+        with contextlib.suppress(OSError):
+            tell.send("stop")
     deadline = time.monotonic() + config.shutdown_timeout + 5
     for name, process in children.items():
         process.join(max(0.1, deadline - time.monotonic()))
@@ -215,4 +241,6 @@ def _supervise(
             process.kill()
             process.join(5)
         finished[name] = process.exitcode or 0
+    for tell in words.values():
+        tell.close()
     return max(finished.values(), default=0)

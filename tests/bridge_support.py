@@ -188,8 +188,11 @@ def plateau_command(
     )
 
 
-def serve_process(config: Path, workers: int = 1) -> subprocess.Popen[str]:
-    """`plateau serve` as its own process (stderr piped, for the test to read at the end)."""
+def serve_process(
+    config: Path, workers: int = 1, *, new_session: bool = False
+) -> subprocess.Popen[str]:
+    """`plateau serve` as its own process (stderr piped, for the test to read at the end);
+    `new_session`: in a process group of its own, which a test may signal as a whole."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -207,6 +210,7 @@ def serve_process(config: Path, workers: int = 1) -> subprocess.Popen[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=new_session,
     )
 
 

@@ -63,6 +63,27 @@ def test_sigterm_drains_and_commits(
     assert not list((tmp_path / "data" / "run").glob("*.json")), "status files left behind"
 
 
+def test_sigterm_to_the_whole_process_group_drains_and_commits(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """systemd (KillMode=control-group) and Ctrl-C at a terminal signal every process of
+    serve at once: the worker processes get the signal from there as well as from serve."""
+    topic = topic_factory(partitions=2)
+    group = f"g-{topic}"
+    config = tmp_path / "plateau.yaml"
+    write_config_file(config, kafka, topic, group)
+    produce(kafka, topic, (Record(value=f"r{i}".encode(), partition=i % 2) for i in range(4_000)))
+    process = serve_process(config, workers=2, new_session=True)
+    try:
+        wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=90)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert "exit_now" not in stderr, stderr[-3000:]
+    assert process.returncode == 0, stderr[-3000:]
+    assert committed(kafka, group, topic, 2) == end_offsets(kafka, topic)
+
+
 def test_kill_9_during_seals_loses_and_duplicates_nothing(
     kafka: str, topic_factory: Callable[..., str], tmp_path: Path, reliability: Recorder
 ) -> None:
