@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from plateau_core.manifest.bloom_cache import BloomCache
-from plateau_core.manifest.engine import DEFAULT_BUSY_TIMEOUT_S, sqlite_engine
+from plateau_core.manifest.engine import DEFAULT_BUSY_TIMEOUT_S, server_engine, sqlite_engine
 from plateau_core.manifest.migrations import current_version, migrate
 
 
@@ -34,7 +34,7 @@ class ManifestDatabase:
             self.engine = sqlite_engine(url, busy_timeout_s, immediate=True)
             self._read_engine = sqlite_engine(url, busy_timeout_s, immediate=False)
         else:
-            self.engine = create_engine(url, pool_pre_ping=True)
+            self.engine = server_engine(url)
             self._read_engine = self.engine
         # 0 means the database held no manifest: a new store, or a lost manifest.
         self.version_at_open = current_version(self._read_engine)

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import NoSuchModuleError
+
+from plateau_core.errors import PlateauError
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 WAL_SIZE_LIMIT = 4 * 1024 * 1024
@@ -38,6 +43,29 @@ def sqlite_engine(url: str, busy_timeout_s: float, *, immediate: bool) -> Engine
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def server_engine(url: str) -> Engine:
+    """An engine for a manifest on a database server (PostgreSQL), by SQLAlchemy URL."""
+    parsed = with_installed_driver(make_url(url))
+    try:
+        return create_engine(parsed, pool_pre_ping=True)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise PlateauError(
+            f"the manifest URL {parsed.render_as_string(hide_password=True)} needs a "
+            f"database driver that is not installed ({exc}); for PostgreSQL, "
+            "pip install 'plateau[postgres]'"
+        ) from exc
+
+
+def with_installed_driver(url: URL) -> URL:
+    """postgresql://... with the driver plateau[postgres] installs (psycopg2) when
+    SQLAlchemy's default one for it (psycopg, from SQLAlchemy 2.1) is not installed."""
+    if url.drivername != "postgresql":
+        return url
+    if find_spec("psycopg") is None and find_spec("psycopg2") is not None:
+        return url.set(drivername="postgresql+psycopg2")
+    return url
 
 
 def enable_wal(cursor: Any, timeout_s: float) -> None:

@@ -179,3 +179,14 @@ def test_a_copy_is_not_recorded_when_another_process_retires_one_of_its_segments
         assert states == {first.id: SegmentState.DELETING, second.id: SegmentState.SEALED}
         assert store.spans("t")[0].replicated_offset == 0
 
+
+def test_a_postgresql_url_without_a_driver_opens_with_the_installed_one(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """docs/configuration.md gives postgresql://user@host:port/db, and plateau[postgres]
+    installs psycopg2, which SQLAlchemy 2.1 no longer picks for a URL without a driver."""
+    url = postgres.new_database().replace("postgresql+psycopg2://", "postgresql://")
+    with Store.open(tmp_path, manifest_url=url) as store:
+        fill_segments(store, 0, 2)
+    with Store.open(tmp_path, manifest_url=url) as store:
+        assert store.read("t").to_table().num_rows == 20
