@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError
 
-from plateau_core.errors import ManifestUnusableError
+from plateau_core.errors import InvalidInputError, ManifestUnusableError, PlateauError
 from plateau_core.manifest.manifest import Manifest
 from plateau_core.names import has_segment_files
 
@@ -20,7 +20,13 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
     delete every one of them as an orphan. The check runs before migrating, so a refused
     open leaves no manifest behind that a second open would take for a real one.
     """
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise InvalidInputError(
+            f"the manifest URL {url!r} is not a database URL (sqlite:///path, "
+            "postgresql://user@host:port/db)"
+        ) from exc
     database = parsed.database
     if (
         parsed.get_backend_name() == "sqlite"
@@ -40,14 +46,24 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
             manifest.close()
             raise
     except DatabaseError as exc:
-        if not is_corruption(exc.orig):
-            raise
-        raise ManifestUnusableError(data_dir, f"is damaged ({exc.orig})") from exc
+        if is_corruption(exc.orig):
+            raise ManifestUnusableError(data_dir, f"is damaged ({exc.orig})") from exc
+        raise _unreachable(parsed, exc) from exc
+    except DBAPIError as exc:
+        raise _unreachable(parsed, exc) from exc
     except sqlite3.DatabaseError as exc:
         if not is_corruption(exc):
             raise
         raise ManifestUnusableError(data_dir, f"is damaged ({exc})") from exc
     return manifest
+
+
+def _unreachable(url: URL, exc: DBAPIError) -> PlateauError:
+    """The database could not be opened (a server down, a folder missing, a lock held past
+    the busy timeout): one line naming the manifest, without its password."""
+    reason = " ".join(str(exc.orig).split())
+    where = url.render_as_string(hide_password=True)
+    return PlateauError(f"cannot open the manifest at {where}: {reason}")
 
 
 def is_corruption(error: BaseException | None) -> bool:

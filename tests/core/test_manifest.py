@@ -113,3 +113,23 @@ def test_concurrent_opens_of_a_new_store_migrate_once(tmp_path: Path) -> None:
             assert mode == "wal"
         finally:
             manifest.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("sqlite:///{tmp}/missing/manifest.db", "unable to open database file"),
+        ("postgresql+psycopg2://plateau:hunter2@127.0.0.1:1/plateau", "127.0.0.1"),
+        ("postgresql+pg8000://plateau:hunter2@127.0.0.1/plateau", r"plateau\[postgres\]"),
+        ("plateau.db", "not a database URL"),
+    ],
+    ids=["sqlite-folder-missing", "postgresql-unreachable", "driver-not-installed", "not-a-url"],
+)
+def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, says: str) -> None:
+    """A PlateauError (which the CLI prints as one line) naming the manifest, without its
+    password, rather than a driver's traceback."""
+    url = url.format(tmp=tmp_path)
+    with pytest.raises(PlateauError, match=says) as raised:
+        Store.open(tmp_path / "data", manifest_url=url)
+    assert "manifest" in str(raised.value)
+    assert "hunter2" not in str(raised.value)
