@@ -85,17 +85,27 @@ def rollup_table(table: pa.Table, policy: RollupPolicy) -> pa.Table:
     columns: dict[str, pa.ChunkedArray | pa.Array] = {"__bucket": pa.array(buckets)}
     for dimension in policy.dimensions:
         columns[dimension] = _column(table, dimension, rows)
-    sources = sorted({m.column for m in policy.metrics if m.column is not None})
+    # A metric over a column the segment lacks, or holds only as nulls of no type (a JSON
+    # field seen only as null), adds nothing: no aggregate runs on it (sum has no kernel
+    # for it, distinct crashes the process on a null-typed column), and its groups get
+    # nulls or empty sketches.
+    sources = sorted(
+        {
+            m.column
+            for m in policy.metrics
+            if m.column is not None
+            and m.column in table.column_names
+            and not pa.types.is_null(table.schema.field(m.column).type)
+        }
+    )
     for source in sources:
-        columns[f"__m_{source}"] = _column(table, source, rows)
+        columns[f"__m_{source}"] = table.column(source)
     keys = ["__bucket", *policy.dimensions]
     aggregations: list[tuple[str | list[str], str]] = []
     for metric in policy.metrics:
         if metric.kind == "count":
             aggregations.append(([], "count_all"))
-        elif metric.kind == "distinct":
-            aggregations.append((f"__m_{metric.column}", "distinct"))
-        else:
+        elif metric.column in sources:
             aggregations.append((f"__m_{metric.column}", metric.kind))
     grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
@@ -106,6 +116,14 @@ def rollup_table(table: pa.Table, policy: RollupPolicy) -> pa.Table:
     for dimension in policy.dimensions:
         out[dimension] = grouped.column(dimension)
     for metric in policy.metrics:
+        if metric.column is not None and metric.column not in sources:
+            missing = grouped.num_rows
+            out[metric.name] = (
+                pa.array([b""] * missing, pa.binary())
+                if metric.kind == "distinct"
+                else pa.nulls(missing)
+            )
+            continue
         produced = grouped.column(_aggregate_name(metric))
         if metric.kind == "distinct":
             kind = bloom_kind(columns[f"__m_{metric.column}"].type)
@@ -124,11 +142,12 @@ def _aggregate_name(metric: RollupMetric) -> str:
 
 
 def _column(table: pa.Table, name: str, rows: int) -> pa.ChunkedArray | pa.Array:
-    """A column of the segment, or nulls where the segment lacks it (a dimension or metric
-    a newer schema added): its rows group under a null dimension and add nothing."""
+    """A dimension of the segment, or nulls where the segment lacks it (a newer schema added
+    it, or no record of a JSON segment had the field): its rows group under a null value.
+    Null-typed, so the segment's schema merges with those whose column has a type."""
     if name in table.column_names:
         return table.column(name)
-    return pa.nulls(rows, pa.string())
+    return pa.nulls(rows)
 
 
 def sketch(kind: str | None, values: Iterable[object]) -> bytes:

@@ -200,3 +200,77 @@ def test_rollups_match_the_raw_rows_whatever_the_seals(
     ):
         _write(store, rows, roll_rows)
         assert _rolled(store) == _expected(rows)
+
+
+def test_a_segment_without_a_metric_or_dimension_column_seals_and_adds_nothing(
+    store: Store,
+) -> None:
+    """JSON topics infer each segment's columns: a segment where no record had the metric's
+    or a dimension's field, or had it only as null (a null-typed column), still seals, and
+    merges with the segments that have them."""
+    policy = RollupPolicy(
+        "1m",
+        60_000,
+        ("service", "zone"),
+        rollup_metrics(["count", "sum:latency", "min:latency", "max:latency", "distinct:user"]),
+    )
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire(
+            "logs", 0, roll=RollPolicy(max_rows=10**6, max_age_s=3600), rollups=(policy,)
+        )
+        bare = pa.RecordBatch.from_pydict(
+            {
+                "offset": pa.array([0, 1], pa.int64()),
+                "timestamp": pa.array([BASE_MS, BASE_MS + 1], TS),
+                "service": ["api", "api"],
+            }
+        )
+        full = pa.RecordBatch.from_pydict(
+            {
+                "offset": pa.array([2, 3], pa.int64()),
+                "timestamp": pa.array([BASE_MS + 2, BASE_MS + 3], TS),
+                "service": ["api", "api"],
+                "zone": pa.array([7, 7], pa.int64()),
+                "latency": pa.array([5, 9], pa.int64()),
+                "user": pa.array([1, 2], pa.int64()),
+            }
+        )
+        nulls = pa.RecordBatch.from_pydict(
+            {
+                "offset": pa.array([4], pa.int64()),
+                "timestamp": pa.array([BASE_MS + 4], TS),
+                "service": ["api"],
+                "latency": pa.nulls(1),
+                "user": pa.nulls(1),
+            }
+        )
+        for batch in (bare, full, nulls):
+            append_patiently(writer, "logs", 0, batch)
+            writer.flush(timeout_s=5)
+    finally:
+        writer.close(timeout_s=5)
+    assert [s.start_offset for s in store.manifest.segments("logs.rollup.1m")] == [0, 2, 4]
+    table = reaggregate(store.read("logs.rollup.1m").to_table(), policy)
+    assert table.select(
+        ["service", "zone", "count", "sum_latency", "min_latency", "max_latency", "distinct_user"]
+    ).to_pylist() == [
+        {
+            "service": "api",
+            "zone": 7,
+            "count": 2,
+            "sum_latency": 14,
+            "min_latency": 5,
+            "max_latency": 9,
+            "distinct_user": 2.0,
+        },
+        {
+            "service": "api",
+            "zone": None,
+            "count": 3,
+            "sum_latency": None,
+            "min_latency": None,
+            "max_latency": None,
+            "distinct_user": 0.0,
+        },
+    ]
