@@ -30,10 +30,11 @@ def retention_for(
     storage = config.storage
 
     def resolve(topic: str) -> RetentionPolicy | None:
+        derived = config.rollup_retention(topic)
+        if derived is not None:
+            return derived
         mapping = config.mapping_for_plateau_topic(topic)
-        if mapping is None:
-            return config.rollup_retention(topic)
-        return config.retention_policy(mapping)
+        return None if mapping is None else config.retention_policy(mapping)
 
     return Retention(
         store,
@@ -55,15 +56,13 @@ def consolidator_for(
     `consolidate`; each pass is counted in `telemetry` (the plateau_consolidat* metrics)."""
 
     def resolve(topic: str) -> tuple[ConsolidatePolicy, IndexPolicy] | None:
-        mapping = config.mapping_for_plateau_topic(topic)
-        if mapping is None:
+        derived = config.rollup_of(topic)
+        if derived is not None:
             # A roll-up topic is consolidated as its topic is (without its bloom filters).
-            base, marker, _ = topic.rpartition(".rollup.")
-            mapping = config.mapping_for_plateau_topic(base) if marker else None
-            if mapping is None or mapping.consolidate is None:
-                return None
-            return mapping.consolidate.policy(), IndexPolicy()
-        if mapping.consolidate is None:
+            consolidate = derived[0].consolidate
+            return None if consolidate is None else (consolidate.policy(), IndexPolicy())
+        mapping = config.mapping_for_plateau_topic(topic)
+        if mapping is None or mapping.consolidate is None:
             return None
         return mapping.consolidate.policy(), mapping.index.policy()
 
@@ -71,7 +70,7 @@ def consolidator_for(
         # Only the raw partition's writer seals into its roll-up partitions: holding the
         # raw one holds both.
         base, marker, _ = topic.rpartition(".rollup.")
-        owner = base if marker and config.mapping_for_plateau_topic(topic) is None else topic
+        owner = base if marker and config.rollup_of(topic) is not None else topic
         return writer.maintaining(owner, partition)
 
     def observe(report: ConsolidationReport) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from bridge.config.fields import Duration, MiB, Size, Strict
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.registry import SchemaRegistryConfig
-from bridge.config.topics import Defaults, TopicMapping
+from bridge.config.topics import Defaults, RollupConfig, TopicMapping
 from plateau_core.names import validate_topic
 from plateau_core.policies import RetentionPolicy, RollPolicy
 
@@ -391,15 +391,26 @@ class Config(Strict):
     def retention_policy(self, mapping: TopicMapping) -> RetentionPolicy:
         return mapping.retention.apply(self.defaults.retention.apply(RetentionPolicy()))
 
+    def rollup_of(self, topic: str) -> tuple[TopicMapping, RollupConfig] | None:
+        """(mapping of the raw topic, roll-up) when `topic` is a derived roll-up topic
+        (`{topic}.rollup.{granularity}`) the config declares. Asked before
+        mapping_for_plateau_topic: a regex mapping matches its own roll-up topics' names."""
+        base, marker, label = topic.rpartition(".rollup.")
+        mapping = self.mapping_for_plateau_topic(base) if marker else None
+        if mapping is None:
+            return None
+        for rollup in mapping.rollups:
+            if rollup.granularity == label:
+                return mapping, rollup
+        return None
+
     def rollup_retention(self, topic: str) -> RetentionPolicy | None:
         """The retention of a derived roll-up topic (`{topic}.rollup.{granularity}`), or None
         when `topic` is not one."""
-        base, marker, label = topic.rpartition(".rollup.")
-        mapping = self.mapping_for_plateau_topic(base) if marker else None
-        for rollup in mapping.rollups if mapping is not None else []:
-            if rollup.granularity == label:
-                return rollup.retention.apply(self.defaults.retention.apply(RetentionPolicy()))
-        return None
+        found = self.rollup_of(topic)
+        if found is None:
+            return None
+        return found[1].retention.apply(self.defaults.retention.apply(RetentionPolicy()))
 
     def redacted(self) -> dict[str, Any]:
         """The config as a dict with secrets masked, for logs and `check` output."""

@@ -145,13 +145,15 @@ def test_status_shows_the_policy_and_what_workers_merged(tmp_path: Path) -> None
     )
 
 
-def test_a_rollup_topic_is_consolidated_with_its_topic(tmp_path: Path) -> None:
+# A regex mapping matches its roll-up topics' names too: they are still its roll-ups.
+@pytest.mark.parametrize("source", ["logs", "regex:lo.*"])
+def test_a_rollup_topic_is_consolidated_with_its_topic(tmp_path: Path, source: str) -> None:
     rollup = {
         "granularity": "1m",
         "dimensions": ["service", "level"],
         "metrics": ["count", "sum:latency", "min:latency", "max:latency", "distinct:user"],
     }
-    topics = [{"source": "logs", "consolidate": {"min_age": "0s"}, "rollups": [rollup]}]
+    topics = [{"source": source, "consolidate": {"min_age": "0s"}, "rollups": [rollup]}]
     config = load_config(_config(tmp_path, topics), env={})
     assert config.topics[0].rollup_policies() == (POLICY,)
     with open_store(config) as store:

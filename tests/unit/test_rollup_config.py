@@ -51,6 +51,18 @@ def test_rollups_become_policies_with_their_own_retention(tmp_path: Path) -> Non
         assert retention.policy("logs").max_age_s == 86_400
 
 
+def test_a_regex_mappings_rollups_keep_their_own_retention(tmp_path: Path) -> None:
+    # The roll-up topic's name matches the regex too; it is still a roll-up, not a raw topic.
+    config = load_config(
+        _config(tmp_path, [{"source": "regex:logs.*", "rollups": [ROLLUP]}]), env={}
+    )
+    with open_store(config) as store:
+        retention = retention_for(config, store)
+        assert retention.policy("logs-eu.rollup.1m").max_age_s == 90 * 86_400
+        assert retention.policy("logs-eu").max_age_s == 86_400
+        assert retention.policy("logs-eu.rollup.1h").max_age_s == 86_400
+
+
 @pytest.mark.parametrize(
     ("rollup", "why"),
     [
