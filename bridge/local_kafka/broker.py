@@ -153,6 +153,7 @@ class LocalKafka:
         self._process: subprocess.Popen[bytes] | None = None
         self._pid: int | None = None
         self._security: SecurityMaterial | None = None
+        self._log_start: dict[Path, int] = {}
 
     @property
     def log_path(self) -> Path:
@@ -231,6 +232,9 @@ class LocalKafka:
             str(properties),
         ]
         started = time.monotonic()
+        # The log and stdout files are kept across starts: a failure reports what this
+        # start wrote, not an earlier start's errors.
+        self._log_start = {path: _size(path) for path in self._log_files()}
         with (self.work_dir / "broker.stdout").open("ab") as out:
             self._process = subprocess.Popen(
                 cmd,
@@ -277,9 +281,11 @@ class LocalKafka:
         broker that fails to start logs its shutdown after the cause, often more than
         `lines` of it."""
         chunks = []
-        for path in (self.log_path, self.work_dir / "broker.stdout"):
+        for path in self._log_files():
             if path.exists():
-                text = path.read_text(errors="replace").splitlines()
+                with path.open("rb") as file:
+                    file.seek(self._log_start.get(path, 0))
+                    text = file.read().decode(errors="replace").splitlines()
                 tail = text[-lines:]
                 # Each ERROR line with the next, where Java puts the exception's message.
                 first = [i for i, line in enumerate(text[:-lines]) if " ERROR " in line][:5]
@@ -287,6 +293,9 @@ class LocalKafka:
                 shown = [*errors, "...", *tail] if errors else tail
                 chunks.append(f"--- {path} ---\n" + "\n".join(shown))
         return "\n".join(chunks) or f"(no broker log under {self.work_dir})"
+
+    def _log_files(self) -> tuple[Path, Path]:
+        return self.log_path, self.work_dir / "broker.stdout"
 
     def _exit_code(self) -> int | None:
         return None if self._process is None else self._process.poll()
@@ -297,6 +306,8 @@ class LocalKafka:
             code = self._exit_code()
             if code is not None:
                 self._pid = None
+                self._process = None
+                (self.work_dir / STATE_FILE).unlink(missing_ok=True)
                 raise LocalKafkaError(
                     f"the Kafka broker exited with code {code} while starting\n{self.log_tail()}"
                 )
@@ -408,6 +419,13 @@ def stop_pid(pid: int, timeout_s: float, process: subprocess.Popen[bytes] | None
         return
     if process is not None:
         process.wait(timeout=10)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _die_with_parent() -> None:

@@ -85,6 +85,25 @@ def test_start_failure_reports_the_broker_log(tmp_path: Path) -> None:
     assert broker.pid is None
 
 
+def test_a_second_failed_start_reports_its_own_failure(tmp_path: Path) -> None:
+    """The broker's log is kept across starts; the error shown is the one of this start, and
+    no state file claims a broker that never came up."""
+    ports = []
+    for _ in range(2):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            ports.append(port)
+            broker = LocalKafka(tmp_path / "kafka", port=port, tie_to_parent=True)
+            with pytest.raises(LocalKafkaError) as failure:
+                broker.start()
+        assert not (tmp_path / "kafka" / "broker.json").exists()
+    message = str(failure.value)
+    assert f"127.0.0.1:{ports[1]}: Address already in use" in message
+    assert f"127.0.0.1:{ports[0]}" not in message
+
+
 def test_session_broker_is_tied_to_this_process(kafka_broker: LocalKafka | None) -> None:
     if kafka_broker is None:
         pytest.fail(
