@@ -26,8 +26,10 @@ def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
         return None
     if isinstance(value, datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        # Rounded up: timestamps are whole milliseconds, so `t >= 1.5 ms` is `t >= 2` and
+        # `t < 1.5 ms` is `t < 2`; both bounds (inclusive start, exclusive end) round up.
         # Integer arithmetic: float seconds * 1000 can land a hair below the millisecond.
-        return (aware - _EPOCH) // timedelta(milliseconds=1)
+        return -((_EPOCH - aware) // timedelta(milliseconds=1))
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise InvalidInputError(f"{name} must be a datetime or epoch milliseconds, got {value!r}")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.read_request import to_epoch_ms
 from plateau_core.segment_file import open_segment, read_batch_index
 from tests.support import BASE_MS, append_patiently, batch
 
@@ -195,3 +196,17 @@ def test_many_small_appends_are_regrouped_in_the_segment(store: Store) -> None:
     reader = open_segment(store.segment_path(segment))
     assert reader.num_record_batches == 1
     assert read_batch_index(reader) == [(0, 2999, BASE_MS, BASE_MS + 2999)]
+
+
+def test_datetime_bounds_between_two_milliseconds_keep_the_rows_inside_them(
+    ten_segments: Store,
+) -> None:
+    """Timestamps are whole milliseconds: a bound at 5.5 ms starts after the row at 5 ms
+    and ends after it, whichever side of the epoch."""
+    between = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=BASE_MS + 5.5)
+    after = ten_segments.read("t", time_start=between, end_offset=10).to_table()
+    assert after.column("offset").to_pylist() == [6, 7, 8, 9]
+    before = ten_segments.read("t", time_end=between, end_offset=10).to_table()
+    assert before.column("offset").to_pylist() == [0, 1, 2, 3, 4, 5]
+    assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 999_500, tzinfo=UTC), "t") == 0
+    assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 998_000), "t") == -2
