@@ -432,3 +432,78 @@ def test_an_array_of_items_encoded_in_no_bytes_is_poison_not_a_hang(
         assert decoded.batches == [] or sum(b.num_rows for b in decoded.batches) == 0
         [poison] = decoded.poison
         assert "encoded in no bytes" in poison.error
+
+
+def test_a_union_sets_the_branch_the_record_was_written_with(registry: RegistryServer) -> None:
+    """A union of int and long, or float and double: a long too big for an int and a double
+    that a float would round are stored whole, in the branch they were written with."""
+    client = SchemaRegistryClient({"url": registry.url})
+    schema = {
+        "type": "record",
+        "name": "Reading",
+        "namespace": "shop",
+        "fields": [
+            {"name": "count", "type": ["int", "long"]},
+            {"name": "level", "type": ["null", "float", "double"]},
+            {
+                "name": "state",
+                "type": ["string", {"type": "enum", "name": "State", "symbols": ["ON", "OFF"]}],
+            },
+            {
+                "name": "box",
+                "type": [
+                    "null",
+                    "string",
+                    {
+                        "type": "record",
+                        "name": "Box",
+                        "fields": [{"name": "n", "type": ["int", "long"]}],
+                    },
+                ],
+            },
+        ],
+    }
+    schema_id = client.register_schema("unions-value", Schema(json.dumps(schema), "AVRO"))
+    parsed = fastavro.parse_schema(schema)
+    written = [
+        {
+            "count": ("long", 2**40),
+            "level": ("double", 0.1),
+            "state": ("shop.State", "ON"),
+            "box": ("shop.Box", {"n": ("long", 9)}),
+        },
+        {
+            "count": ("int", 7),
+            "level": ("float", 0.5),
+            "state": ("string", "ON"),
+            "box": ("string", "b"),
+        },
+        {"count": ("long", 7), "level": None, "state": ("string", "free text"), "box": None},
+    ]
+    values = []
+    for record in written:
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, record)
+        values.append(b"\0" + schema_id.to_bytes(4, "big") + body.getvalue())
+    decoded = _decoder(registry, "avro").decode(_records(values))
+    assert decoded.poison == []
+    assert _rows(decoded) == [
+        {
+            "count": {"member0": None, "member1": 2**40},
+            "level": {"member0": None, "member1": 0.1},
+            "state": {"member0": None, "member1": "ON"},
+            "box": {"member0": None, "member1": {"n": {"member0": None, "member1": 9}}},
+        },
+        {
+            "count": {"member0": 7, "member1": None},
+            "level": {"member0": 0.5, "member1": None},
+            "state": {"member0": "ON", "member1": None},
+            "box": {"member0": "b", "member1": None},
+        },
+        {
+            "count": {"member0": None, "member1": 7},
+            "level": None,
+            "state": {"member0": "free text", "member1": None},
+            "box": None,
+        },
+    ]

@@ -12,10 +12,8 @@ written one is set.
 from __future__ import annotations
 
 import datetime
-import decimal
 import io
 import json
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +46,6 @@ class UnsupportedSchemaError(ValueError):
 class Mapped:
     type: pa.DataType
     fix: Fix | None  # None: fastavro's value is already what pa.array takes
-    accepts: Callable[[Any], bool]  # is a decoded value of this branch (for unions)
     # Encoded in zero bytes (null, an empty fixed, a record of such fields): an array of them
     # could claim any count in a few bytes, and the decoder would loop through all of it.
     empty: bool = False
@@ -61,14 +58,15 @@ class AvroReader:
         """`references`: the schemas `schema_str` names (schema references), as JSON, by
         reference name."""
         known: dict[str, Any] = {}  # fastavro's parsed named types, filled by parse_schema
+        tagger = _Tagger()
         try:
             for referenced in (references or {}).values():
-                fastavro.parse_schema(referenced, named_schemas=known)
+                fastavro.parse_schema(tagger.tag(referenced, ""), named_schemas=known)
             raw = json.loads(schema_str)
-            self.parsed = fastavro.parse_schema(raw, named_schemas=known)
+            self.parsed = fastavro.parse_schema(tagger.tag(raw, ""), named_schemas=known)
         except (ValueError, fastavro.schema.SchemaParseException) as exc:
             raise UnsupportedSchemaError(f"not a valid Avro schema: {exc}") from None
-        mapped = _Mapper(dict(references or {})).map(raw, "")
+        mapped = _Mapper(dict(references or {}), tagger.unions).map(raw, "")
         self.arrow_type = mapped.type
         self._fix = mapped.fix
 
@@ -83,8 +81,67 @@ class AvroReader:
         return value if self._fix is None else self._fix(value)
 
 
+class _Tagger:
+    """A copy of a schema for fastavro in which each branch of a union of several types is
+    the one field of a record of its own. A record adds no bytes, so the copy reads the same
+    data, and fastavro names the record, so the branch that was written is known: from the
+    value alone it is not (an int in `["int", "long"]`, a float in `["float", "double"]`)."""
+
+    def __init__(self) -> None:
+        # id() of a union in the original schema -> its wrappers' names -> the index of the
+        # branch among the union's non-null branches
+        self.unions: dict[int, dict[str, int]] = {}
+
+    def tag(self, node: Any, namespace: str) -> Any:
+        if isinstance(node, list):
+            return self._union(node, namespace)
+        if not isinstance(node, dict):
+            return node
+        copy = dict(node)
+        kind = node.get("type")
+        if kind in ("record", "error"):
+            inner = _full_name(node, namespace).rpartition(".")[0]
+            # Defaults only matter when resolving against a reader schema, which is not done
+            # here; fastavro would check them against the wrapped branches.
+            copy["fields"] = [
+                {k: v for k, v in field.items() if k != "default"}
+                | {"type": self.tag(field.get("type"), inner)}
+                for field in node.get("fields", ())
+            ]
+        elif kind == "array":
+            copy["items"] = self.tag(node.get("items"), namespace)
+        elif kind == "map":
+            copy["values"] = self.tag(node.get("values"), namespace)
+        elif isinstance(kind, (list, dict)):
+            copy["type"] = self.tag(kind, namespace)
+        return copy
+
+    def _union(self, branches: list[Any], namespace: str) -> list[Any]:
+        if sum(not _is_null(b) for b in branches) < 2:
+            return [self.tag(b, namespace) for b in branches]
+        names: dict[str, int] = {}
+        tagged: list[Any] = []
+        self.unions[id(branches)] = names
+        number = len(self.unions)  # taken before the branches: they may hold unions too
+        for branch in branches:
+            if _is_null(branch):
+                tagged.append(branch)
+                continue
+            # No namespace of its own: names inside the branch resolve as they did.
+            name = f"plateau_union{number}_branch{len(names)}"
+            names[name] = len(names)
+            field = {"name": "value", "type": self.tag(branch, namespace)}
+            tagged.append({"type": "record", "name": name, "fields": [field]})
+        return tagged
+
+
+def _is_null(node: Any) -> bool:
+    return node == "null" or (isinstance(node, dict) and node.get("type") == "null")
+
+
 class _Mapper:
-    def __init__(self, named: dict[str, Any]) -> None:
+    def __init__(self, named: dict[str, Any], unions: dict[int, dict[str, int]]) -> None:
+        self.unions = unions
         self.named: dict[str, Any] = {}
         for name, schema in named.items():
             self._remember(schema, "")
@@ -100,7 +157,7 @@ class _Mapper:
             return self._union(node, namespace)
         if isinstance(node, str):
             if node in PRIMITIVES:
-                return Mapped(PRIMITIVES[node], None, _accepts_primitive(node), node == "null")
+                return Mapped(PRIMITIVES[node], None, node == "null")
             name = node if "." in node or not namespace else f"{namespace}.{node}"
             found = self.named.get(name, self.named.get(node))
             if found is None:
@@ -125,19 +182,18 @@ class _Mapper:
                     "a record could claim any number of them"
                 )
             fix = None if item.fix is None else _list_fix(item.fix)
-            return Mapped(pa.list_(item.type), fix, _is(list))
+            return Mapped(pa.list_(item.type), fix)
         if kind == "map":
             value = self.map(node.get("values"), namespace)
-            return Mapped(pa.map_(pa.string(), value.type), _map_fix(value.fix), _is(dict))
+            return Mapped(pa.map_(pa.string(), value.type), _map_fix(value.fix))
         return self.map(kind, namespace)
 
     def _named(self, node: dict[str, Any], namespace: str) -> Mapped:
         kind = node["type"]
         if kind == "enum":
-            symbols = frozenset(node.get("symbols", ()))
-            return Mapped(pa.string(), None, lambda v: isinstance(v, str) and v in symbols)
+            return Mapped(pa.string(), None)
         if kind == "fixed":
-            return Mapped(pa.binary(), None, _is(bytes), node.get("size") == 0)
+            return Mapped(pa.binary(), None, node.get("size") == 0)
         name = _full_name(node, namespace)
         if name in self.active:
             raise UnsupportedSchemaError(f"record {name} contains itself: it has no column type")
@@ -150,19 +206,19 @@ class _Mapper:
         arrow = pa.struct([pa.field(n, m.type) for n, m in fields])
         fixes = {n: m.fix for n, m in fields if m.fix is not None}
         empty = all(m.empty for _, m in fields)
-        return Mapped(arrow, _record_fix(fixes) if fixes else None, _accepts_record(name), empty)
+        return Mapped(arrow, _record_fix(fixes) if fixes else None, empty)
 
     def _union(self, branches: list[Any], namespace: str) -> Mapped:
         mapped = [self.map(b, namespace) for b in branches]
         present = [m for m in mapped if not pa.types.is_null(m.type)]
         if not present:
-            return Mapped(pa.null(), None, lambda v: v is None)
+            return Mapped(pa.null(), None)
         if len(present) == 1:
             only = present[0]
             fix = only.fix
-            return Mapped(only.type, None if fix is None else _optional(fix), only.accepts)
+            return Mapped(only.type, None if fix is None else _optional(fix))
         arrow = pa.struct([pa.field(f"member{i}", m.type) for i, m in enumerate(present)])
-        return Mapped(arrow, _union_fix(present), lambda v: True)
+        return Mapped(arrow, _union_fix(present, self.unions[id(branches)]))
 
 
 def _full_name(node: Mapping[str, Any], namespace: str) -> str:
@@ -180,20 +236,20 @@ def _logical(node: Mapping[str, Any], logical: str) -> Mapped | None:
     if logical == "decimal" and base in ("bytes", "fixed"):
         precision, scale = int(node.get("precision", 0)), int(node.get("scale", 0))
         if 0 < precision <= MAX_DECIMAL128 and 0 <= scale <= precision:
-            return Mapped(pa.decimal128(precision, scale), None, _is(decimal.Decimal))
-        return Mapped(pa.string(), _optional(str), _is(decimal.Decimal))
+            return Mapped(pa.decimal128(precision, scale), None)
+        return Mapped(pa.string(), _optional(str))
     if logical in ("timestamp-millis", "timestamp-micros") and base == "long":
-        return Mapped(TIMESTAMP_UTC, None, _is(datetime.datetime))
+        return Mapped(TIMESTAMP_UTC, None)
     if logical in ("local-timestamp-millis", "local-timestamp-micros") and base == "long":
-        return Mapped(TIMESTAMP_LOCAL, None, _is(datetime.datetime))
+        return Mapped(TIMESTAMP_LOCAL, None)
     if logical == "date" and base == "int":
-        return Mapped(pa.date32(), None, _is(datetime.date))
+        return Mapped(pa.date32(), None)
     if logical == "time-millis" and base == "int":
-        return Mapped(pa.int32(), _optional(_millis), _is(datetime.time))
+        return Mapped(pa.int32(), _optional(_millis))
     if logical == "time-micros" and base == "long":
-        return Mapped(pa.int64(), _optional(_micros), _is(datetime.time))
+        return Mapped(pa.int64(), _optional(_micros))
     if logical == "uuid" and base == "string":
-        return Mapped(pa.string(), _optional(str), _is(uuid.UUID, str))
+        return Mapped(pa.string(), _optional(str))
     return None
 
 
@@ -204,31 +260,6 @@ def _micros(value: datetime.time) -> int:
 
 def _millis(value: datetime.time) -> int:
     return _micros(value) // 1000
-
-
-def _is(*kinds: type) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, kinds)
-
-
-def _accepts_primitive(name: str) -> Callable[[Any], bool]:
-    if name == "null":
-        return lambda v: v is None
-    if name == "boolean":
-        return lambda v: isinstance(v, bool)
-    if name in ("int", "long"):
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
-    if name in ("float", "double"):
-        return lambda v: isinstance(v, float)
-    if name == "bytes":
-        return _is(bytes)
-    return _is(str)
-
-
-def _accepts_record(name: str) -> Callable[[Any], bool]:
-    short = name.rpartition(".")[2]
-    return lambda v: (
-        isinstance(v, dict) or (isinstance(v, tuple) and len(v) == 2 and v[0] in (name, short))
-    )
 
 
 def _optional(fix: Fix) -> Fix:
@@ -250,8 +281,6 @@ def _record_fix(fixes: dict[str, Fix]) -> Fix:
     def fixed(value: Any) -> Any:
         if value is None:
             return None
-        if isinstance(value, tuple):  # (record name, fields) from a union of records
-            value = value[1]
         out = dict(value)
         for name, fix in fixes.items():
             out[name] = fix(out.get(name))
@@ -260,14 +289,16 @@ def _record_fix(fixes: dict[str, Fix]) -> Fix:
     return fixed
 
 
-def _union_fix(branches: list[Mapped]) -> Fix:
+def _union_fix(branches: list[Mapped], tags: Mapping[str, int]) -> Fix:
+    """`tags`: the names of the records _Tagger wrapped the branches in."""
+
     def fixed(value: Any) -> Any:
         if value is None:
             return None
-        for i, branch in enumerate(branches):
-            if branch.accepts(value):
-                inner = value[1] if isinstance(value, tuple) and branch.fix is None else value
-                return {f"member{i}": inner if branch.fix is None else branch.fix(inner)}
-        raise ValueError(f"a union value of type {type(value).__name__} matches no branch")
+        name, wrapper = value  # (the wrapper's full name, its one field)
+        i = tags[name.rpartition(".")[2]]
+        inner = wrapper["value"]
+        fix = branches[i].fix
+        return {f"member{i}": inner if fix is None else fix(inner)}
 
     return fixed
