@@ -84,6 +84,10 @@ class SealJob:
     buffered_since: float = field(default_factory=time.monotonic)
     # The first journal group among these (None: not journaled).
     journal_from: int | None = None
+    # Its commit may have landed (an earlier attempt's outcome was unknown): retried as it
+    # is until it is recorded, whatever fails meanwhile. Merged with later records, it would
+    # be written over the file the manifest may name, and refused as a conflict forever.
+    exact: bool = False
 
     @property
     def key(self) -> TopicPartition:
@@ -297,6 +301,7 @@ class SegmentLog:
     def hold_exact(self, job: SealJob, error: str, backoff_s: float, now: float) -> float:
         """Keep a seal whose commit outcome is unknown for a retry as it was; returns the
         retry delay."""
+        job.exact = True
         self.exact = job
         if job.journal_from is not None:
             held = self.journal_from

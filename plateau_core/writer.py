@@ -487,7 +487,8 @@ class Writer:
                 delay = 0.0
                 if slog is not None:
                     self._buffered += job.nbytes
-                    keep = slog.hold_exact if isinstance(exc, CommitUnknownError) else slog.restore
+                    unknown = isinstance(exc, CommitUnknownError) or job.exact
+                    keep = slog.hold_exact if unknown else slog.restore
                     delay = keep(job, str(exc), self.policy.retry_backoff_s, time.monotonic())
                     if self._link_groups:  # still one group: it must land together
                         slog.links.update(keys - {job.key})

@@ -18,6 +18,7 @@ from plateau_core import (
     RollPolicy,
     SealedSegment,
     Store,
+    Writer,
     WriterListener,
     WriterPolicy,
 )
@@ -220,6 +221,72 @@ def test_a_commit_whose_outcome_is_unknown_keeps_its_files(
     assert report.problems == [] and report.orphans == []
     assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3]
     assert store.manifest.watermark("t", 0) == 4
+
+
+def test_a_seal_whose_outcome_is_unknown_stays_exact_through_a_failed_write(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit lands with its outcome unknown; the retry then fails to write (a full
+    disk). The next retry still writes only what the first did: merged with records
+    buffered since, it would replace the recorded file and be refused forever."""
+    commit, has_segment = store.manifest.commit_seal, store.manifest.has_segment
+    down = threading.Event()
+    disk_full = threading.Event()
+
+    def lands_then_fails(*args: object, **kwargs: object) -> bool:
+        commit(*args, **kwargs)  # type: ignore[arg-type]
+        down.set()
+        raise OSError("server closed the connection unexpectedly")
+
+    def unreachable(*args: object, **kwargs: object) -> bool:
+        if down.is_set():
+            raise OSError("connection refused")
+        return has_segment(*args, **kwargs)  # type: ignore[arg-type]
+
+    def write(
+        directory: Path,
+        table: pa.Table,
+        compression: str,
+        *,
+        fsync: bool,
+        index: IndexPolicy | None = None,
+    ) -> tuple[Path, SegmentStats]:
+        if disk_full.is_set():
+            disk_full.clear()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return write_segment(directory, table, compression, fsync=fsync, index=index)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "commit_seal", lands_then_fails)
+    monkeypatch.setattr(store.manifest, "has_segment", unreachable)
+    recorder = Recorder(store)
+    writer = Writer(store, WriterPolicy(retry_backoff_s=10, tick_s=0.01), recorder, write=write)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0, 1]))
+        with pytest.raises(FlushTimeoutError):
+            writer.flush(timeout_s=0.5)
+        deadline = time.monotonic() + 10
+        while not recorder.failed:  # told after the writer's lock is let go
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        writer.append("t", 0, batch([2, 3]))
+        monkeypatch.setattr(store.manifest, "commit_seal", commit)
+        down.clear()
+        disk_full.set()
+        with pytest.raises(FlushTimeoutError):
+            writer.flush(timeout_s=0.5)
+        while len(recorder.failed) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert "No space left" in str(recorder.failed[1])
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    spans = [(s.start_offset, s.end_offset) for s in store.manifest.segments("t")]
+    assert spans == [(0, 2), (2, 4)]
+    report = verify_store(store, deep=True)
+    assert report.problems == [] and report.orphans == []
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3]
 
 
 def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
