@@ -169,7 +169,14 @@ class KafkaApiServer:
             if self.sink is not None and time.monotonic() - swept >= PRODUCER_SWEEP_S:
                 swept = time.monotonic()
                 self.sink.expire_producers()
-                await loop.run_in_executor(None, self.sink.expire_stored_producers)
+                try:
+                    await loop.run_in_executor(None, self.sink.expire_stored_producers)
+                except Exception as exc:  # the manifest's write: the next sweep tries again
+                    # Raised out of this task, it would end the status file too, and /readyz
+                    # would say the listener stopped reporting until serve restarts.
+                    log.warning(
+                        "producer_sweep_failed", error=str(exc), error_type=type(exc).__name__
+                    )
             await asyncio.sleep(WRITE_INTERVAL_S)
 
     def _status_body(self) -> dict[str, Any]:

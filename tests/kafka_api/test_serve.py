@@ -8,9 +8,12 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from confluent_kafka import Producer
+from sqlalchemy.exc import OperationalError
 
+from bridge.kafka_api import server as server_module
 from tests.bridge_support import (
     free_port,
     get,
@@ -19,7 +22,7 @@ from tests.bridge_support import (
     wait_readyz,
     with_metrics,
 )
-from tests.kafka_api.support import api_config, stored
+from tests.kafka_api.support import api_config, listening, stored
 
 
 def test_serve_runs_the_listener_alone_and_reports_it(tmp_path: Path) -> None:
@@ -99,3 +102,32 @@ def test_check_needs_no_cluster_for_produced_topics_and_names_a_taken_port(
         taken.listen()
         with pytest.raises(BridgeError, match=r"kafka_api.listen 127.0.0.1:\d+ cannot be bound"):
             check(config, timeout_s=2)
+
+
+def test_a_failed_producer_sweep_keeps_the_listener_reporting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest write that fails once (a lock held past the busy timeout, a database
+    restarting) must not end the status file /readyz and /metrics read, nor later sweeps."""
+    monkeypatch.setattr(server_module, "PRODUCER_SWEEP_S", 0.0)
+    sweeps: list[int] = []
+
+    def locked(before_ms: int) -> int:
+        sweeps.append(before_ms)
+        if len(sweeps) == 1:
+            raise OperationalError("UPDATE producer_states", {}, Exception("database is locked"))
+        return 0
+
+    with listening(api_config(tmp_path / "store")) as (server, _):
+        monkeypatch.setattr(server.store.manifest, "expire_producers", locked)
+        status = next((tmp_path / "store" / "run").glob("*.kafka-api.json"))
+        deadline = time.monotonic() + 30
+        while len(sweeps) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(sweeps) >= 3, "the sweep was not tried again after it failed"
+        written = json.loads(status.read_text())["updated_at"]
+        while time.monotonic() < deadline:
+            if json.loads(status.read_text())["updated_at"] > written:
+                break
+            time.sleep(0.2)
+        assert json.loads(status.read_text())["updated_at"] > written
