@@ -146,7 +146,8 @@ class Retention(BackgroundTask):
         self, live: list[SegmentRecord], chosen: set[int], report: RetentionReport
     ) -> None:
         remaining = sorted((s for s in live if s.id not in chosen), key=_age_key)
-        need = self._bytes_to_free(remaining)
+        retiring = sum(s.size_bytes for s in live if s.id in chosen)
+        need = self._bytes_to_free(remaining, retiring)
         if need <= 0:
             return
         # Replicated (or unconstrained) segments go first; unreplicated ones of topics that
@@ -169,14 +170,16 @@ class Retention(BackgroundTask):
             or segment.state == SegmentState.REPLICATED
         )
 
-    def _bytes_to_free(self, remaining: Iterable[SegmentRecord]) -> int:
+    def _bytes_to_free(self, remaining: Iterable[SegmentRecord], retiring: int) -> int:
+        """What the store-wide limits still need freed once `remaining` is what stays live and
+        `retiring` bytes (the topic policies' picks of this pass) wait out the grace."""
         need = 0
         if self.limits.max_bytes is not None:
             manifest = self.store.manifest.database_bytes()
             used = sum(s.size_bytes for s in remaining) + manifest
             need = max(need, used - self.limits.max_bytes)
         if self.limits.min_free_disk_bytes is not None:
-            shortfall = self.limits.min_free_disk_bytes - self._disk_free_soon()
+            shortfall = self.limits.min_free_disk_bytes - self._disk_free_soon() - retiring
             need = max(need, shortfall)
         return need
 

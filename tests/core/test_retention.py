@@ -194,6 +194,24 @@ def test_segments_waiting_out_their_grace_count_as_freed_disk(store: Store) -> N
     assert _starts(store) == [20, 30, 40, 50]
 
 
+def test_the_disk_floor_counts_what_a_topic_policy_retires_in_the_same_pass(
+    store: Store,
+) -> None:
+    fill_segments(store, 0, 5)
+    first = store.manifest.segments("t")[0]
+    retention = Retention(
+        store,
+        default=RetentionPolicy(max_age_s=4.5 * 3600),
+        limits=StoreLimits(min_free_disk_bytes=1000 + first.size_bytes // 2, deletion_grace_s=300),
+        disk_free=lambda: 1000,  # half a segment short; nothing is freed until the grace ends
+    )
+    report = retention.run(now=_now_after(5))
+    # max_age retires the oldest, which covers the shortfall: the floor takes nothing more.
+    assert [s.start_offset for s in report.marked] == [0]
+    assert report.global_marked == []
+    assert _starts(store) == [10, 20, 30, 40]
+
+
 def test_background_retention_runs_periodically(store: Store) -> None:
     fill_segments(store, 0, 3)
     retention = Retention(
