@@ -89,12 +89,16 @@ class StorageConfig(Strict):
     )
     max_bytes: Size | None = Field(
         default=None,
-        description="Footprint of the whole store (segments plus manifest; the Kafka API's "
-        "journal is beside it, see kafka_api.journal_max_bytes).",
+        description="Footprint of the whole store: its readable segments plus the manifest "
+        "(the Kafka API's journal is beside it, see kafka_api.journal_max_bytes). Segments "
+        "retention retired or consolidation replaced stay on disk beyond it for "
+        "deletion_grace: give the disk max_bytes plus what is retired in one deletion_grace.",
     )
     min_free_disk: Size | None = Field(
         default=None,
-        description="Free disk to keep: retention deletes below it and ingestion pauses.",
+        description="Free disk to keep: retention deletes below it and ingestion pauses. "
+        "Retention counts segments waiting out deletion_grace as freed already; ingestion "
+        "resumes once their files go.",
     )
     memory_budget: Size = Field(
         default=512 * MiB,
@@ -108,7 +112,8 @@ class StorageConfig(Strict):
     )
     deletion_grace: Duration = Field(
         default=300.0,
-        description="How long a segment retention removed stays on disk for running readers.",
+        description="How long a segment retention removed (or consolidation replaced) stays "
+        "on disk for running readers, beyond storage.max_bytes.",
     )
     retention_interval: Duration = Field(
         default=30.0, description="How often retention runs while serving."
