@@ -211,6 +211,8 @@ def _check_files(store: StoreHandle, report: VerifyReport, *, quarantine: bool) 
     known = {row.path for row in rows}
     for relative in files:
         name = relative.rsplit("/", 1)[-1]
+        if relative not in known and not (store.data_dir / relative).exists():
+            continue  # gone since listed: retention ended its grace, or a seal renamed it
         if TEMP_MARKER in name:
             report.temp_files.append(relative)
         elif SET_ASIDE_MARKER in name:
@@ -242,6 +244,15 @@ def _check_files(store: StoreHandle, report: VerifyReport, *, quarantine: bool) 
                 path=row.path,
                 problem=problem,
             )
+    if report.orphans:
+        # A seal or a consolidation renames its file before its transaction commits: one
+        # still committing when the rows were listed is known by now, after the checks.
+        known = {row.path for row in store.manifest.segments(states=tuple(SegmentState))}
+        report.orphans = [
+            relative
+            for relative in report.orphans
+            if relative not in known and (store.data_dir / relative).exists()
+        ]
     report.seconds = time.monotonic() - started
     return report
 

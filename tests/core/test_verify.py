@@ -14,10 +14,12 @@ from structlog.testing import capture_logs
 import plateau_core.crc as crcs
 from plateau_core import (
     ManifestUnusableError,
+    Retention,
     SegmentCorruptError,
     SegmentState,
     SegmentUnavailableError,
     Store,
+    StoreLimits,
     WriterPolicy,
 )
 from plateau_core.manifest import Manifest, SegmentRecord, sqlite_url
@@ -250,6 +252,49 @@ def test_orphans_and_temp_files_are_reported_not_removed(store: Store) -> None:
     assert not orphan.exists()
     assert not temp.exists()
     assert verify_store(store).clean
+
+
+def test_a_file_retention_removes_while_verify_looks_is_no_orphan(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = _store_with_segments(store)
+    store.manifest.mark_deleting([rows[0].id], at=0)
+    listed = store.manifest.segments
+    retention = Retention(store, limits=StoreLimits(deletion_grace_s=0))
+
+    def retention_in_between(*args: object, **kwargs: object) -> list[SegmentRecord]:
+        # Verify has listed the files; retention ends the grace: file, then row.
+        monkeypatch.setattr(store.manifest, "segments", listed)
+        retention.run()
+        return listed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.manifest, "segments", retention_in_between)
+    report = verify_store(store)
+    assert not store.segment_path(rows[0]).exists()
+    assert report.orphans == []
+    assert report.clean
+
+
+def test_a_segment_committed_while_verify_looks_is_no_orphan(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = _store_with_segments(store)
+    end = rows[-1].end_offset
+    table = pa.Table.from_batches([batch(range(end, end + 3))])
+    # A seal whose file is in place and whose transaction lands after verify listed the rows.
+    path, stats = write_segment(store.data_dir / "topics/t/0", table)
+    listed = store.manifest.segments
+
+    def commit_after_listing(*args: object, **kwargs: object) -> list[SegmentRecord]:
+        monkeypatch.setattr(store.manifest, "segments", listed)
+        found = listed(*args, **kwargs)  # type: ignore[arg-type]
+        store.manifest.commit_segment("t", 0, stats, f"topics/t/0/{path.name}", table.schema)
+        return found
+
+    monkeypatch.setattr(store.manifest, "segments", commit_after_listing)
+    report = verify_store(store)
+    assert report.orphans == []
+    assert report.clean
 
 
 def test_rows_without_checksums_get_the_older_checks(store: Store) -> None:
