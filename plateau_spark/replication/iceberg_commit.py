@@ -30,6 +30,7 @@ from pyiceberg.table import Table, TableProperties
 from pyiceberg.transforms import DayTransform, IdentityTransform
 
 from plateau_core.schema import TIMESTAMP
+from plateau_spark.replication.iceberg_files import parse_data_name
 from plateau_spark.replication.iceberg_schema import (
     PARTITION,
     SchemaConflictError,
@@ -108,9 +109,12 @@ def committed_offsets(table: Table) -> dict[int, int]:
     """Per Kafka partition, the offset after the last row the table holds (empty if none).
 
     The newest snapshot of the current branch's history carrying plateau's offsets answers;
-    snapshots without them (another engine's maintenance) are looked past.
+    snapshots without them (another engine's maintenance) are looked past. When none is
+    left (expiry dropped those that carried them), the names of plateau's data files the
+    table reads say it: taking nothing for committed would re-add rows, and would delete
+    committed files as an uncommitted run's.
     """
-    snapshot = table.current_snapshot()
+    current = snapshot = table.current_snapshot()
     while snapshot is not None:
         summary = snapshot.summary
         text = summary.additional_properties.get(OFFSETS) if summary is not None else None
@@ -118,7 +122,31 @@ def committed_offsets(table: Table) -> dict[int, int]:
             return {int(p): int(o) for p, o in json.loads(text).items()}
         parent = snapshot.parent_snapshot_id
         snapshot = None if parent is None else table.snapshot_by_id(parent)
-    return {}
+    if current is None:
+        return {}
+    offsets = _offsets_from_files(table)
+    if offsets:
+        log.warning(
+            "iceberg_offsets_from_file_names",
+            table=table.name(),
+            offsets={str(p): o for p, o in sorted(offsets.items())},
+        )
+    return offsets
+
+
+def _offsets_from_files(table: Table) -> dict[int, int]:
+    """Per Kafka partition, the offset after the last row of plateau's data files in the
+    current snapshot (`.../partition=P/{first}-{last}[.c{tag}].parquet`)."""
+    offsets: dict[int, int] = {}
+    for task in table.scan().plan_files():
+        folder, _, name = task.file.file_path.rpartition("/")
+        parsed = parse_data_name(name)
+        _, _, partition = folder.rpartition("/partition=")
+        if parsed is None or not partition.isdigit():
+            continue
+        key = int(partition)
+        offsets[key] = max(offsets.get(key, 0), parsed[1] + 1)
+    return offsets
 
 
 def offset_properties(

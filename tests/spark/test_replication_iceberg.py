@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyarrow import fs
 from pyiceberg.expressions import EqualTo
@@ -167,6 +169,42 @@ def test_compaction_rewrites_small_files_and_expiry_deletes_what_only_old_snapsh
     table.refresh()
     assert on_disk == data_files(table)
     assert table_keys(table) == stored_keys(store)
+    store.close()
+
+
+def test_offsets_survive_another_engines_snapshots_once_plateaus_are_expired(
+    tmp_path: Path,
+) -> None:
+    """Another writer's commits (a backfill, a manifest rewrite) carry no plateau offsets;
+    once expiry dropped every snapshot that did, the table's own files still say which
+    offsets it holds: none of them is taken for an uncommitted run's file and deleted."""
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    write_segments(store, "t", 0, [batch(range(100))], roll_rows=100)
+    job.run_once()
+    table = job.table("t")
+    # A row another writer adds, in a file of its own naming.
+    foreign = pa.Table.from_pylist(
+        [{"partition": 7, "offset": 10_000, "timestamp": datetime(2023, 11, 14, tzinfo=UTC)}],
+        schema=table.schema().as_arrow(),
+    )
+    path = tmp_path / "warehouse" / "plateau" / "t" / "data" / "backfill.parquet"
+    pq.write_table(foreign, path)
+    table.add_files([str(path)])
+    keep_one = IcebergSettings(min_snapshots=1, snapshot_retention_s=0)
+    expiry = replicator(store, tmp_path / "warehouse", settings=keep_one)
+    assert expiry.maintain()["t"].snapshots_expired == 1
+    table.refresh()
+    assert committed_offsets(table) == {0: 100}
+
+    write_segments(store, "t", 0, [batch(range(100, 200))], roll_rows=100)
+    report = job.run_once()
+    assert report.orphans_removed == 0
+    table.refresh()
+    rows = table_keys(table)
+    assert rows[(0, 0)] == 1 and rows[(0, 199)] == 1
+    assert sum(rows.values()) == 201
+    assert committed_offsets(table) == {0: 200}
     store.close()
 
 
