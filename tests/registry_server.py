@@ -17,7 +17,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from confluent_kafka.schema_registry import Schema
 from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
@@ -36,6 +36,9 @@ class RegistryServer:
         self.port = port
         self.basic_auth = basic_auth
         self.requests = 0
+        # Soft-deleted versions, as (subject, version): served only to a request that asks
+        # for deleted ones too (?deleted=true), as Confluent's registry does.
+        self.soft_deleted: set[tuple[str, int]] = set()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.connections: set[socket.socket] = set()
@@ -93,6 +96,7 @@ class RegistryServer:
 
     def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         parts = [unquote(p) for p in urlsplit(path).path.strip("/").split("/")]
+        deleted = parse_qs(urlsplit(path).query).get("deleted", ["false"])[0].lower() == "true"
         store = self.registry._store
         try:
             if method == "POST" and len(parts) == 3 and parts[0] == "subjects":
@@ -115,6 +119,8 @@ class RegistryServer:
                 return 200, [{"subject": found.subject, "version": found.version}]
             if method == "GET" and parts[0] == "subjects" and len(parts) == 4:
                 version: int | str = parts[3] if parts[3] == "latest" else int(parts[3])
+                if (parts[1], version) in self.soft_deleted and not deleted:
+                    return 404, {"error_code": 40402, "message": "Version not found"}
                 registered = self.registry.get_version(parts[1], version)  # type: ignore[arg-type]
                 return 200, {
                     **registered.schema.to_dict(),

@@ -297,6 +297,106 @@ def test_an_avro_schema_that_references_another_subject(registry: RegistryServer
     assert _rows(decoded) == [{"name": "ada", "home": {"city": "london"}}]
 
 
+def _customer_through_two_references(client: SchemaRegistryClient) -> tuple[int, bytes]:
+    """A schema id naming Customer, whose Address (another subject) names Country (a third
+    subject), and a record of it."""
+    country = {
+        "type": "record",
+        "name": "Country",
+        "namespace": "shop",
+        "fields": [{"name": "code", "type": "string"}],
+    }
+    address = {
+        "type": "record",
+        "name": "Address",
+        "namespace": "shop",
+        "fields": [{"name": "city", "type": "string"}, {"name": "country", "type": "Country"}],
+    }
+    customer = {
+        "type": "record",
+        "name": "Customer",
+        "namespace": "shop",
+        "fields": [{"name": "name", "type": "string"}, {"name": "home", "type": "Address"}],
+    }
+    client.register_schema("country", Schema(json.dumps(country), "AVRO"))
+    to_country = [SchemaReference("shop.Country", "country", 1)]
+    client.register_schema("address", Schema(json.dumps(address), "AVRO", to_country))
+    to_address = [SchemaReference("shop.Address", "address", 1)]
+    schema_id = client.register_schema(
+        "customers-value", Schema(json.dumps(customer), "AVRO", to_address)
+    )
+    named: dict[str, Any] = {}
+    for schema in (country, address):
+        fastavro.parse_schema(schema, named_schemas=named)
+    parsed = fastavro.parse_schema(customer, named_schemas=named)
+    body = io.BytesIO()
+    written = {"name": "ada", "home": {"city": "london", "country": {"code": "uk"}}}
+    fastavro.schemaless_writer(body, parsed, written)
+    return schema_id, b"\x00" + schema_id.to_bytes(4, "big") + body.getvalue()
+
+
+CUSTOMER_ROW = {"name": "ada", "home": {"city": "london", "country": {"code": "uk"}}}
+
+
+def test_references_of_references_are_followed(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    _, value = _customer_through_two_references(client)
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    assert decoded.poison == []
+    assert _rows(decoded) == [CUSTOMER_ROW]
+
+
+def test_references_come_with_the_prefetched_schema(registry: RegistryServer) -> None:
+    """The Kafka API prefetches the schemas a batch names off its event loop, then decodes
+    on it: the schemas they reference must already be in memory too."""
+    client = SchemaRegistryClient({"url": registry.url})
+    schema_id, value = _customer_through_two_references(client)
+    decoder = _decoder(registry, "avro")
+    assert decoder.unfetched([value], []) == [(schema_id, None)]
+    decoder.source.prefetch(schema_id)
+    assert decoder.unfetched([value], []) == []
+    registry.stop()
+    decoded = decoder.decode(_records([value]))
+    assert _rows(decoded) == [CUSTOMER_ROW]
+
+
+def test_a_soft_deleted_referenced_version_still_decodes(registry: RegistryServer) -> None:
+    """Soft-deleting a subject's version keeps it for the records already written with it
+    (Confluent's deserializers look deleted references up too)."""
+    client = SchemaRegistryClient({"url": registry.url})
+    _, value = _customer_through_two_references(client)
+    registry.soft_deleted.add(("country", 1))
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    assert decoded.poison == []
+    assert _rows(decoded) == [CUSTOMER_ROW]
+
+
+def test_a_missing_referenced_version_is_poison_a_route_without_it_pauses(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    _, value = _customer_through_two_references(client)
+    registry.registry._store.remove_by_subject("country")
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    [poison] = decoded.poison
+    assert "subject country version 1" in poison.error
+    assert "not in the schema registry" in poison.error
+
+    # A 404 that is not the registry's (a proxy routing /schemas but not /subjects): the
+    # registry did not answer, so nothing is skipped.
+    class Unrouted(RegistryServer):
+        def answer(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+            if method == "GET" and path.startswith("/subjects/"):
+                return 404, {"error_code": 404, "message": "HTTP 404 Not Found"}
+            return super().answer(method, path, body)
+
+    with Unrouted() as proxy:
+        client = SchemaRegistryClient({"url": proxy.url})
+        _, value = _customer_through_two_references(client)
+        with pytest.raises(RegistryUnavailableError, match="HTTP 404"):
+            _decoder(proxy, "avro").decode(_records([value]))
+
+
 def test_a_value_that_decodes_but_does_not_fit_its_column_is_poison_alone(
     registry: RegistryServer,
 ) -> None:

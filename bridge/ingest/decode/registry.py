@@ -28,6 +28,9 @@ NOT_FOUND = 404
 # The registry's own "no such schema" (Confluent's code, which compatible registries keep):
 # a 404 without it is a URL that reaches no registry, which skipping records must not follow.
 SCHEMA_NOT_FOUND = 40403
+# A referenced schema is looked up by subject and version: "no such subject", "no such
+# version" (or, from some registries, "no such schema") are the registry's answer too.
+REFERENCE_NOT_FOUND = frozenset({40401, 40402, SCHEMA_NOT_FOUND})
 
 
 class RegistryUnavailableError(BridgeError):
@@ -53,6 +56,9 @@ class WriterSchema:
     id: int
     schema: Schema
     where: str  # "subject orders-value version 3", or "schema id 7" when the registry cannot say
+    # Every schema it references, directly or through another, as (reference name, text),
+    # each after those it references itself: what a reader parses first.
+    references: tuple[tuple[str, str], ...] = ()
 
     @property
     def kind(self) -> str:
@@ -98,7 +104,12 @@ class SchemaSource:
             raise RegistryUnavailableError(self._down_reason, self._prober(schema_id, fmt))
         try:
             schema = self.client.get_schema(schema_id, fmt=fmt)
+            # Fetched with it, so that what holds the schema in memory needs nothing more
+            # from the registry to read its records (the Kafka API decodes on its event loop).
+            references = self._references(schema_id, schema, fmt)
             where = self._where(schema_id)
+        except UnknownSchemaError:
+            raise
         except SchemaRegistryError as exc:
             if exc.http_status_code == NOT_FOUND and exc.error_code == SCHEMA_NOT_FOUND:
                 # Not remembered: a registry that lags behind its producers has it later.
@@ -109,26 +120,47 @@ class SchemaSource:
             raise self._down(schema_id, fmt, detail) from None
         except Exception as exc:  # any transport failure means "not reachable"
             raise self._down(schema_id, fmt, f"{type(exc).__name__}: {exc}") from None
-        writer = WriterSchema(schema_id, schema, where)
+        writer = WriterSchema(schema_id, schema, where, references)
         self._found[schema_id] = writer
         log.info("schema_fetched", schema_id=schema_id, kind=writer.kind, where=where)
         return writer
 
-    def referenced(self, subject: str, version: int) -> str:
-        """The text of a schema another one references (protobuf imports), serialized."""
-        try:
-            found = self.client.get_version(subject, version, fmt="serialized")
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == NOT_FOUND:
-                raise UnknownSchemaError(
-                    f"referenced subject {subject} version {version} is not in the registry"
-                ) from None
-            raise RegistryUnavailableError(f"schema registry {self.config.url}: {exc}") from None
-        except Exception as exc:  # any transport failure means "not reachable"
-            raise RegistryUnavailableError(
-                f"schema registry {self.config.url} unreachable: {type(exc).__name__}: {exc}"
-            ) from None
-        return found.schema.schema_str or ""
+    def _references(
+        self, schema_id: int, schema: Schema, fmt: str | None
+    ) -> tuple[tuple[str, str], ...]:
+        """What `schema` references, followed through the schemas it references, as
+        Confluent's own deserializers resolve them (soft-deleted versions included: records
+        written with them are still read)."""
+        found: dict[str, str] = {}
+        self._follow(schema_id, schema, fmt, found, set())
+        return tuple(found.items())
+
+    def _follow(
+        self,
+        schema_id: int,
+        schema: Schema,
+        fmt: str | None,
+        found: dict[str, str],
+        visited: set[str],
+    ) -> None:
+        for ref in schema.references or ():
+            if ref.name is None or ref.subject is None or ref.version is None:
+                continue  # make_reader refuses the schema, naming it
+            if ref.name in visited:
+                continue
+            visited.add(ref.name)
+            try:
+                registered = self.client.get_version(ref.subject, ref.version, True, fmt)
+            except SchemaRegistryError as exc:
+                if exc.http_status_code == NOT_FOUND and exc.error_code in REFERENCE_NOT_FOUND:
+                    raise UnknownSchemaError(
+                        f"schema id {schema_id} references subject {ref.subject} version "
+                        f"{ref.version}, which is not in the schema registry "
+                        f"({exc.error_message})"
+                    ) from None
+                raise
+            self._follow(schema_id, registered.schema, fmt, found, visited)
+            found.setdefault(ref.name, registered.schema.schema_str or "")
 
     def _where(self, schema_id: int) -> str:
         """The subject and version of a schema, for error messages; registries that do not

@@ -177,11 +177,9 @@ class SchemaDecoder:
         except UnknownSchemaError as exc:
             return str(exc)  # not remembered: the registry may have it on the next batch
         try:
-            reader: Reader | str = make_reader(fmt, writer, indexes, self.source)
+            reader: Reader | str = make_reader(fmt, writer, indexes)
         except UnsupportedSchemaError as exc:
             reader = f"{writer.where} cannot be stored as columns: {exc}"
-        except UnknownSchemaError as exc:
-            return f"{writer.where}: {exc}"
         self._readers[(fmt, schema_id, indexes)] = reader
         if not isinstance(reader, str):
             self._named[id(reader)] = (reader, writer.where)

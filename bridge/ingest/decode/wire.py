@@ -12,7 +12,7 @@ import pyarrow as pa
 from bridge.ingest.decode.avro_arrow import AvroReader, UnsupportedSchemaError
 from bridge.ingest.decode.json_schema_arrow import JsonSchemaReader
 from bridge.ingest.decode.protobuf_arrow import ProtobufReader
-from bridge.ingest.decode.registry import SchemaSource, WriterSchema
+from bridge.ingest.decode.registry import WriterSchema
 
 HEADER = 5
 MAX_INDEXES = 64
@@ -71,12 +71,9 @@ def _zigzag(data: bytes, position: int) -> tuple[int, int]:
             raise FramingError("a message index varint is too long")
 
 
-def make_reader(
-    fmt: str, writer: WriterSchema, indexes: tuple[int, ...], source: SchemaSource
-) -> Reader:
+def make_reader(fmt: str, writer: WriterSchema, indexes: tuple[int, ...]) -> Reader:
     """A reader for records of `writer` in format `fmt`; raises UnsupportedSchemaError
-    (for a schema of another kind, too), and RegistryUnavailableError while fetching what
-    a protobuf schema imports."""
+    (for a schema of another kind, too)."""
     expected = KINDS[fmt]
     if writer.kind != expected:
         raise UnsupportedSchemaError(
@@ -84,18 +81,17 @@ def make_reader(
         )
     text = writer.schema.schema_str or ""
     if fmt == "avro":
-        named = {name: json.loads(text) for name, text in _references(writer, source).items()}
+        named = {name: json.loads(text) for name, text in _references(writer).items()}
         return AvroReader(text, named)
     if fmt == "protobuf":
-        return ProtobufReader(text, _references(writer, source), list(indexes))
+        return ProtobufReader(text, _references(writer), list(indexes))
     return JsonSchemaReader(text)
 
 
-def _references(writer: WriterSchema, source: SchemaSource) -> dict[str, str]:
-    """The schemas `writer` names (Avro named types, Protobuf imports), by reference name."""
-    found: dict[str, str] = {}
+def _references(writer: WriterSchema) -> dict[str, str]:
+    """The schemas `writer` names (Avro named types, Protobuf imports), by reference name,
+    each after those it names itself."""
     for ref in writer.schema.references or ():
         if ref.name is None or ref.subject is None or ref.version is None:
             raise UnsupportedSchemaError(f"{writer.where} has an incomplete schema reference")
-        found[ref.name] = source.referenced(ref.subject, ref.version)
-    return found
+    return dict(writer.references)
