@@ -120,7 +120,11 @@ def build(column: str, values: pa.ChunkedArray | pa.Array, fpp: float) -> Bloom 
 
 def _canonical_all(kind: BloomKind, distinct: pa.Array) -> Iterable[bytes]:
     if kind == "int":
-        packed = distinct.cast(pa.int64()).to_numpy(zero_copy_only=False).astype("<i8").tobytes()
+        # A uint64 above 2**63 - 1 wraps to a negative int64: a bit no probe of a value in
+        # range would miss is never dropped (canonical() judges no value above int64), it
+        # only adds a false positive for that negative number.
+        wrapped = distinct.cast(pa.int64(), safe=False)
+        packed = wrapped.to_numpy(zero_copy_only=False).astype("<i8").tobytes()
         return (packed[i : i + 8] for i in range(0, len(packed), 8))
     if pa.types.is_string(distinct.type) or pa.types.is_large_string(distinct.type):
         distinct = distinct.cast(pa.large_binary())

@@ -59,6 +59,18 @@ def test_narrower_integer_columns_hash_as_int64() -> None:
     assert narrow == wide
 
 
+@given(values=st.lists(st.integers(0, 2**64 - 1), max_size=100))
+@settings(max_examples=60, deadline=None)
+def test_a_uint64_column_beyond_int64_gets_a_filter_that_finds_every_value(
+    values: list[int],
+) -> None:
+    """A uint64 above 2**63 - 1 has no int64 bytes: building the filter must not fail the
+    seal (which retried it forever), and no value of the column may be ruled out."""
+    bloom = build("u", pa.array([*values, 2**63, 2**64 - 1], pa.uint64()), 0.01)
+    assert bloom is not None
+    assert all(bloom.may_contain(v) for v in [*values, 2**63, 2**64 - 1])
+
+
 def test_nulls_are_not_added_and_an_all_null_column_holds_nothing() -> None:
     bloom = build("k", pa.array([None, None], pa.binary()), 0.01)
     assert bloom is not None
