@@ -10,6 +10,7 @@ segment of log lines does not copy its longest line into the manifest.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -135,6 +136,20 @@ def may_contain(stats: ColumnStats, record_count: int, values: Iterable[object])
         wanted = comparable(stats.kind, value)
         if wanted is None:
             return True
-        if (low is None or low <= wanted) and (high is None or wanted <= high):  # type: ignore[operator]
-            return True
+        for candidate in _as_stored(stats.kind, wanted):
+            if (low is None or low <= candidate) and (high is None or candidate <= high):  # type: ignore[operator]
+                return True
     return False
+
+
+def _as_stored(kind: Kind, wanted: object) -> tuple[object, ...]:
+    """The values a row equal to `wanted` may hold. A float column may be float32, where
+    `where` compares 0.1 as float32 0.1 (0.10000000149...), a little above the double 0.1:
+    the bounds of such a column are checked against both."""
+    if kind != "float" or not isinstance(wanted, float):
+        return (wanted,)
+    try:
+        single: float = struct.unpack("f", struct.pack("f", wanted))[0]
+    except OverflowError:  # beyond float32: no row of such a column equals it
+        return (wanted,)
+    return (wanted,) if single == wanted else (wanted, single)

@@ -8,10 +8,12 @@ certain, so pruning never changes a result, only how many files are opened.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -45,13 +47,7 @@ class Condition:
         column = batch.column(index)
         values = sorted(self.values, key=repr)
         if _numeric(column.type) and all(_is_number(v) for v in values):
-            # A column the topic widened (int32 in older segments, double in newer): 1.5
-            # cannot be an int32, so it is compared as a double in those segments.
-            try:
-                wanted = pa.array(values).cast(column.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                column = column.cast(pa.float64())
-                wanted = pa.array([float(v) for v in values], pa.float64())
+            wanted = _numbers_in(column.type, values)
             return pc.fill_null(pc.is_in(column, value_set=wanted), False)
         try:
             wanted = pa.array(values).cast(column.type)
@@ -139,6 +135,31 @@ def admitted_by_blooms(where: Where, blooms: Mapping[str, Bloom]) -> bool:
 def admitted_by_stats(where: Where, stats: Mapping[str, ColumnStats], record_count: int) -> bool:
     """Whether a segment with these promoted statistics may hold a row every condition keeps."""
     return all(c.admits(stats.get(c.column), record_count) for c in where)
+
+
+def _numbers_in(dtype: pa.DataType, values: list[Scalar]) -> pa.Array:
+    """The values as `dtype`, leaving out those no row of it can equal: in an integer
+    column, fractions (a column the topic widened, int32 in older segments and double in
+    newer, holds no 1.5 in the older ones) and numbers beyond the type's range (2**64 is no
+    int64, and must not be rounded into one through a double); in a float column, numbers
+    that would become infinite as that type, and zero as both its signs."""
+    if pa.types.is_integer(dtype):
+        info = np.iinfo(dtype.to_pandas_dtype())
+        exact = {int(v) for v in values if _integral(v)}
+        return pa.array(sorted(v for v in exact if info.min <= v <= info.max), dtype)
+    doubles = []
+    for value in values:
+        with contextlib.suppress(OverflowError):  # an int beyond any double equals no row
+            doubles.append(float(value))
+    if 0.0 in doubles:
+        doubles += [0.0, -0.0]  # equal numbers, which is_in's hashing tells apart
+    wide = pa.array(doubles, pa.float64())
+    narrow = wide.cast(dtype)
+    return narrow.filter(pc.or_(pc.is_finite(narrow), pc.invert(pc.is_finite(wide))))
+
+
+def _integral(value: Scalar) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
 def _numeric(dtype: pa.DataType) -> bool:
