@@ -15,13 +15,14 @@ the roll policies.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 
 import structlog
 
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
-from plateau_core.listener import TopicPartition, WriterListener
+from plateau_core.listener import TopicPartition, WriterListener, tell
 from plateau_core.policies import WriterPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
@@ -47,7 +48,9 @@ class JournaledWriter(Writer):
         self._told_early: dict[TopicPartition, int] = {}  # the buffer each last logged for
         super().__init__(store, policy, listener, write=write)
         self.journal = journal
-        journal.notify = self.listener.on_journaled
+        # Raised through the journal's thread, a hook's error would end it: nothing after
+        # would ever be journaled.
+        journal.notify = partial(tell, self.listener.on_journaled)
         self._pinned: int | None = None  # groups from here up belong to a dropped buffer
 
     def _held(self) -> int:

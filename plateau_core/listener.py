@@ -3,8 +3,13 @@ moves (WriterListener, called on writer threads), and the figures it reports (Wr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 TopicPartition = tuple[str, int]
 
@@ -40,6 +45,16 @@ class WriterListener:
 
     def on_journaled(self, seq: int) -> None:
         """Every append group numbered up to `seq` is durable in the writer's journal."""
+
+
+def tell(hook: Callable[..., None], *args: object) -> None:
+    """Call a listener's hook on a writer thread. A hook that raises is logged and goes no
+    further: raised through a seal, it would leave the seal unfinished and its partition
+    stuck for good, with the error lost in the pool."""
+    try:
+        hook(*args)
+    except Exception as exc:
+        log.exception("listener_failed", hook=getattr(hook, "__name__", repr(hook)), error=str(exc))
 
 
 @dataclass(frozen=True)

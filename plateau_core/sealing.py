@@ -21,7 +21,7 @@ import structlog
 from plateau_core.errors import ManifestConflictError, SealError
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.lazy import materialize, span
-from plateau_core.listener import SealedSegment, WriterListener
+from plateau_core.listener import SealedSegment, WriterListener, tell
 from plateau_core.manifest import Manifest
 from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.names import partition_dir, relative_segment_path
@@ -186,7 +186,8 @@ def announce(sealed: Sealed, listener: WriterListener) -> None:
             bytes=stats.size_bytes,
             seconds=round(seconds, 4),
         )
-        listener.on_sealed(
+        tell(
+            listener.on_sealed,
             SealedSegment(
                 topic=job.topic,
                 partition=job.partition,
@@ -196,7 +197,7 @@ def announce(sealed: Sealed, listener: WriterListener) -> None:
                 size_bytes=stats.size_bytes,
                 path=path,
                 seconds=seconds,
-            )
+            ),
         )
     last_end = commit.segments[-1].stats.end_offset if commit.segments else None
     if job.advance_to is not None and (last_end is None or job.advance_to > last_end):
@@ -208,7 +209,7 @@ def announce(sealed: Sealed, listener: WriterListener) -> None:
             producers=len(job.producers),
             reason="records handled without landing here",
         )
-        listener.on_advanced(job.topic, job.partition, job.advance_to)
+        tell(listener.on_advanced, job.topic, job.partition, job.advance_to)
 
 
 def log_failure(job: SealJob, exc: Exception, retry_in_s: float) -> None:

@@ -32,7 +32,7 @@ from plateau_core.errors import (
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
-from plateau_core.listener import TopicPartition, WriterListener, WriterStats
+from plateau_core.listener import TopicPartition, WriterListener, WriterStats, tell
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
@@ -181,7 +181,7 @@ class Writer:
             dropped_rows=dropped_rows,
             lock_kept_until_seal_ends=busy,
         )
-        self.listener.on_capacity()
+        tell(self.listener.on_capacity)
 
     @contextlib.contextmanager
     def maintaining(self, topic: str, partition: int) -> Iterator[bool]:
@@ -473,7 +473,7 @@ class Writer:
         for job in group:
             self._let_go_if_done(job.key)
         self._sealed_group()
-        self.listener.on_capacity()
+        tell(self.listener.on_capacity)
 
     def _failed(self, group: list[SealJob], exc: Exception) -> None:
         keys = {job.key for job in group}
@@ -498,7 +498,7 @@ class Writer:
             self._let_go_if_done(job.key)
         for job, delay in zip(group, delays, strict=True):
             log_failure(job, exc, delay)
-            self.listener.on_seal_failed(job.topic, job.partition, exc)
+            tell(self.listener.on_seal_failed, job.topic, job.partition, exc)
 
     def _tick_loop(self) -> None:
         while not self._closed:

@@ -289,6 +289,46 @@ def test_a_seal_whose_outcome_is_unknown_stays_exact_through_a_failed_write(
     assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3]
 
 
+class RaisesOnce(WriterListener):
+    """A listener whose hooks fail the first time each is called."""
+
+    def __init__(self) -> None:
+        self.sealed: list[int] = []
+        self.journaled: list[int] = []
+
+    def on_sealed(self, segment: SealedSegment) -> None:
+        self.sealed.append(segment.end_offset)
+        if len(self.sealed) == 1:
+            raise RuntimeError("listener bug")
+
+    def on_journaled(self, seq: int) -> None:
+        self.journaled.append(seq)
+        if len(self.journaled) == 1:
+            raise RuntimeError("listener bug")
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_a_listener_that_raises_does_not_stop_the_partition(store: Store, journal: bool) -> None:
+    """A hook's error is the listener's: the seal it reports still finishes, the next seals
+    and journal writes go on, and the partition can be given up and taken back."""
+    listener = RaisesOnce()
+    writer = store.writer(WriterPolicy(fsync=False), listener, journal=journal)
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        writer.append("t", 0, batch([0, 1]))
+        writer.flush(timeout_s=10)
+        writer.append("t", 0, batch([2, 3]))
+        writer.flush(timeout_s=10)
+        writer.release("t", 0)
+        assert writer.acquire("t", 0, timeout_s=10) == 4
+    finally:
+        writer.close()
+    assert listener.sealed == [2, 4]
+    if journal:
+        assert len(listener.journaled) == 2
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3]
+
+
 def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
     writer = store.writer(WriterPolicy(writer_threads=2, fsync=False))
     try:
