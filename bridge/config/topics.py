@@ -186,8 +186,8 @@ class TopicMapping(Strict):
     schema_: dict[str, str] | None = Field(
         default=None,
         alias="schema",
-        description="json only: field -> string|int|float|bool|timestamp. Omitted: "
-        "inferred and widened.",
+        description="json only: field -> string|int|float|bool|timestamp (a timestamp: ISO "
+        "8601 text, or epoch ms between years 1 and 9999). Omitted: inferred and widened.",
     )
     timestamp: str = Field(
         default="kafka",

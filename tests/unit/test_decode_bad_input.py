@@ -186,3 +186,31 @@ def test_json_field_named_like_plateaus_and_its_renamed_twin_is_poison() -> None
     )
     assert "both present" in _poison(decoded)[0]
     assert decoded.batches[0].column("offset_").to_pylist() == [3, None]
+
+
+def test_declared_timestamps_take_epoch_milliseconds_as_well_as_iso_8601() -> None:
+    """A declared `timestamp` field takes what `timestamp: field:` takes: epoch milliseconds
+    (were poison) or ISO 8601 text, mixed in one batch too."""
+    mapping = {"format": "json", "schema": {"ts": "timestamp", "n": "int"}}
+    values = [
+        b'{"ts": 1704110400123, "n": 0}',
+        b'{"ts": 1704110400500.0, "n": 1}',
+        b'{"ts": "2024-01-01T12:00:01.5Z", "n": 2}',
+        b'{"ts": 1e300, "n": 3}',
+        b'{"ts": null, "n": 4}',
+        b'{"ts": 1704110402000, "n": 5}',
+    ]
+    for field in (None, "field:ts"):
+        decoded = _decode({**mapping, **({"timestamp": field} if field else {})}, values)
+        rows = [r for b in decoded.batches for r in b.to_pylist()]
+        stamps = {r["n"]: r["ts"] and r["ts"].isoformat() for r in rows}
+        assert stamps == {
+            0: "2024-01-01T12:00:00.123000+00:00",
+            1: "2024-01-01T12:00:00.500000+00:00",
+            2: "2024-01-01T12:00:01.500000+00:00",
+            5: "2024-01-01T12:00:02+00:00",
+            **({} if field else {4: None}),
+        }
+        assert "between years 1 and 9999" in _poison(decoded)[3]
+        if field:
+            assert [r["timestamp"] for r in rows] == [r["ts"] for r in rows]

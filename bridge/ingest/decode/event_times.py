@@ -20,7 +20,7 @@ def event_times(table: pa.Table, name: str) -> tuple[pa.Array, dict[int, str]]:
     if pa.types.is_timestamp(column.type):
         stamps = column.cast(TIMESTAMP_TYPE)
     elif pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-        stamps, bad = _epoch_ms(column, name)
+        stamps, bad = epoch_ms(column, name)
     elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         stamps, bad = _iso_times(column, name)
     else:
@@ -41,7 +41,7 @@ def event_times(table: pa.Table, name: str) -> tuple[pa.Array, dict[int, str]]:
 _EARLIEST_MS, _LATEST_MS = -62_135_596_800_000, 253_402_300_799_999
 
 
-def _epoch_ms(column: pa.Array, name: str) -> tuple[pa.Array, dict[int, str]]:
+def epoch_ms(column: pa.Array, name: str) -> tuple[pa.Array, dict[int, str]]:
     finite = pc.is_finite(column) if pa.types.is_floating(column.type) else None
     values = column.to_pylist()
     bad = {

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from bridge.ingest.decode.common import Decoded, poison_at
-from bridge.ingest.decode.event_times import event_times
+from bridge.ingest.decode.event_times import epoch_ms, event_times
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.schema import TIMESTAMP_TYPE, conform
 
@@ -45,6 +45,12 @@ class JsonDecoder:
         )
         self.known: pa.Schema | None = self.declared
         self.timestamp_field = timestamp_field
+        # Declared timestamps are written as ISO 8601 text or as epoch milliseconds; Arrow's
+        # reader takes one of them per field. A block is read as the last one was, and
+        # with the other when that fails (records mixing them are split until each reads;
+        # a record whose timestamp fields are written differently from each other is poison).
+        self._times = [n for n, t in (schema or {}).items() if t == "timestamp"]
+        self._as_numbers = False
 
     def seed(self, stored: pa.Schema) -> None:
         """Start from the columns the plateau topic already has (after a restart): a field
@@ -97,7 +103,7 @@ class JsonDecoder:
             return
         try:
             table = self._read(lines[lo:hi])
-        except (pa.ArrowInvalid, pa.ArrowTypeError, _RowCountError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, _RowCountError, _NotEpochMsError) as exc:
             if hi - lo == 1:
                 failures.append((lo, _short(exc)))
                 return
@@ -116,16 +122,48 @@ class JsonDecoder:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise pa.ArrowInvalid(f"not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-        options = pajson.ParseOptions(
-            explicit_schema=_pinned(self.known),
-            unexpected_field_behavior="ignore" if self.declared is not None else "infer",
-        )
-        read = pajson.ReadOptions(block_size=max(len(data) + 1, 1 << 16), use_threads=False)
-        table = pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
+        if self._times:
+            try:
+                table = self._read_times(data, self._as_numbers)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, _NotEpochMsError) as first:
+                try:
+                    table = self._read_times(data, not self._as_numbers)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, _NotEpochMsError) as second:
+                    # The reason given: a number out of range, else what reading as text said.
+                    as_text = second if self._as_numbers else first
+                    ranged = [e for e in (first, second) if isinstance(e, _NotEpochMsError)]
+                    raise (ranged or [as_text])[0] from None
+                self._as_numbers = not self._as_numbers
+        else:
+            table = self._read_json(data, _pinned(self.known))
         if table.num_rows != len(lines):
             raise _RowCountError(f"{len(lines)} messages gave {table.num_rows} rows")
         if self.declared is None:
             self.known = _widen([self.known, table.schema])
+        return table
+
+    def _read_json(self, data: bytes, explicit: pa.Schema | None) -> pa.Table:
+        options = pajson.ParseOptions(
+            explicit_schema=explicit,
+            unexpected_field_behavior="ignore" if self.declared is not None else "infer",
+        )
+        read = pajson.ReadOptions(block_size=max(len(data) + 1, 1 << 16), use_threads=False)
+        return pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
+
+    def _read_times(self, data: bytes, as_numbers: bool) -> pa.Table:
+        """A block of a declared schema, its timestamps read as text or as epoch ms."""
+        assert self.declared is not None
+        if not as_numbers:
+            return self._read_json(data, self.declared)
+        numbers = pa.schema(
+            [f.with_type(pa.float64()) if f.name in self._times else f for f in self.declared]
+        )
+        table = self._read_json(data, numbers)
+        for name in self._times:
+            stamps, bad = epoch_ms(table.column(name).combine_chunks(), name)
+            if bad:  # the block is split until this record is alone, and poison
+                raise _NotEpochMsError(bad[min(bad)])
+            table = table.set_column(table.schema.get_field_index(name), name, stamps)
         return table
 
     def _build(
@@ -158,6 +196,10 @@ class JsonDecoder:
 
 
 class _RowCountError(ValueError):
+    pass
+
+
+class _NotEpochMsError(ValueError):
     pass
 
 
