@@ -59,7 +59,8 @@ def table_columns(table: pa.Table) -> tuple[ColumnStats, ...]:
     """Statistics of every promoted column of a segment table, in schema order."""
     found = []
     for field in table.schema:
-        if field.name in NOT_PROMOTED:
+        # PostgreSQL text holds no NUL character, and a JSON field name may have one.
+        if field.name in NOT_PROMOTED or "\x00" in field.name:
             continue
         kind = kind_of(field.type)
         if kind is None:
@@ -91,6 +92,9 @@ def encode(kind: Kind, value: object, *, upper: bool) -> str | None:
         return str(value)
     raw = value.hex() if isinstance(value, bytes) else str(value)
     limit = MAX_TEXT * 2 if kind == "binary" else MAX_TEXT
+    if "\x00" in raw[:limit]:
+        # PostgreSQL text holds no NUL character: what precedes it is still a lower bound.
+        return None if upper else raw[: raw.index("\x00")]
     if len(raw) > limit:
         return None if upper else raw[:limit]
     return raw

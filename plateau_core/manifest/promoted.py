@@ -30,7 +30,7 @@ def column_stats(
 ) -> dict[int, dict[str, ColumnStats]]:
     """The statistics of these columns in the topic's readable segments (only those of
     `segment_ids`, when given), by segment id."""
-    names = sorted(set(columns))
+    names = _recordable(columns)
     found: dict[int, dict[str, ColumnStats]] = {}
     if not names or (segment_ids is not None and not segment_ids):
         return found
@@ -72,7 +72,7 @@ def _column_stats_of(
 
 def blooms(session: Session, topic: str, columns: Iterable[str]) -> dict[int, dict[str, Bloom]]:
     """The bloom filters of these columns in the topic's readable segments, by segment id."""
-    names = sorted(set(columns))
+    names = _recordable(columns)
     found: dict[int, dict[str, Bloom]] = {}
     if not names:
         return found
@@ -95,14 +95,23 @@ def blooms_by_id(
 ) -> dict[int, dict[str, Bloom]]:
     """The bloom filters of these columns in these segments, by segment id then column."""
     found: dict[int, dict[str, Bloom]] = {}
+    names = _recordable(columns)
+    if not names:
+        return found
     b = SegmentBloomRow
     ids = list(segment_ids)
     for at in range(0, len(ids), _CHUNK):
         query = select(b.segment_id, b.column_name, b.kind, b.hash_count, b.bits).where(
-            b.segment_id.in_(ids[at : at + _CHUNK]), b.column_name.in_(list(columns))
+            b.segment_id.in_(ids[at : at + _CHUNK]), b.column_name.in_(names)
         )
         _add_blooms(found, session.execute(query))
     return found
+
+
+def _recordable(columns: Iterable[str]) -> list[str]:
+    """The columns that can have statistics or filters: a name holding a NUL character has
+    none (PostgreSQL text cannot hold it, and refuses it even as a query parameter)."""
+    return sorted({c for c in columns if "\x00" not in c})
 
 
 def _add_blooms(found: dict[int, dict[str, Bloom]], rows: Iterable[Any]) -> None:

@@ -181,3 +181,18 @@ def test_a_segment_whose_keys_are_all_of_the_null_type_matches_nothing(store: St
     _seal(store, [nulls, _batch(2, ["c"], [3])])
     result = store.read("logs", where={"key": [b"k0", b"k2"]})
     assert result.to_table().column("offset").to_pylist() == [2]
+
+
+def test_nul_characters_in_values_and_column_names_seal_and_are_found(store: Store) -> None:
+    """JSON lets a string or a field name hold U+0000, which PostgreSQL text cannot: the
+    seal failed on it and was retried forever. What precedes it is still a lower bound."""
+    nul = _batch(0, ["a\x00z", "web"], [200, 200]).append_column("x\x00y", pa.array([1, 2]))
+    _seal(store, [nul, _batch(2, ["b", "c\x00"], [200, 200])])
+    service = _by_segment(store, ["service"])
+    assert service[0]["service"] == ColumnStats("service", "string", 0, "a", "web")
+    assert service[2]["service"] == ColumnStats("service", "string", 0, "b", None)
+    assert _by_segment(store, ["x\x00y"]) == {}
+    for value, offsets in (("a\x00z", [0]), ("c\x00", [3]), ("a", []), ("b", [2]), ("c", [])):
+        found = store.read("logs", where={"service": value}).to_table()
+        assert found.column("offset").to_pylist() == offsets, value
+    assert store.read("logs", where={"x\x00y": 2}).to_table().column("offset").to_pylist() == [1]
