@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,29 @@ def validate_partition(partition: object) -> int:
 
 def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
     return data_dir / "topics" / validate_topic(topic) / str(validate_partition(partition))
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(directory: Path, *, fsync: bool = True, mode: int = 0o777) -> None:
+    """Create `directory` and its missing parents, each synced into its parent: syncing a
+    folder keeps the names in it, not its own name, and a crash must not take away a folder
+    holding files the manifest records."""
+    missing: list[Path] = []
+    path = directory
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=mode, exist_ok=True)
+        if fsync:
+            fsync_path(folder.parent)
 
 
 def segment_name(start_offset: int) -> str:

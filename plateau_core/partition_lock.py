@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from plateau_core.errors import PartitionLockedError
+from plateau_core.names import make_dirs
 
 LOCK_NAME = ".writer.lock"
 
@@ -21,8 +22,8 @@ class PartitionLock:
         self._fd: int | None = fd
 
     @classmethod
-    def acquire(cls, directory: Path, timeout_s: float) -> PartitionLock:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def acquire(cls, directory: Path, timeout_s: float, *, fsync: bool = True) -> PartitionLock:
+        make_dirs(directory, fsync=fsync, mode=0o700)
         path = directory / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + timeout_s

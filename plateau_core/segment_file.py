@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from plateau_core.bloom import BLOOM_KEY, Bloom, build, footer_value, from_foote
 from plateau_core.checksums import BatchRange
 from plateau_core.column_stats import table_columns
 from plateau_core.errors import InvalidInputError
-from plateau_core.names import TEMP_MARKER, segment_name
+from plateau_core.names import TEMP_MARKER, fsync_path, make_dirs, segment_name
 from plateau_core.policies import Compression, IndexPolicy
 from plateau_core.schema import OFFSET, TIMESTAMP, fingerprint
 from plateau_core.segment_stats import SegmentStats
@@ -65,7 +64,7 @@ def write_segment(
     groups = _groups(table)
     spans = [span for group in groups if (span := _span(group)) is not None]
     blooms = _blooms(table, index or IndexPolicy())
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory, fsync=fsync)
     final = directory / (name or segment_name(start))
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
     options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
@@ -90,10 +89,10 @@ def write_segment(
         # Read back while the file is still in the page cache, before fsync makes it durable.
         checksums = crcs.of_written(temp, ranges)
         if fsync:
-            _fsync_path(temp)
+            fsync_path(temp)
         temp.rename(final)
         if fsync:
-            _fsync_path(directory)
+            fsync_path(directory)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
@@ -164,14 +163,6 @@ def read_batch_index(reader: ipc.RecordBatchFileReader) -> list[BatchSpan] | Non
         return None
     spans = [tuple(s) for s in json.loads(raw)]
     return spans if len(spans) == reader.num_record_batches else None
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def open_segment(path: Path, fields: list[int] | None = None) -> ipc.RecordBatchFileReader:

@@ -111,7 +111,7 @@ class Writer:
             if key in self._logs:
                 raise PlateauError(f"{topic}[{partition}] is already acquired by this writer")
         directory = partition_dir(self.store.data_dir, topic, partition)
-        lock = PartitionLock.acquire(directory, timeout_s)
+        lock = PartitionLock.acquire(directory, timeout_s, fsync=self.policy.fsync)
         try:
             watermark = recover_partition(self.store, topic, partition)
             # A roll-up partition is written only with its raw partition, under this lock:

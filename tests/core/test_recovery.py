@@ -71,6 +71,31 @@ def test_crash_after_commit_keeps_the_segment(store: Store) -> None:
     assert store.read("t").to_table().num_rows == 4
 
 
+def test_new_folders_are_made_durable_in_their_parents(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folders a first seal creates are synced into their parents: a crash must not
+    take away a folder holding a segment the manifest records (fsyncing only the folder
+    itself keeps its files, not its own name)."""
+    synced: list[Path] = []
+    fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(Path(f"/proc/self/fd/{fd}").readlink())
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    writer = store.writer(WriterPolicy())
+    try:
+        writer.acquire("t", 0)
+        writer.append("t", 0, batch(range(3)))
+        writer.flush()
+    finally:
+        writer.close()
+    for folder in (store.data_dir, store.data_dir / "topics", store.data_dir / "topics/t"):
+        assert folder in synced, f"{folder} not synced after a folder was created in it"
+
+
 @pytest.mark.parametrize("damage", ["missing", "truncated", "resized"])
 def test_damaged_segments_are_quarantined_not_served(store: Store, damage: str) -> None:
     _seal(store, range(0, 5))
