@@ -607,3 +607,27 @@ def test_a_union_sets_the_branch_the_record_was_written_with(registry: RegistryS
             "box": None,
         },
     ]
+
+
+def test_a_schema_the_mapping_trips_on_makes_its_records_poison_not_an_exception(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    # A decimal whose precision is null, which fastavro lets through.
+    decimal_type = {"type": "bytes", "logicalType": "decimal", "precision": None}
+    schema = {"type": "record", "name": "Price", "fields": [{"name": "p", "type": decimal_type}]}
+    schema_id = client.register_schema("odd-value", Schema(json.dumps(schema), "AVRO"))
+    value = b"\0" + schema_id.to_bytes(4, "big") + b"\x02\x01"
+    decoded = _decoder(registry, "avro").decode(_records([value]))
+    [poison] = decoded.poison
+    assert "(subject odd-value version 1) cannot be stored as columns" in poison.error
+
+
+def test_a_json_schema_with_a_boolean_subschema_lands(registry: RegistryServer) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    # `true` is a schema too (anything): the union is stored as JSON text.
+    schema = {"type": "object", "properties": {"x": {"oneOf": [True, {"type": "integer"}]}}}
+    serialize = json_serializer(client, schema, "booleans")
+    decoded = _decoder(registry, "json_schema").decode(_records([serialize({"x": [1]})]))
+    assert decoded.poison == []
+    assert _rows(decoded) == [{"x": "[1]"}]

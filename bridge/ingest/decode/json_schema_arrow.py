@@ -77,7 +77,7 @@ class JsonSchemaReader:
         kind = node.get("type")
         choices = node.get("oneOf") or node.get("anyOf")
         if kind is None and isinstance(choices, list):
-            present = [c for c in choices if self._resolve(c).get("type") != "null"]
+            present = [c for c in choices if not _is_null(self._resolve(c))]
             if len(present) == 1:
                 return self._map(present[0], depth + 1)
             return pa.string(), _as_json
@@ -120,6 +120,11 @@ class JsonSchemaReader:
             return {n: c(value.get(n)) for n, c in converts}
 
         return arrow, fields
+
+
+def _is_null(node: Any) -> bool:
+    # A subschema may be a boolean (`true`: anything) as well as an object.
+    return isinstance(node, dict) and node.get("type") == "null"
 
 
 def _same(value: Any) -> Any:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import structlog
 
 from bridge.ingest.decode.avro_arrow import UnsupportedSchemaError
 from bridge.ingest.decode.common import Decoded, poison_at
@@ -37,6 +38,8 @@ from bridge.ingest.decode.wire import (
 )
 from bridge.ingest.records import KEY, VALUE, Kept, kept_columns
 from plateau_core.schema import conform
+
+log = structlog.get_logger(__name__)
 
 KEY_DECODED = "key_decoded"
 PLAIN_VALUE = "value"
@@ -180,6 +183,9 @@ class SchemaDecoder:
             reader: Reader | str = make_reader(fmt, writer, indexes)
         except UnsupportedSchemaError as exc:
             reader = f"{writer.where} cannot be stored as columns: {exc}"
+        except Exception as exc:  # a schema the mappings trip on: its records fail, not the worker
+            reader = f"{writer.where} cannot be stored as columns: {type(exc).__name__}: {exc}"
+            log.warning("schema_not_mapped", where=writer.where, error=reader)
         self._readers[(fmt, schema_id, indexes)] = reader
         if not isinstance(reader, str):
             self._named[id(reader)] = (reader, writer.where)
