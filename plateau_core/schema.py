@@ -222,5 +222,13 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
         column = batch.column(index)
-        arrays.append(column if column.type == field.type else column.cast(field.type))
+        arrays.append(column if column.type == field.type else _widened(column, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _widened(column: pa.Array, target: pa.DataType) -> pa.Array:
+    # An integer column a topic widened to a double is rounded to the nearest one, as any
+    # reader of the merged type does; a checked cast refused every value beyond 2**53 and
+    # left the topic unreadable.
+    unchecked = pa.types.is_integer(column.type) and pa.types.is_floating(target)
+    return column.cast(target, safe=not unchecked)

@@ -112,6 +112,23 @@ def test_where_on_a_widened_column_reads_every_segment_as_the_merged_type(store:
         store.read("t", where={"x": "one"}).to_table()
 
 
+def test_integers_beyond_2_53_read_as_the_double_a_column_was_widened_to(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        for offset, column in ((0, pa.array([2**53 + 1, -(2**63)])), (2, pa.array([1.5]))):
+            writer.append("t", 0, batch([offset, offset + 1][: len(column)], extra={"x": column}))
+            writer.flush()
+    finally:
+        writer.close()
+    for order_by in ("offset", "timestamp"):
+        table = store.read("t", order_by=order_by).to_table()  # type: ignore[arg-type]
+        assert table.schema.field("x").type == pa.float64()
+        assert sorted(table.column("x").to_pylist()) == [-(2.0**63), 1.5, 2.0**53]
+    found = store.read("t", where={"x": 2**53 + 1}).to_table()
+    assert found.column("x").to_pylist() == [2.0**53]
+
+
 def test_columns_whose_types_cannot_merge_are_named(store: Store) -> None:
     """Two workers each inferring a JSON field's type can store it as text in one partition
     and as a number in another: the read says which column, not Arrow's merge error."""
