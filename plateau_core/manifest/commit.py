@@ -58,9 +58,14 @@ _NEW_BLOOM = text(
     "VALUES (:segment_id, :column_name, :kind, :hash_count, :bits)"
 )
 _SCHEMA_KNOWN = text("SELECT 1 FROM schemas WHERE topic = :topic AND fingerprint = :fingerprint")
+# ON CONFLICT DO NOTHING (SQLite 3.24+, PostgreSQL): processes sealing partitions of one
+# topic record its new schema at once, and on PostgreSQL the SELECT before does not see the
+# other's uncommitted row; the second insert then waits for it and does nothing, where a
+# plain INSERT failed the second seal on the primary key.
 _NEW_SCHEMA = text(
     "INSERT INTO schemas (topic, fingerprint, arrow_schema, first_seen) "
-    "VALUES (:topic, :fingerprint, :arrow_schema, :first_seen)"
+    "VALUES (:topic, :fingerprint, :arrow_schema, :first_seen) "
+    "ON CONFLICT (topic, fingerprint) DO NOTHING"
 )
 
 
@@ -198,7 +203,7 @@ def remember_schema(
     key = {"topic": topic, "fingerprint": fingerprint}
     if conn.execute(_SCHEMA_KNOWN, key).first() is not None:
         return False
-    conn.execute(
+    added = conn.execute(
         _NEW_SCHEMA,
         {
             **key,
@@ -206,7 +211,7 @@ def remember_schema(
             "first_seen": stamp,
         },
     )
-    return True
+    return rowcount(added) == 1
 
 
 def rowcount(result: Any) -> int:

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -18,6 +19,7 @@ from plateau_core import Store, WriterPolicy
 from plateau_core.manifest import Manifest, SegmentState
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
+from plateau_core.segment_file import write_segment
 from tests.bridge_support import REPO
 from tests.core.test_blooms import SEGMENTS, _write, request_id
 from tests.core.test_manifest import race_opens
@@ -190,3 +192,48 @@ def test_a_postgresql_url_without_a_driver_opens_with_the_installed_one(
         fill_segments(store, 0, 2)
     with Store.open(tmp_path, manifest_url=url) as store:
         assert store.read("t").to_table().num_rows == 20
+
+
+def test_two_processes_sealing_a_new_schema_of_one_topic_both_land(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Workers of one topic (serve --workers N) see a new schema at once: the one whose
+    transaction commits second must not fail its seal on the schema the first recorded."""
+    url = postgres.new_database()
+    table = pa.Table.from_batches([batch([0, 1, 2])])
+    _, stats = write_segment(tmp_path, table)
+    with Store.open(tmp_path / "data", manifest_url=url) as store:
+        other = create_engine(url)
+        try:
+            with other.connect() as conn:
+                first = conn.begin()
+                conn.execute(
+                    text(
+                        "INSERT INTO schemas (topic, fingerprint, arrow_schema, first_seen) "
+                        "VALUES ('t', :fingerprint, :schema, 0)"
+                    ),
+                    {
+                        "fingerprint": stats.schema_fingerprint,
+                        "schema": table.schema.serialize().to_pybytes(),
+                    },
+                )
+                outcome: list[bool | BaseException] = []
+
+                def seal() -> None:
+                    try:
+                        outcome.append(
+                            store.manifest.commit_segment("t", 1, stats, "b", table.schema)
+                        )
+                    except BaseException as exc:
+                        outcome.append(exc)
+
+                sealing = threading.Thread(target=seal)
+                sealing.start()
+                _wait_for_lock_wait(url)
+                first.commit()
+                sealing.join(timeout=30)
+        finally:
+            other.dispose()
+        assert outcome == [True]
+        assert store.manifest.watermark("t", 1) == 3
+        assert list(store.manifest.schemas("t")) == [stats.schema_fingerprint]
