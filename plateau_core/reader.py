@@ -109,6 +109,9 @@ class ReadResult:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
         known = self.store.manifest.schemas(self.request.topic)
         merged = merge_schemas(known.values())
+        # Kept for ordering by time: a schema a writer records meanwhile (a column widened)
+        # must not give the sorted rows other types than the result's.
+        self._merged: pa.Schema = merged
         if self.request.columns is None:
             return merged
         missing = [c for c in self.request.columns if c not in merged.names]
@@ -136,9 +139,8 @@ class ReadResult:
 
     def _by_time(self) -> Iterator[pa.RecordBatch]:
         """The rows in timestamp order, reading the segments until the limit is certain."""
-        merged = merge_schemas(self.store.manifest.schemas(self.request.topic).values())
         wanted = {*self.schema.names, OFFSET, TIMESTAMP}
-        sorting = pa.schema([f for f in merged if f.name in wanted])
+        sorting = pa.schema([f for f in self._merged if f.name in wanted])
         if TIMESTAMP not in sorting.names:  # a topic without segments
             return
         request = self.request

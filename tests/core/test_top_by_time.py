@@ -80,3 +80,21 @@ def test_with_filters_and_a_projection(two_partitions: Store) -> None:
 def test_bad_order_by_is_refused(store: Store) -> None:
     with pytest.raises(InvalidInputError, match="order_by must be"):
         store.read("t", order_by="key")  # type: ignore[arg-type]
+
+
+def test_a_column_widened_after_planning_keeps_the_result_schema(store: Store) -> None:
+    """A writer may record a schema widening a column between planning a read and
+    iterating it: the rows still come in the schema the result announced."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        append_patiently(writer, "t", 0, batch([0, 1], extra={"n": pa.array([1, 2])}))
+        writer.flush()
+        result = store.read("t", order_by="timestamp", order="desc", limit=1)
+        append_patiently(writer, "t", 0, batch([2], extra={"n": pa.array([1.5])}))
+        writer.flush()
+    finally:
+        writer.close()
+    table = result.to_table()
+    assert table.schema == result.schema
+    assert table.column("n").to_pylist() == [2]
