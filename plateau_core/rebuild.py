@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 
 from plateau_core.errors import InvalidInputError, PartitionLockedError, PlateauError
 from plateau_core.manifest import Manifest, sqlite_url
+from plateau_core.manifest.migrations import tables_present
 from plateau_core.names import (
     MANIFEST_FILE,
     TEMP_MARKER,
@@ -203,16 +204,19 @@ def _clear_manifest(url: str) -> list[str]:
     if parsed.get_backend_name() != "sqlite":
         probe = Manifest(url, upgrade=False)
         try:
-            if probe.version_at_open != 0:
-                raise RebuildRefusedError(
-                    f"the manifest database {parsed.render_as_string(hide_password=True)} "
-                    "already holds a manifest; rebuild-manifest only fills an empty database: "
-                    "drop plateau's tables (schema_version, partitions, segments, "
-                    "segment_columns, schemas, gaps) or point storage.manifest_url at a new "
-                    "database"
-                )
+            # Any table of a manifest, not only its version: migrations create only what is
+            # missing, so a table left behind (bloom filters by segment id, producers) would
+            # be taken up by the rebuilt manifest.
+            present = tables_present(probe.engine)
         finally:
             probe.close()
+        if present:
+            raise RebuildRefusedError(
+                f"the manifest database {parsed.render_as_string(hide_password=True)} "
+                "already holds a manifest; rebuild-manifest only fills an empty database: "
+                f"drop plateau's tables ({', '.join(present)}) or point "
+                "storage.manifest_url at a new database"
+            )
         return []
     if not parsed.database or parsed.database == ":memory:":
         return []

@@ -83,6 +83,14 @@ def current_version(engine: Engine) -> int:
         return _version(conn)
 
 
+def tables_present(engine: Engine) -> list[str]:
+    """Which of the manifest's tables the database holds, whatever its schema version says
+    (a database emptied by hand may keep some)."""
+    with engine.connect() as conn:
+        existing = set(inspect(conn).get_table_names())
+    return sorted(name for name in Base.metadata.tables if name in existing)
+
+
 def _version(conn: Connection) -> int:
     if not inspect(conn).has_table(SchemaVersion.__tablename__):
         return 0

@@ -5,6 +5,7 @@ the `store` fixture also runs on PostgreSQL.)"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -237,3 +238,35 @@ def test_two_processes_sealing_a_new_schema_of_one_topic_both_land(
         assert outcome == [True]
         assert store.manifest.watermark("t", 1) == 3
         assert list(store.manifest.schemas("t")) == [stats.schema_fingerprint]
+
+
+def test_a_rebuild_refused_for_a_used_database_names_every_table_to_drop(
+    postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """Dropping the tables the refusal names empties the database for the rebuild: a table
+    left behind (bloom filters, producers) would be taken up again by the new manifest."""
+    data = tmp_path / "data"
+    url = postgres.new_database()
+    with Store.open(data, manifest_url=url) as store:
+        _write(store)
+    with pytest.raises(RebuildRefusedError, match="already holds a manifest") as refused:
+        rebuild_manifest(data, url)
+    named = re.search(r"drop plateau's tables \(([^)]*)\)", str(refused.value))
+    assert named is not None
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for table in named.group(1).split(", "):
+                conn.execute(text(f"DROP TABLE {table}"))
+        with engine.connect() as conn:
+            left = conn.execute(
+                text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            ).scalars()
+            assert list(left) == []
+    finally:
+        engine.dispose()
+    report = rebuild_manifest(data, url)
+    assert report.segments == SEGMENTS
+    with Store.open(data, manifest_url=url) as store:
+        needle = store.read("logs", where={"request_id": request_id(5)})
+        assert needle.to_table().column("offset").to_pylist() == [5]
