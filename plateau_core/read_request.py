@@ -3,6 +3,8 @@ conditions, order and limit, checked once, and the row mask they make of a batch
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -19,6 +21,7 @@ from plateau_core.where import Where, where_mask
 Order = Literal["asc", "desc"]
 OrderBy = Literal["offset", "timestamp"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
@@ -30,9 +33,58 @@ def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
         # `t < 1.5 ms` is `t < 2`; both bounds (inclusive start, exclusive end) round up.
         # Integer arithmetic: float seconds * 1000 can land a hair below the millisecond.
         return -((_EPOCH - aware) // timedelta(milliseconds=1))
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
+    number = _integer(value)
+    if number is not None:
+        return _in_int64(number, name)
     raise InvalidInputError(f"{name} must be a datetime or epoch milliseconds, got {value!r}")
+
+
+def _offset(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    number = _integer(value)
+    if number is None:
+        # A float would pass the manifest's comparisons and then be truncated by the row
+        # filter: start_offset=0.5 returned offset 0.
+        raise InvalidInputError(f"{name} must be an integer offset, got {value!r}")
+    return _in_int64(number, name)
+
+
+def _integer(value: object) -> int | None:
+    """An int, or an integer of numpy's; None for anything else (a bool, a float, text)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _in_int64(value: int, name: str) -> int:
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise InvalidInputError(f"{name} must fit in 64 bits, got {value}")
+    return value
+
+
+def _partitions(value: object) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        found = [_integer(v) for v in value]
+        if all(p is not None for p in found):
+            return tuple(p for p in found if p is not None)
+    raise InvalidInputError(f"partitions must be a list of partition numbers, got {value!r}")
+
+
+def _columns(value: object) -> tuple[str, ...] | None:
+    """A bare string (columns="service") is refused, not taken apart into letters."""
+    if value is None:
+        return None
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes):
+        found = list(value)
+        if all(isinstance(c, str) for c in found):
+            return tuple(found)
+    raise InvalidInputError(f"columns must be a list of column names, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -75,16 +127,16 @@ class ReadRequest:
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
         if order_by not in ("offset", "timestamp"):
             raise InvalidInputError(f"order_by must be 'offset' or 'timestamp', got {order_by!r}")
-        if limit is not None and limit < 0:
-            raise InvalidInputError(f"limit must not be negative, got {limit}")
+        if limit is not None and ((counted := _integer(limit)) is None or counted < 0):
+            raise InvalidInputError(f"limit must be a non-negative integer, got {limit!r}")
         return cls(
             topic=topic,
-            partitions=None if partitions is None else tuple(partitions),
-            start_offset=start_offset,
-            end_offset=end_offset,
+            partitions=_partitions(partitions),
+            start_offset=_offset(start_offset, "start_offset"),
+            end_offset=_offset(end_offset, "end_offset"),
             time_start=to_epoch_ms(time_start, "time_start"),
             time_end=to_epoch_ms(time_end, "time_end"),
-            columns=None if columns is None else tuple(columns),
+            columns=_columns(columns),
             limit=limit,
             order=order,
             where=where,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -227,3 +228,39 @@ def test_datetime_bounds_between_two_milliseconds_keep_the_rows_inside_them(
     assert before.column("offset").to_pylist() == [0, 1, 2, 3, 4, 5]
     assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 999_500, tzinfo=UTC), "t") == 0
     assert to_epoch_ms(datetime(1969, 12, 31, 23, 59, 59, 998_000), "t") == -2
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"start_offset": 0.5}, "start_offset must be an integer offset, got 0.5"),
+        ({"end_offset": "10"}, "end_offset must be an integer offset"),
+        ({"end_offset": 2**64}, "end_offset must fit in 64 bits"),
+        ({"time_end": 2**64}, "time_end must fit in 64 bits"),
+        ({"time_start": True}, "time_start must be a datetime or epoch milliseconds"),
+        ({"partitions": 0}, "partitions must be a list of partition numbers, got 0"),
+        ({"partitions": [0.0]}, "partitions must be a list"),
+        ({"columns": "offset"}, "columns must be a list of column names, got 'offset'"),
+        ({"limit": 1.5}, "limit must be a non-negative integer, got 1.5"),
+        ({"limit": -1}, "limit must be a non-negative integer"),
+    ],
+)
+def test_bad_read_arguments_are_named(
+    ten_segments: Store, arguments: dict[str, object], message: str
+) -> None:
+    """Each was an error of the database or of Python (a float offset even a wrong answer:
+    start_offset=0.5 returned offset 0, and columns="offset" was read as its letters)."""
+    with pytest.raises(InvalidInputError, match=message):
+        ten_segments.read("t", **arguments).to_table()  # type: ignore[arg-type]
+
+
+def test_numpy_integers_are_good_read_arguments(ten_segments: Store) -> None:
+    result = ten_segments.read(
+        "t",
+        partitions=[np.int64(0)],  # type: ignore[list-item]
+        start_offset=np.int64(5),  # type: ignore[arg-type]
+        end_offset=np.int32(8),  # type: ignore[arg-type]
+        time_start=np.int64(BASE_MS),  # type: ignore[arg-type]
+        limit=np.int64(2),  # type: ignore[arg-type]
+    )
+    assert result.to_table().column("offset").to_pylist() == [5, 6]
