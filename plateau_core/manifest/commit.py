@@ -15,6 +15,7 @@ from sqlalchemy import Connection, text
 
 from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest.models import SegmentState
+from plateau_core.manifest.promoted import recordable
 from plateau_core.manifest.records import SegmentFile
 from plateau_core.segment_stats import SegmentStats
 
@@ -163,35 +164,33 @@ def insert_segment(
     ).scalar_one()
     # Only ever beside a row inserted now: a replayed seal is caught before this by
     # already_recorded, so statistics are written once and never changed afterwards.
-    if stats.columns:
-        conn.execute(
-            _NEW_COLUMN,
-            [
-                {
-                    "segment_id": segment_id,
-                    "column_name": c.column,
-                    "kind": c.kind,
-                    "null_count": c.null_count,
-                    "min_value": c.min_value,
-                    "max_value": c.max_value,
-                }
-                for c in stats.columns
-            ],
-        )
-    if stats.blooms:
-        conn.execute(
-            _NEW_BLOOM,
-            [
-                {
-                    "segment_id": segment_id,
-                    "column_name": b.column,
-                    "kind": b.kind,
-                    "hash_count": b.hashes,
-                    "bits": b.bits,
-                }
-                for b in stats.blooms
-            ],
-        )
+    columns = [
+        {
+            "segment_id": segment_id,
+            "column_name": c.column,
+            "kind": c.kind,
+            "null_count": c.null_count,
+            "min_value": c.min_value,
+            "max_value": c.max_value,
+        }
+        for c in stats.columns
+        if recordable(c.column)
+    ]
+    if columns:
+        conn.execute(_NEW_COLUMN, columns)
+    blooms = [
+        {
+            "segment_id": segment_id,
+            "column_name": b.column,
+            "kind": b.kind,
+            "hash_count": b.hashes,
+            "bits": b.bits,
+        }
+        for b in stats.blooms
+        if recordable(b.column)
+    ]
+    if blooms:
+        conn.execute(_NEW_BLOOM, blooms)
     return segment_id
 
 

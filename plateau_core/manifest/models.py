@@ -27,6 +27,10 @@ class SegmentState(StrEnum):
 
 READABLE_STATES = (SegmentState.SEALED, SegmentState.REPLICATED)
 
+# Characters of a column name the statistics and bloom filter tables hold (PostgreSQL enforces
+# it; a JSON field name may be longer).
+MAX_COLUMN_NAME = 255
+
 
 class Base(DeclarativeBase):
     pass
@@ -88,7 +92,7 @@ class SegmentColumnRow(Base):
     __tablename__ = "segment_columns"
 
     segment_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    column_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    column_name: Mapped[str] = mapped_column(String(MAX_COLUMN_NAME), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))
     null_count: Mapped[int] = mapped_column(BigInteger)
     # Encoded as text of their kind; NULL: unknown (an all-null column, a long string's max).
@@ -103,7 +107,7 @@ class SegmentBloomRow(Base):
     __tablename__ = "segment_blooms"
 
     segment_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    column_name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    column_name: Mapped[str] = mapped_column(String(MAX_COLUMN_NAME), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))  # how values become bytes: int, bytes
     hash_count: Mapped[int] = mapped_column(Integer)
     bits: Mapped[bytes] = mapped_column(LargeBinary)

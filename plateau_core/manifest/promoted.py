@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from plateau_core.bloom import Bloom
 from plateau_core.column_stats import KINDS, ColumnStats, Kind
 from plateau_core.manifest.models import (
+    MAX_COLUMN_NAME,
     READABLE_STATES,
     SegmentBloomRow,
     SegmentColumnRow,
@@ -109,9 +110,15 @@ def blooms_by_id(
 
 
 def _recordable(columns: Iterable[str]) -> list[str]:
-    """The columns that can have statistics or filters: a name holding a NUL character has
-    none (PostgreSQL text cannot hold it, and refuses it even as a query parameter)."""
-    return sorted({c for c in columns if "\x00" not in c})
+    """The columns that can have statistics or filters (`recordable`)."""
+    return sorted({c for c in columns if recordable(c)})
+
+
+def recordable(column: str) -> bool:
+    """Whether the manifest can hold statistics or a filter of this column: a name holding a
+    NUL character (PostgreSQL text cannot hold it, and refuses it even as a query parameter)
+    or longer than the tables' column names has none, and is read unpruned."""
+    return "\x00" not in column and len(column) <= MAX_COLUMN_NAME
 
 
 def _add_blooms(found: dict[int, dict[str, Bloom]], rows: Iterable[Any]) -> None:

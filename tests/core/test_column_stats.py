@@ -14,6 +14,7 @@ from plateau_core.column_stats import ColumnStats, table_columns
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.names import relative_segment_path
+from plateau_core.policies import IndexPolicy
 from plateau_core.rebuild import rebuild_manifest
 from plateau_core.segment_file import write_segment
 
@@ -196,3 +197,21 @@ def test_nul_characters_in_values_and_column_names_seal_and_are_found(store: Sto
         found = store.read("logs", where={"service": value}).to_table()
         assert found.column("offset").to_pylist() == offsets, value
     assert store.read("logs", where={"x\x00y": 2}).to_table().column("offset").to_pylist() == [1]
+
+
+def test_a_column_name_longer_than_the_manifest_keeps_seals_and_is_found(store: Store) -> None:
+    """A JSON field name may be any length; the manifest's column names hold 255 characters
+    (PostgreSQL enforces it): the seal failed on a longer one and was retried forever. Such a
+    column has no statistics or filter in the manifest, and is read unpruned."""
+    long = "f" * 300
+    wide = _batch(0, ["a", "b"], [1, 2]).append_column(long, pa.array([1, 2]))
+    table = pa.Table.from_batches([wide])
+    directory = store.data_dir / "topics" / "logs" / "0"
+    index = IndexPolicy(bloom=(long, "service"))
+    _path, stats = write_segment(directory, table, fsync=False, index=index)
+    relative = relative_segment_path("logs", 0, stats.start_offset)
+    assert store.manifest.commit_segment("logs", 0, stats, relative, table.schema)
+    assert _by_segment(store, [long]) == {}
+    assert set(_by_segment(store, ["service"])[0]) == {"service"}
+    assert store.manifest.blooms("logs", [long]) == {}
+    assert store.read("logs", where={long: 2}).to_table().column("offset").to_pylist() == [1]
