@@ -52,10 +52,10 @@ def _is_supported(dtype: pa.DataType) -> bool:
 def normalize_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """Check a batch against the segment schema and return it with the fixed columns first.
 
-    Refused, naming the field: a missing or null `offset`/`timestamp`, offsets that go
-    backwards inside the batch, a `key`/`headers` column of the wrong type, and any column
-    of a type plateau does not store. Timestamps of another unit or zone are converted to
-    milliseconds in UTC.
+    Refused, naming the field: a missing or null `offset`/`timestamp`, negative offsets or
+    offsets that go backwards inside the batch, a `key`/`headers` column of the wrong type,
+    and any column of a type plateau does not store. Timestamps of another unit or zone are
+    converted to milliseconds in UTC.
     """
     return normalized(batch)[0]
 
@@ -137,15 +137,26 @@ def _check_timestamp_type(dtype: pa.DataType) -> None:
 def _checked_offsets(offsets: pa.Array) -> pa.Array:
     _check_offset_type(offsets.type)
     if offsets.type != pa.int64():
-        offsets = offsets.cast(pa.int64())
+        try:
+            offsets = offsets.cast(pa.int64())
+        except pa.ArrowInvalid as exc:
+            raise InvalidInputError(
+                f"column 'offset' has values past the largest int64 ({exc})"
+            ) from exc
     if offsets.null_count:
         raise InvalidInputError("column 'offset' has nulls")
-    if len(offsets) > 1:
+    if len(offsets) > 0:
         # numpy over the buffer in place: an order of magnitude cheaper than Arrow's compute
         # kernels for the short batches a produce request carries, and for long ones.
         values = offsets.to_numpy(zero_copy_only=True)
         if not (values[1:] >= values[:-1]).all():
             raise InvalidInputError("column 'offset' goes backwards inside the batch")
+        # In order, so the first is the least. A negative offset names no segment file
+        # recovery knows, and a watermark below 0 means "latest" to a Kafka consumer.
+        if values[0] < 0:
+            raise InvalidInputError(
+                f"column 'offset' is negative ({values[0]}); offsets start at 0"
+            )
     return offsets
 
 

@@ -57,6 +57,13 @@ def _bad_batches() -> list[tuple[pa.RecordBatch, str]]:
         (good.set_column(0, "offset", pa.array(["a", "b", "c"])), "'offset' must be int64"),
         (good.set_column(0, "offset", pa.array([0, None, 2], pa.int64())), "'offset' has nulls"),
         (good.set_column(0, "offset", pa.array([2, 1, 3], pa.int64())), "goes backwards"),
+        # Named -000…1.arrow, such a segment was no segment to recovery (an orphan of it was
+        # never removed), and its watermark, -1, is Kafka's "latest" to a consumer.
+        (good.set_column(0, "offset", pa.array([-2, -1, 0], pa.int64())), "offset' is negative"),
+        (
+            good.set_column(0, "offset", pa.array([0, 1, 2**63], pa.uint64())),
+            "offset' has values past the largest int64",
+        ),
         (good.set_column(1, "timestamp", pa.array([1, 2, 3])), "'timestamp' must be a timestamp"),
         (
             good.set_column(1, "timestamp", pa.array([None, 1, 2], ts.type)),
