@@ -103,6 +103,10 @@ def build_where(where: Mapping[str, object] | None) -> Where:
                 raise InvalidInputError(
                     f"where {column!r}: values must be strings, bytes or numbers, got {value!r}"
                 )
+            if isinstance(value, str) and not _utf8(value):
+                # A lone surrogate (text decoded with surrogateescape) is in no column, and
+                # hashing it for the filters failed with UnicodeEncodeError.
+                raise InvalidInputError(f"where {column!r}: {value!r} is not valid Unicode text")
             values.append(value)
         conditions.append(Condition(column, frozenset(values)))
     return tuple(conditions)
@@ -160,6 +164,14 @@ def _numbers_in(dtype: pa.DataType, values: list[Scalar]) -> pa.Array:
 
 def _integral(value: Scalar) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _numeric(dtype: pa.DataType) -> bool:

@@ -88,6 +88,14 @@ def test_needle_opens_only_the_segment_holding_it(store: Store) -> None:
     assert by_key.to_table().column("offset").to_pylist() == expected
 
 
+def test_text_that_is_not_unicode_is_refused_by_name_not_by_the_filters(store: Store) -> None:
+    """A lone surrogate (text decoded with surrogateescape) cannot be hashed as UTF-8: the
+    read failed with UnicodeEncodeError while probing the filters."""
+    _write(store)
+    with pytest.raises(InvalidInputError, match=r"'request_id'.* is not valid Unicode"):
+        store.read("logs", where={"request_id": [request_id(3), "r-\udcff"]}).to_table()
+
+
 def test_without_an_index_no_segment_is_ruled_out_by_filters(store: Store) -> None:
     _write(store, index=None)
     assert store.manifest.blooms("logs", ["request_id"]) == {}

@@ -152,6 +152,7 @@ def test_where_prunes_by_bounds_and_returns_exactly_the_matches(store: Store) ->
         ({"service": {"a": 1}}, "a value or a list"),
         ({"service": [object()]}, "strings, bytes or numbers"),
         ({"status": "not a number"}, "'status'"),
+        ({"service": ["api", "\udcff"]}, "'service': '\\\\udcff' is not valid Unicode"),
     ],
 )
 def test_bad_where_names_the_column(store: Store, where: dict[str, object], message: str) -> None:
