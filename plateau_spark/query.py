@@ -7,6 +7,7 @@ import csv
 import datetime as dt
 import decimal
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -101,7 +102,11 @@ def _cell(value: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """JSON form of a value: binary as base64, times as ISO 8601, decimals exact."""
+    """JSON form of a value: binary as base64, times as ISO 8601, decimals exact, and NaN
+    and the infinities as the strings Spark's own JSON writer gives them (JSON has no
+    literal for them: a bare NaN is not JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, dt.datetime | dt.date):
@@ -118,7 +123,7 @@ def _jsonable(value: Any) -> Any:
 def _write_json(table: pa.Table, handle: IO[str]) -> None:
     for batch in table.to_batches():
         for row in batch.to_pylist():
-            handle.write(json.dumps(_jsonable(row), ensure_ascii=False) + "\n")
+            handle.write(json.dumps(_jsonable(row), ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _write_csv(table: pa.Table, handle: IO[str]) -> None:
