@@ -19,10 +19,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
+import structlog
 
 from plateau_core.bloom import bloom_kind, canonical, value_hash
 from plateau_core.errors import InvalidInputError
@@ -32,6 +34,7 @@ MetricKind = Literal["count", "sum", "min", "max", "distinct"]
 METRIC_KINDS: tuple[MetricKind, ...] = ("count", "sum", "min", "max", "distinct")
 SKETCH_K = 128
 _LABEL = re.compile(r"[1-9][0-9]*[smhd]")
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,35 +80,49 @@ class RollupPolicy:
         return f"{topic}.rollup.{self.label}"
 
 
-def rollup_table(table: pa.Table, policy: RollupPolicy) -> pa.Table:
-    """The roll-up rows of one raw segment table (non-empty), by bucket then dimensions."""
+def rollup_table(
+    table: pa.Table, policy: RollupPolicy, *, topic: str | None = None, partition: int = -1
+) -> pa.Table:
+    """The roll-up rows of one raw segment table (non-empty), by bucket then dimensions.
+    `topic` and `partition` (of the raw segment) name it in the log."""
     rows = table.num_rows
     stamps = table.column(TIMESTAMP).cast(pa.int64()).to_numpy()
     buckets = stamps // policy.granularity_ms * policy.granularity_ms
     columns: dict[str, pa.ChunkedArray | pa.Array] = {"__bucket": pa.array(buckets)}
     for dimension in policy.dimensions:
         columns[dimension] = _column(table, dimension, rows)
-    # A metric over a column the segment lacks, or holds only as nulls of no type (a JSON
-    # field seen only as null), adds nothing: no aggregate runs on it (sum has no kernel
-    # for it, distinct crashes the process on a null-typed column), and its groups get
-    # nulls or empty sketches.
-    sources = sorted(
-        {
-            m.column
-            for m in policy.metrics
-            if m.column is not None
-            and m.column in table.column_names
-            and not pa.types.is_null(table.schema.field(m.column).type)
-        }
-    )
+    # A metric over a column the segment lacks, holds only as nulls of no type (a JSON
+    # field seen only as null), or holds in a type its aggregate has no kernel for (the sum
+    # of text, the minimum of a list) adds nothing: its groups get nulls or empty sketches.
+    # Run, such an aggregate failed every seal of the partition, its raw records with it
+    # (and distinct crashes the process on a null-typed column).
+    taken = [m for m in policy.metrics if m.column is None or _aggregable(table, m)]
+    skipped = [m for m in policy.metrics if m not in taken]
+    if skipped:
+        log.warning(
+            "rollup_metrics_skipped",
+            topic=topic,
+            partition=partition,
+            rollup=policy.label,
+            start_offset=table.column(OFFSET)[0].as_py(),
+            end_offset=table.column(OFFSET)[rows - 1].as_py(),
+            metrics={
+                m.name: str(table.schema.field(m.column).type)
+                if m.column in table.column_names
+                else "missing"
+                for m in skipped
+                if m.column is not None
+            },
+        )
+    sources = sorted({m.column for m in taken if m.column is not None})
     for source in sources:
         columns[f"__m_{source}"] = table.column(source)
     keys = ["__bucket", *policy.dimensions]
     aggregations: list[tuple[str | list[str], str]] = []
-    for metric in policy.metrics:
+    for metric in taken:
         if metric.kind == "count":
             aggregations.append(([], "count_all"))
-        elif metric.column in sources:
+        else:
             aggregations.append((f"__m_{metric.column}", metric.kind))
     grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
@@ -116,7 +133,7 @@ def rollup_table(table: pa.Table, policy: RollupPolicy) -> pa.Table:
     for dimension in policy.dimensions:
         out[dimension] = grouped.column(dimension)
     for metric in policy.metrics:
-        if metric.column is not None and metric.column not in sources:
+        if metric not in taken:
             missing = grouped.num_rows
             out[metric.name] = (
                 pa.array([b""] * missing, pa.binary())
@@ -132,6 +149,24 @@ def rollup_table(table: pa.Table, policy: RollupPolicy) -> pa.Table:
             )
         out[metric.name] = produced
     return pa.table(out)
+
+
+def _aggregable(table: pa.Table, metric: RollupMetric) -> bool:
+    if metric.column not in table.column_names:
+        return False
+    data_type = table.schema.field(metric.column).type
+    return not pa.types.is_null(data_type) and _has_kernel(metric.kind, data_type)
+
+
+@cache
+def _has_kernel(kind: MetricKind, data_type: pa.DataType) -> bool:
+    """Whether Arrow groups values of this type with this aggregate (asked of no rows)."""
+    empty = pa.table({"g": pa.array([], pa.int64()), "v": pa.array([], data_type)})
+    try:
+        empty.group_by(["g"], use_threads=False).aggregate([("v", kind)])
+    except pa.ArrowNotImplementedError:
+        return False
+    return True
 
 
 def _aggregate_name(metric: RollupMetric) -> str:

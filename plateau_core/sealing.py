@@ -115,7 +115,7 @@ def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteS
             segments.append(SegmentFile(stats, relative, table.schema))
             for rollup in job.rollups:
                 topic = rollup.derived_topic(job.topic)
-                rolled = rollup_table(table, rollup)
+                rolled = rollup_table(table, rollup, topic=job.topic, partition=job.partition)
                 path, stats = write(
                     partition_dir(data_dir, topic, job.partition),
                     rolled,

@@ -274,3 +274,55 @@ def test_a_segment_without_a_metric_or_dimension_column_seals_and_adds_nothing(
             "distinct_user": 0.0,
         },
     ]
+
+
+def test_a_metric_over_a_column_of_a_type_it_cannot_aggregate_gives_nulls(store: Store) -> None:
+    """The sum of text or the minimum of a list has no aggregate: such a metric gets nulls
+    (and a warning) while the partition's raw records and the other metrics seal. It failed
+    every seal of the partition before, so its raw records never landed."""
+    policy = RollupPolicy(
+        "1m",
+        60_000,
+        ("service",),
+        rollup_metrics(["count", "sum:latency", "min:tags", "max:latency", "distinct:tags"]),
+    )
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire(
+            "logs", 0, roll=RollPolicy(max_rows=10**6, max_age_s=3600), rollups=(policy,)
+        )
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "offset": pa.array([0, 1, 2], pa.int64()),
+                "timestamp": pa.array([BASE_MS, BASE_MS + 1, BASE_MS + 2], TS),
+                "service": ["api", "api", "db"],
+                "latency": ["slow", "fast", "slow"],
+                "tags": pa.array([["a"], ["b"], []], pa.list_(pa.string())),
+            }
+        )
+        append_patiently(writer, "logs", 0, batch)
+        writer.flush(timeout_s=5)
+    finally:
+        writer.close(timeout_s=5)
+    assert store.read("logs").to_table().num_rows == 3
+    table = reaggregate(store.read("logs.rollup.1m").to_table(), policy)
+    assert table.select(
+        ["service", "count", "sum_latency", "min_tags", "max_latency", "distinct_tags"]
+    ).to_pylist() == [
+        {
+            "service": "api",
+            "count": 2,
+            "sum_latency": None,
+            "min_tags": None,
+            "max_latency": "slow",
+            "distinct_tags": 0.0,
+        },
+        {
+            "service": "db",
+            "count": 1,
+            "sum_latency": None,
+            "min_tags": None,
+            "max_latency": "slow",
+            "distinct_tags": 0.0,
+        },
+    ]
