@@ -38,6 +38,11 @@ class PartitionLock:
                         f"{directory} is owned by another writer (waited {timeout_s:.1f}s)"
                     ) from None
                 time.sleep(0.05)
+            except BaseException:
+                # A lock the file system cannot take (ENOLCK on some network mounts): the
+                # descriptor goes with the error, not with the process.
+                os.close(fd)
+                raise
 
     def release(self) -> None:
         if self._fd is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from plateau_core import (
     StoreLimits,
     Writer,
     WriterPolicy,
+    partition_lock,
 )
 from plateau_core.errors import FlushTimeoutError
 from plateau_core.segment_file import write_segment
@@ -189,3 +191,16 @@ def test_one_writer_per_partition_across_processes(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait(timeout=10)
+
+
+def test_a_lock_the_file_system_refuses_leaves_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(partition_lock.fcntl, "flock", refuse)
+    before = set(Path("/proc/self/fd").iterdir())
+    with pytest.raises(OSError, match="No locks available"):
+        partition_lock.PartitionLock.acquire(tmp_path / "p", timeout_s=1.0)
+    assert set(Path("/proc/self/fd").iterdir()) - before == set()
