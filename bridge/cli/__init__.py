@@ -8,6 +8,7 @@ serve` does not load the local broker's tooling.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="plateau",
         description="Land Kafka records in a fixed-size, queryable store of Arrow segments.",
     )
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument(
+        "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING or ERROR"
+    )
     parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
@@ -40,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parsers(subparsers)
     kafka.add_parser(subparsers)
     return parser
+
+
+def _log_level(text: str) -> str:
+    """The level's name in capitals; any name the logging module knows is taken."""
+    name = text.strip().upper()
+    if name not in logging.getLevelNamesMapping():
+        raise argparse.ArgumentTypeError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
+    return name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
