@@ -13,9 +13,15 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         help="local broker + demo producer + plateau serve, end to end (--direct: the "
         "producer writes to plateau's Kafka API, no broker)",
     )
-    parser.add_argument("--seconds", type=float, default=10.0, help="how long to produce")
-    parser.add_argument("--rate", type=int, default=20_000, help="events per second")
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--seconds", type=_positive_float, default=10.0, help="how long to produce (default 10)"
+    )
+    parser.add_argument(
+        "--rate", type=_positive_int, default=20_000, help="events per second (default 20000)"
+    )
+    parser.add_argument(
+        "--partitions", type=_positive_int, default=4, help="of the demo topic (default 4)"
+    )
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="keep the store here (default: temporary)"
     )

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 # Kept here rather than imported: listing the choices must not load Spark.
 FORMATS = ("table", "json", "csv", "parquet")
+MASTER_HELP = (
+    "Spark master (default: config spark.master, else $PLATEAU_SPARK_MASTER, else local[*])"
+)
 
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,7 +35,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     query.add_argument("--format", choices=FORMATS, default="table", dest="fmt")
     query.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
     query.add_argument("--limit", type=int, default=20, help="rows shown by --format table")
-    query.add_argument("--master", help="Spark master (default: config spark.master, local[*])")
+    query.add_argument("--master", help=MASTER_HELP)
     query.set_defaults(handler=_query)
 
     rep = subparsers.add_parser(
@@ -40,7 +43,9 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         help="copy sealed segments to Parquet or Iceberg tables (s3:// or a folder)",
     )
     config_argument(rep)
-    rep.add_argument("--target", help="s3://bucket/prefix or file:///path (default: config)")
+    rep.add_argument(
+        "--target", help="s3://bucket/prefix, file:///path or a folder (default: config)"
+    )
     when = rep.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one run, then exit")
     when.add_argument(
@@ -51,14 +56,17 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         action="store_true",
         help="format iceberg: rewrite small data files and expire old snapshots, then exit",
     )
-    rep.add_argument("--master", help="Spark master (default: config spark.master, local[*])")
+    rep.add_argument("--master", help=MASTER_HELP)
     rep.set_defaults(handler=_replicate)
 
 
 def _duration(text: str) -> float:
     from bridge.config.units import parse_duration
 
-    return parse_duration(text)
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _query(args: argparse.Namespace) -> int:

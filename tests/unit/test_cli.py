@@ -24,3 +24,33 @@ def test_an_unknown_log_level_is_a_usage_error_naming_the_choices(
     assert "DEBUG, INFO, WARNING or ERROR" in err
     assert "'loud'" in err
     assert "Traceback" not in err
+
+
+def test_a_replicate_interval_that_is_not_a_duration_says_what_one_looks_like(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["replicate", "-c", "x.yaml", "--interval", "often"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --interval: expected a duration like 250ms, 10s, 5m or 7d" in err
+    assert "_duration" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rate", "0"], "argument --rate: must be at least 1"),
+        (["--rate", "-5"], "argument --rate: must be at least 1"),
+        (["--partitions", "0"], "argument --partitions: must be at least 1"),
+        (["--seconds", "0"], "argument --seconds: must be a finite number above 0"),
+        (["--seconds", "inf"], "argument --seconds: must be a finite number above 0"),
+    ],
+)
+def test_demo_refuses_counts_it_cannot_produce(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(["demo", *argv])
+    assert stopped.value.code == 2
+    assert message in capsys.readouterr().err
