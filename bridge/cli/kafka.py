@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("fetch", help="download the broker jars with Maven (once)")
     start = actions.add_parser("start", help="start the broker in the background")
-    start.add_argument("--port", type=int, default=None, help="listener port (default: free)")
+    start.add_argument("--port", type=_port, default=None, help="listener port (default: free)")
     start.add_argument(
         "--secure",
         action="store_true",
@@ -40,6 +40,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     actions.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
     actions.add_parser("status", help="say whether the broker runs and where")
     parser.set_defaults(handler=run)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a TCP port (1 to 65535)")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
         (work_dir / STATE_FILE).unlink(missing_ok=True)
         state = None
     if args.action == "start":
+        if state is None:
+            _check_start(work_dir, args.port)
         if args.secure:
             settings = BrokerSettings(kafka_version=args.kafka_version, security=SecuritySettings())
         return _start(work_dir, settings, state, args.port)
@@ -68,6 +80,30 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "status":
         return _status(work_dir, state)
     raise LocalKafkaError(f"unknown action {args.action!r}")
+
+
+def _check_start(work_dir: Path, port: int | None) -> None:
+    """What would make the broker fail at start, said before Java takes seconds to."""
+    import socket
+
+    from bridge.errors import LocalKafkaError
+
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalKafkaError(f"broker folder {work_dir}: {exc.strerror or exc}") from None
+    if port is None:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As the broker binds: an address in TIME_WAIT from its last run is free to it.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise LocalKafkaError(
+                f"port {port} on 127.0.0.1 is in use ({exc.strerror or exc}); pick another "
+                "--port, or leave it out for a free one"
+            ) from None
 
 
 def _start(

@@ -72,22 +72,32 @@ class BrokerState:
     secure_bootstrap_servers: str | None = None
 
     def write(self, work_dir: Path) -> None:
-        (work_dir / STATE_FILE).write_text(json.dumps(self.__dict__, indent=2) + "\n")
+        # Whole or not at all: a file cut short would hide the broker's pid from `stop`.
+        path = work_dir / STATE_FILE
+        temp = path.with_suffix(".tmp")
+        temp.write_text(json.dumps(self.__dict__, indent=2) + "\n")
+        temp.replace(path)
 
     @classmethod
     def read(cls, work_dir: Path) -> BrokerState | None:
         path = work_dir / STATE_FILE
         if not path.exists():
             return None
-        raw = json.loads(path.read_text())
-        return cls(
-            pid=int(raw["pid"]),
-            bootstrap_servers=str(raw["bootstrap_servers"]),
-            controller_port=int(raw["controller_port"]),
-            kafka_version=str(raw["kafka_version"]),
-            started_at=float(raw["started_at"]),
-            secure_bootstrap_servers=raw.get("secure_bootstrap_servers"),
-        )
+        try:
+            raw = json.loads(path.read_text())
+            return cls(
+                pid=int(raw["pid"]),
+                bootstrap_servers=str(raw["bootstrap_servers"]),
+                controller_port=int(raw["controller_port"]),
+                kafka_version=str(raw["kafka_version"]),
+                started_at=float(raw["started_at"]),
+                secure_bootstrap_servers=raw.get("secure_bootstrap_servers"),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LocalKafkaError(
+                f"{path} cannot be read ({type(exc).__name__}: {exc}); if no broker runs "
+                f"from {work_dir}, delete it"
+            ) from None
 
 
 def free_port() -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,3 +70,39 @@ def test_free_port_is_bindable() -> None:
 def test_only_brokers_count_as_brokers() -> None:
     assert not is_broker_process(os.getpid())
     assert not is_broker_process(2**22 + 1)
+
+
+def _kafka_command(work_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "bridge.cli", "kafka", "--dir", str(work_dir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_cli_names_what_is_wrong_before_starting_java(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    not_a_dir = _kafka_command(a_file, "start")
+    assert not_a_dir.returncode == 2, not_a_dir.stderr
+    assert "Traceback" not in not_a_dir.stderr
+    assert f"plateau kafka: broker folder {a_file}: " in not_a_dir.stderr
+
+    no_port = _kafka_command(tmp_path / "k", "start", "--port", "70000")
+    assert no_port.returncode == 2
+    assert "--port: 70000 is not a TCP port (1 to 65535)" in no_port.stderr
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = _kafka_command(tmp_path / "k", "start", "--port", str(port))
+    assert busy.returncode == 2, busy.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in busy.stderr
+    assert not (tmp_path / "k" / "broker.json").exists()
+
+
+def test_cli_names_an_unreadable_state_file(tmp_path: Path) -> None:
+    (tmp_path / "broker.json").write_text('{"pid": 12')  # cut short by a crash or a full disk
+    for action in ("status", "stop", "start"):
+        answer = _kafka_command(tmp_path, action)
+        assert answer.returncode == 2, answer.stderr
+        assert "Traceback" not in answer.stderr
+        assert f"{tmp_path / 'broker.json'} cannot be read" in answer.stderr
