@@ -1,19 +1,14 @@
-"""`plateau demo-producer` without a broker: its arguments, chunks and stop."""
+"""`plateau demo-producer`'s arguments (producing is tested against the real broker in
+tests/integration/test_demo_producer.py)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
-from collections.abc import Iterable
 
 import pytest
 
-from bridge.cli import build_parser, main
+from bridge.cli import build_parser
 from bridge.cli import demo as demo_cli
-from bridge.demo import events
-from bridge.demo.producer import Record
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -69,63 +64,3 @@ def test_bad_arguments_are_refused(
         parse(*argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
-
-
-class FakeKafka:
-    """Stands in for create_topic and produce; records what the producer asked for."""
-
-    def __init__(self, stop_after_chunks: int | None = None) -> None:
-        self.calls: list[str] = []
-        self.chunks: list[list[int]] = []
-        self.stop_after_chunks = stop_after_chunks
-
-    def create_topic(self, bootstrap: str, topic: str, partitions: int, **kw: object) -> None:
-        self.calls.append(f"create {bootstrap} {topic} {partitions} exist_ok={kw['exist_ok']}")
-
-    def produce(self, bootstrap: str, topic: str, records: Iterable[Record]) -> int:
-        self.calls.append(f"produce {bootstrap} {topic}")
-        chunk = []
-        for record in records:
-            assert record.value is not None
-            chunk.append(json.loads(record.value)["seq"])
-            if len(self.chunks) + 1 == self.stop_after_chunks and len(chunk) == 3:
-                # What `docker stop` does to the container's process 1, mid-chunk.
-                os.kill(os.getpid(), signal.SIGTERM)
-        self.chunks.append(chunk)
-        return len(chunk)
-
-
-@pytest.fixture
-def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> FakeKafka:
-    fake = FakeKafka()
-    monkeypatch.setattr(events, "create_topic", fake.create_topic)
-    monkeypatch.setattr(events, "produce", fake.produce)
-    monkeypatch.setattr(events, "PRODUCER_CHUNK_S", 0.1)
-    return fake
-
-
-def test_seconds_produce_rate_times_seconds_in_chunks(fake_kafka: FakeKafka) -> None:
-    argv = ["--bootstrap-servers", "k:1", "--topic", "t", "--partitions", "3"]
-    assert main(["demo-producer", *argv, "--rate", "1000", "--seconds", "0.35"]) == 0
-    # The topic comes first, then chunks of 0.1 s of events with one running sequence.
-    assert fake_kafka.calls[0] == "create k:1 t 3 exist_ok=True"
-    assert set(fake_kafka.calls[1:]) == {"produce k:1 t"}
-    assert [len(c) for c in fake_kafka.chunks] == [100, 100, 100, 50]
-    assert [seq for chunk in fake_kafka.chunks for seq in chunk] == list(range(350))
-
-
-@pytest.mark.timeout(30)
-def test_sigterm_stops_within_the_chunk_and_restores_handlers(
-    fake_kafka: FakeKafka, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake_kafka.stop_after_chunks = 2
-    before = signal.getsignal(signal.SIGTERM)
-    assert main(["demo-producer", "--bootstrap-servers", "k:1", "--topic", "t"]) == 0
-    assert [len(c) for c in fake_kafka.chunks] == [100, 3]
-    assert signal.getsignal(signal.SIGTERM) is before
-    stopped = [json.loads(line) for line in capsys.readouterr().err.splitlines()][-1]
-    assert (stopped["event"], stopped["records"], stopped["signalled"]) == (
-        "demo_producer_stopped",
-        103,
-        True,
-    )
