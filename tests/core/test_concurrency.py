@@ -40,6 +40,7 @@ def test_reader_while_writer_seals_and_retention_deletes(tmp_path: Path) -> None
     stop = threading.Event()
     errors: list[BaseException] = []
     reads = 0
+    trimmed_reads = 0  # snapshots taken after retention had deleted the head
 
     def produce() -> None:
         offset = 0
@@ -48,7 +49,7 @@ def test_reader_while_writer_seals_and_retention_deletes(tmp_path: Path) -> None
             offset += 50
 
     def read() -> None:
-        nonlocal reads
+        nonlocal reads, trimmed_reads
         # A separate Store handle, as another process would have.
         reader_store = Store.open(tmp_path)
         try:
@@ -58,6 +59,7 @@ def test_reader_while_writer_seals_and_retention_deletes(tmp_path: Path) -> None
                 # Each snapshot is a contiguous run: retention trims the head, never the middle.
                 if offsets:
                     assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+                    trimmed_reads += offsets[0] > 0
                 reads += 1
         except BaseException as exc:
             errors.append(exc)
@@ -68,14 +70,20 @@ def test_reader_while_writer_seals_and_retention_deletes(tmp_path: Path) -> None
     for t in threads:
         t.start()
     retention.start(interval_s=0.05)
-    time.sleep(3)
+    # Until the reader has read many snapshots, a good number of them while retention was
+    # deleting the oldest segments under it.
+    deadline = time.monotonic() + 120
+    while (reads < 50 or trimmed_reads < 20) and not errors:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     stop.set()
     for t in threads:
         t.join(timeout=30)
     retention.stop()
     writer.close()
     assert not errors, errors[0]
-    assert reads > 5
+    assert reads >= 50 and trimmed_reads >= 20, (reads, trimmed_reads)
     retention.run()
     assert len(store.manifest.segments("t")) == 5
     store.close()

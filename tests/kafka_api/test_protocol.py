@@ -533,10 +533,13 @@ def test_a_partition_held_back_is_answered_when_durable_not_when_the_first_one_i
         assert server.sink is not None
         writer = server.sink.writer
         accepting = writer.accepting
-        refused_until = time.monotonic() + 0.5
+        refusals: list[float] = []  # when partition 1 was refused, the first one opening
 
         def held_back(topic: str, partition: int) -> bool:
-            if partition == 1 and time.monotonic() < refused_until:
+            # Half a second from the first look at partition 1, however late the request
+            # arrives: partition 0 is durable long before that.
+            if partition == 1 and (not refusals or time.monotonic() < refusals[0] + 0.5):
+                refusals.append(time.monotonic())
                 return False
             return accepting(topic, partition)
 
@@ -548,6 +551,7 @@ def test_a_partition_held_back_is_answered_when_durable_not_when_the_first_one_i
         )
         answer = client.call(PRODUCE, 9, body)
         client.close()
+    assert refusals, "partition 1 was never held back"
     codes = [(p.index, p.error_code) for p in answer.responses[0].partition_responses]
     assert codes == [(0, ErrorCode.none), (1, ErrorCode.none)]
     table = stored(tmp_path / "store", "events")
