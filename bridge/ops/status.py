@@ -136,12 +136,19 @@ class KafkaOffsets:
         config = self.config
         if not config.consumed:  # only produced topics: no Kafka cluster to ask
             return
-        consumer = Consumer(
-            client_config(
-                config, enforced={"group.id": config.kafka.group_id, **ENFORCED_CONSUMER}
-            ),
-            logger=None,
-        )
+        try:
+            consumer = Consumer(
+                client_config(
+                    config, enforced={"group.id": config.kafka.group_id, **ENFORCED_CONSUMER}
+                ),
+                logger=None,
+            )
+        except KafkaException as exc:
+            self._error = (
+                f"Kafka at {config.kafka.bootstrap_servers} refused the client settings: "
+                f"{exc.args[0]}"
+            )
+            return
         try:
             metadata = consumer.list_topics(timeout=self.timeout_s)
             wanted: list[tuple[tuple[str, int], TopicPartition]] = []

@@ -1,0 +1,41 @@
+"""`plateau status` over a store written without Kafka, when Kafka cannot be asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.cli import main
+from plateau_core import Store, WriterPolicy
+from tests.support import batch
+
+
+def _config(tmp_path: Path, **kafka: str) -> Path:
+    path = tmp_path / "plateau.yaml"
+    settings = {"bootstrap_servers": "127.0.0.1:1", "group_id": "g", **kafka}
+    path.write_text(
+        yaml.safe_dump(
+            {"kafka": settings, "storage": {"data_dir": "data"}, "topics": [{"source": "t"}]}
+        )
+    )
+    return path
+
+
+def test_settings_the_kafka_client_refuses_are_named_and_the_store_still_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path, **{"fetch.wait.max.ms": "soon"})
+    with Store.open(tmp_path / "data") as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        writer.acquire("t", 0)
+        writer.append("t", 0, batch(range(10)))
+        writer.close()
+    capsys.readouterr()  # the writer's log lines
+    assert main(["status", "--config", str(config), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["topics"]["t"]["partitions"]["0"]["next_offset"] == 10
+    assert "fetch.wait.max.ms" in err
+    assert err.startswith("plateau status: Kafka at 127.0.0.1:1 refused the client settings")
