@@ -17,14 +17,18 @@ from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
 from tests.reliability.support import Recorder, every_offset
 
-HOLD_S = 6.0
+# Seals have this long, after the last records arrived, to get through the lock (they
+# must not): several times the roll's max_age.
+WATCH_S = 3.0
 
+# Holds the lock until the test writes a line: the test, not the clock, decides when the
+# lock goes, so a slow machine cannot release it while the test still looks for seals.
 LOCKER = """
-import sqlite3, sys, time
+import sqlite3, sys
 db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 db.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.readline()
 db.execute("COMMIT")
 print("released", flush=True)
 """
@@ -39,11 +43,12 @@ def test_seals_wait_for_a_locked_manifest_and_succeed(
     with capture_logs() as logs, serving(config):
         wait_landed(tmp_path, topic, end_offsets(kafka, topic))
         locker = subprocess.Popen(
-            [sys.executable, "-c", LOCKER, str(tmp_path / "manifest.db"), str(HOLD_S)],
+            [sys.executable, "-c", LOCKER, str(tmp_path / "manifest.db")],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        assert locker.stdout is not None
+        assert locker.stdin is not None and locker.stdout is not None
         assert locker.stdout.readline().strip() == "locked"
         locked_at = time.time()
         # Records keep arriving while the lock is held: their seals must queue behind it.
@@ -53,12 +58,15 @@ def test_seals_wait_for_a_locked_manifest_and_succeed(
         )
         feeding.start()
         feeding.join(timeout=60)
+        assert not feeding.is_alive(), "20k records not produced within 60 s"
         produced += 20_000
-        time.sleep(max(0.0, locked_at + 1.5 - time.time()))
         during = _watermarks(tmp_path, topic)
-        time.sleep(max(0.0, locked_at + HOLD_S - 1.0 - time.time()))
+        time.sleep(WATCH_S)  # seals of the new records are due meanwhile: none may land
         assert _watermarks(tmp_path, topic) == during, "a seal was recorded through the lock"
         assert sum(end_offsets(kafka, topic).values()) > sum(during.values())
+        held_s = time.time() - locked_at
+        locker.stdin.write("release\n")
+        locker.stdin.flush()
         assert locker.stdout.readline().strip() == "released"
         released_at = time.time()
         locker.wait(timeout=10)
@@ -73,7 +81,7 @@ def test_seals_wait_for_a_locked_manifest_and_succeed(
     assert waited, "no seal was waiting for the lock"
     reliability.check(
         "Manifest locked by another process",
-        f"an sqlite3 client held an exclusive lock on manifest.db for {HOLD_S:.0f} s while "
+        f"an sqlite3 client held an exclusive lock on manifest.db for {held_s:.0f} s while "
         "20k records arrived",
         tmp_path,
         topic,
