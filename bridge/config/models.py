@@ -63,7 +63,11 @@ class KafkaConfig(BaseModel):
                     "property name (like security.protocol)"
                 )
             if not isinstance(value, str | int | float | bool):
-                raise ValueError(f"librdkafka property {key!r} must be a scalar, got {value!r}")
+                # The type only: the value may be a password.
+                raise ValueError(
+                    f"librdkafka property {key!r} must be a scalar (text, a number or a "
+                    f"boolean), got a {type(value).__name__}"
+                )
         return self
 
     def librdkafka(self) -> dict[str, str]:

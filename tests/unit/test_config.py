@@ -319,6 +319,18 @@ def test_replication_secrets_stay_out_of_the_redacted_config() -> None:
     assert config.replication.s3.settings().secret_access_key == "very-secret"
 
 
+@pytest.mark.parametrize("value", [["hunter2-pw"], {"old": "hunter2-pw"}])
+def test_a_librdkafka_secret_of_the_wrong_shape_is_refused_without_its_value(
+    tmp_path: Path, value: object
+) -> None:
+    body = {"kafka": {"sasl.password": value}, **MINIMAL}
+    with pytest.raises(ConfigError) as refused:
+        load_config(_write(tmp_path, body), env={})
+    message = str(refused.value)
+    assert "'sasl.password' must be a scalar" in message
+    assert "hunter2-pw" not in message
+
+
 def test_schema_registry_password_from_the_environment_and_tls_beside_the_file(
     tmp_path: Path,
 ) -> None:
