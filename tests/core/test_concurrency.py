@@ -80,6 +80,7 @@ def test_reader_while_writer_seals_and_retention_deletes(tmp_path: Path) -> None
     stop.set()
     for t in threads:
         t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "the writer or the reader hung"
     retention.stop()
     writer.close()
     assert not errors, errors[0]

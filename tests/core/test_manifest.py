@@ -97,6 +97,7 @@ def race_opens(data: Path, url: str | None, openers: int = 8) -> None:
         t.start()
     for t in threads:
         t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "an opener never returned"
     assert not errors, errors[0]
 
 
