@@ -79,3 +79,15 @@ def test_rebuild_manifest_needs_yes_without_a_terminal(
     assert "3 segments recorded" in capsys.readouterr().out
     with Store.open(config.parent / "data") as store:
         assert store.manifest.watermark("t", 0) == 30
+
+
+def test_rebuild_manifest_does_not_print_the_manifest_password(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = yaml.safe_load(config.read_text())
+    settings["storage"]["manifest_url"] = "postgresql://plateau:hunter2-pw@127.0.0.1:1/plateau"
+    config.write_text(yaml.safe_dump(settings))
+    assert main(["rebuild-manifest", "--config", str(config)]) == 2
+    captured = capsys.readouterr()
+    assert "postgresql://plateau:***@127.0.0.1:1/plateau" in captured.out
+    assert "hunter2-pw" not in captured.out + captured.err
