@@ -1,7 +1,7 @@
 """What every fault test ends with: an audit of the store against what was produced, and
 one row of the reliability report (docs/reliability.md) with the outcome.
 
-`PLATEAU_RELIABILITY=full` runs the long forms (20 kills, a 10-minute soak); otherwise the
+`PLATEAU_RELIABILITY=full` runs the long forms (24 kills, a 10-minute soak); otherwise the
 suite runs the shortened forms CI can afford. Rows are written to a JSON file at the end of
 the session (`PLATEAU_RELIABILITY_RESULTS`, default .cache/reliability/last.json), from
 which `python -m tests.reliability.report` renders the report.
