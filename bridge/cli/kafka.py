@@ -26,7 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="broker folder (config, data, log); default: <cache>/local-kafka/default",
     )
-    parser.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION)
+    parser.add_argument(
+        "--kafka-version",
+        default=DEFAULT_KAFKA_VERSION,
+        help=f"the Apache Kafka release the broker runs (default {DEFAULT_KAFKA_VERSION})",
+    )
     actions = parser.add_subparsers(dest="action", required=True)
     actions.add_parser("fetch", help="download the broker jars with Maven (once)")
     start = actions.add_parser("start", help="start the broker in the background")
