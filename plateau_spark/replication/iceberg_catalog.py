@@ -49,8 +49,8 @@ def catalog_properties(settings: IcebergSettings, target: Target, data_dir: Path
         properties = {"type": "sql", "uri": uri, "init_catalog_tables": "true"}
     else:
         raise InvalidInputError(
-            f"iceberg catalog_uri {uri!r}: expected sqlite:///path, postgresql+psycopg2://... "
-            "(a SQL catalog) or http(s)://... (a REST catalog)"
+            f"iceberg catalog_uri {shown_uri(uri)!r}: expected sqlite:///path, "
+            "postgresql+psycopg2://... (a SQL catalog) or http(s)://... (a REST catalog)"
         )
     properties["warehouse"] = (
         f"file://{target.root}" if target.scheme == "file" else f"s3://{target.root}"

@@ -118,3 +118,12 @@ def test_an_unreachable_catalog_is_named_without_its_password(tmp_path: Path) ->
         shown_uri("postgresql+psycopg2://plateau:hunter2@127.0.0.1/iceberg")
         == "postgresql+psycopg2://plateau:***@127.0.0.1/iceberg"
     )
+
+
+def test_a_catalog_uri_of_another_scheme_is_refused_without_its_password(tmp_path: Path) -> None:
+    local = Target.parse(str(tmp_path / "wh"))
+    odd = IcebergSettings(catalog_uri="mysql://plateau:hunter2@db/iceberg")
+    with pytest.raises(InvalidInputError) as refused:
+        catalog_properties(odd, local, tmp_path)
+    assert "mysql://plateau:***@db/iceberg" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
