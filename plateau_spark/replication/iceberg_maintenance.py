@@ -183,8 +183,9 @@ def expire(
     keep: int,
     now: float | None = None,
 ) -> MaintenanceReport:
-    """Drop snapshots older than `retention_s` (never the newest `keep`, nor the current),
-    then delete the data files that only they read, and stale files nothing reads."""
+    """Drop snapshots older than `retention_s` (never the newest `keep`, the current one, nor
+    the head of a branch or tag), then delete the data files that only they read, and stale
+    files nothing reads."""
     report = MaintenanceReport()
     cutoff_ms = int(((time.time() if now is None else now) - retention_s) * 1000)
     snapshots = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
@@ -192,6 +193,9 @@ def expire(
     current = table.current_snapshot()
     if current is not None:
         protected.add(current.snapshot_id)
+    # Heads of branches and tags: Iceberg refuses to expire them, and whoever set the tag
+    # still reads through it.
+    protected.update(ref.snapshot_id for ref in table.metadata.refs.values())
     doomed = [
         s.snapshot_id
         for s in snapshots

@@ -208,6 +208,30 @@ def test_offsets_survive_another_engines_snapshots_once_plateaus_are_expired(
     store.close()
 
 
+def test_expiry_keeps_a_tagged_snapshot_and_the_files_it_reads(tmp_path: Path) -> None:
+    """A tag (an audit's, a reproducible read's) protects its snapshot: expiry passes over it
+    instead of failing every maintenance run from then on."""
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    for run in range(3):
+        write_segments(store, "t", 0, [batch(range(run * 100, (run + 1) * 100))], roll_rows=100)
+        job.run_once()
+    table = job.table("t")
+    first = min(table.snapshots(), key=lambda s: s.timestamp_ms).snapshot_id
+    table.manage_snapshots().create_tag(first, "audit").commit()
+    keep_one = IcebergSettings(min_snapshots=1, snapshot_retention_s=0)
+    done = replicator(store, tmp_path / "warehouse", settings=keep_one).maintain()["t"]
+    table.refresh()
+    current = table.current_snapshot()
+    assert current is not None
+    assert {s.snapshot_id for s in table.snapshots()} == {first, current.snapshot_id}
+    assert done.snapshots_expired == 2
+    audit = table.scan(snapshot_id=first).to_arrow()
+    assert sorted(audit.column("offset").to_pylist()) == list(range(100))
+    assert table_keys(table) == stored_keys(store)
+    store.close()
+
+
 def test_expiry_removes_metadata_files_nothing_names_once_an_hour_old(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "data")
     job = replicator(store, tmp_path / "warehouse")
