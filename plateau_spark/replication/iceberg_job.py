@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import structlog
 from pyarrow import fs
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
 from plateau_core.schema import merge_schemas
@@ -119,22 +119,33 @@ class IcebergReplicator(Replicator):
                     table = catalog.load_table(self.settings.identifier(topic))
                 except NoSuchTableError:
                     continue
-                done = compact(
-                    table,
-                    topic=topic,
-                    small_bytes=self.settings.small_file_bytes,
-                    file_bytes=self.file_bytes,
-                    compression=self.compression,
-                )
-                table.refresh()
-                expired = expire(
-                    table,
-                    Target.parse(table.location(), self.target.s3),
-                    topic=topic,
-                    retention_s=self.settings.snapshot_retention_s,
-                    keep=self.settings.min_snapshots,
-                    now=now,
-                )
+                try:
+                    done = compact(
+                        table,
+                        topic=topic,
+                        small_bytes=self.settings.small_file_bytes,
+                        file_bytes=self.file_bytes,
+                        compression=self.compression,
+                    )
+                    table.refresh()
+                    expired = expire(
+                        table,
+                        Target.parse(table.location(), self.target.s3),
+                        topic=topic,
+                        retention_s=self.settings.snapshot_retention_s,
+                        keep=self.settings.min_snapshots,
+                        now=now,
+                    )
+                except CommitFailedException as exc:
+                    raise TargetError(
+                        f"topic {topic!r}: another writer committed to its Iceberg table "
+                        f"during maintenance, whose own commit was refused; run it again ({exc})"
+                    ) from exc
+                except OSError as exc:  # pyarrow's and pyiceberg's I/O errors
+                    raise TargetError(
+                        f"topic {topic!r}: cannot maintain the Iceberg table under "
+                        f"{self.target.uri}: {exc}"
+                    ) from exc
                 done.snapshots_expired = expired.snapshots_expired
                 done.files_deleted = expired.files_deleted
                 done.metadata_files_deleted = expired.metadata_files_deleted

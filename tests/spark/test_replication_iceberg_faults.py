@@ -10,14 +10,18 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from structlog.testing import capture_logs
 
 from bridge.cli import main
 from plateau_core import SegmentState, Store
-from plateau_spark.replication import IcebergSettings, Target, TargetError
+from plateau_spark.replication import IcebergSettings, Target, TargetError, iceberg_maintenance
 from plateau_spark.replication.iceberg_commit import committed_offsets
 from tests.bridge_support import REPO
 from tests.postgres_server import PostgresServer
@@ -236,6 +240,43 @@ def test_compact_command_and_its_refusal_for_parquet(
     parquet = config_file(tmp_path, target=str(tmp_path / "replica"))
     assert main(["replicate", "-c", str(parquet), "--compact"]) == 2
     assert "--compact needs replication.format: iceberg" in capsys.readouterr().err
+    store.close()
+
+
+def test_a_compaction_another_writer_got_ahead_of_is_named_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store.open(tmp_path / "data")
+    warehouse = tmp_path / "warehouse"
+    config = config_file(tmp_path, target=str(warehouse), format="iceberg")
+    for run in range(3):
+        write_segments(store, "web-clicks", 0, [batch(range(run * 100, run * 100 + 100))], 100)
+        assert main(["replicate", "-c", str(config), "--once"]) == 0
+    table = replicator(store, Target.parse(str(warehouse))).table("web-clicks")
+    before = data_files(table)
+    rewrite = iceberg_maintenance._rewrite
+
+    def another_writer_commits(*args: Any, **kwargs: Any) -> list[str]:
+        # Another node's commit lands while this compaction writes its files.
+        foreign = pa.Table.from_pylist(
+            [{"partition": 7, "offset": 0, "timestamp": datetime(2023, 11, 14, tzinfo=UTC)}],
+            schema=table.schema().as_arrow(),
+        )
+        path = warehouse / "plateau" / "web-clicks" / "data" / "backfill.parquet"
+        pq.write_table(foreign, path)
+        table.add_files([str(path)])
+        return rewrite(*args, **kwargs)
+
+    monkeypatch.setattr(iceberg_maintenance, "_rewrite", another_writer_commits)
+    capsys.readouterr()
+    assert main(["replicate", "-c", str(config), "--compact"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "plateau replicate: topic 'web-clicks': another writer committed" in err
+    table.refresh()
+    assert [f for f in data_files(table) if f != "backfill.parquet"] == before
+    compacted = list((warehouse / "plateau" / "web-clicks" / "data").rglob("*.c*.parquet"))
+    assert not compacted, "the refused compaction left its files"
     store.close()
 
 
