@@ -13,6 +13,8 @@ MAX_TOPIC_LENGTH = 249
 _TOPIC_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 SEGMENT_SUFFIX = ".arrow"
 MANIFEST_FILE = "manifest.db"
+# Present in data_dir while rebuild-manifest records the files: the manifest is incomplete.
+REBUILD_MARKER = "manifest.rebuilding"
 TEMP_MARKER = ".tmp-"
 
 

@@ -7,6 +7,7 @@ see RebuildReport.notes.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,12 @@ from sqlalchemy.engine import make_url
 from plateau_core.errors import InvalidInputError, PartitionLockedError, PlateauError
 from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.manifest.migrations import tables_present
+from plateau_core.manifest.models import Base
 from plateau_core.names import (
     MANIFEST_FILE,
+    REBUILD_MARKER,
     TEMP_MARKER,
+    fsync_path,
     segment_span,
     validate_topic,
 )
@@ -125,6 +129,10 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
     reported and never served nor removed; one at the end of its partition is renamed aside
     instead (its offsets are above the watermark, and Kafka's replay would write a segment
     under its name).
+
+    Until the last file is recorded, `manifest.rebuilding` in data_dir marks the manifest
+    incomplete and every opener refuses it; run again after an interruption, the rebuild
+    starts over (on a database server, dropping the tables the interrupted one filled).
     """
     root = Path(data_dir).expanduser().resolve()
     if not root.is_dir():
@@ -132,9 +140,11 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
     url = manifest_url or sqlite_url(root / MANIFEST_FILE)
     report = RebuildReport(data_dir=str(root), manifest_url=url)
     folders = _partition_folders(root, report)
+    marker = root / REBUILD_MARKER
     locks = _lock_all(folders)
     try:
-        report.moved_aside = _clear_manifest(url)
+        report.moved_aside = _clear_manifest(url, interrupted=marker.exists())
+        _write_marker(marker)
         manifest = Manifest(url)
         try:
             for topic, partition, folder in folders:
@@ -144,6 +154,8 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
             manifest.skip_producer_ids(time.time_ns() // 1000)
         finally:
             manifest.close()
+        marker.unlink()
+        fsync_path(root)
     finally:
         for lock in locks:
             lock.release()
@@ -198,8 +210,19 @@ def _lock_all(folders: list[tuple[str, int, Path]]) -> list[PartitionLock]:
     return locks
 
 
-def _clear_manifest(url: str) -> list[str]:
-    """Move an SQLite manifest's files aside; for other databases, insist on an empty one."""
+def _write_marker(marker: Path) -> None:
+    """The manifest is incomplete from here until the marker goes (durably so: a power loss
+    must not bring back a half-built manifest without it)."""
+    with marker.open("w") as handle:
+        handle.write("plateau rebuild-manifest is recording the segment files\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    fsync_path(marker.parent)
+
+
+def _clear_manifest(url: str, *, interrupted: bool = False) -> list[str]:
+    """Move an SQLite manifest's files aside; for other databases, insist on an empty one,
+    or drop what an `interrupted` rebuild (its marker is there) recorded."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         probe = Manifest(url, upgrade=False)
@@ -208,6 +231,13 @@ def _clear_manifest(url: str) -> list[str]:
             # missing, so a table left behind (bloom filters by segment id, producers) would
             # be taken up by the rebuilt manifest.
             present = tables_present(probe.engine)
+            if present and interrupted:
+                # The marker is written only once the database was found empty: these
+                # tables hold the interrupted rebuild's rows and nothing else.
+                tables = [Base.metadata.tables[name] for name in present]
+                Base.metadata.drop_all(probe.engine, tables=tables)
+                log.warning("interrupted_rebuild_dropped", tables=present)
+                present = []
         finally:
             probe.close()
         if present:

@@ -10,7 +10,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError
 
 from plateau_core.errors import InvalidInputError, ManifestUnusableError, PlateauError
 from plateau_core.manifest.manifest import Manifest
-from plateau_core.names import has_segment_files
+from plateau_core.names import REBUILD_MARKER, has_segment_files
 
 
 def open_manifest(data_dir: Path, url: str) -> Manifest:
@@ -18,8 +18,15 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
 
     Without this, a new empty manifest beside existing segment files would make recovery
     delete every one of them as an orphan. The check runs before migrating, so a refused
-    open leaves no manifest behind that a second open would take for a real one.
+    open leaves no manifest behind that a second open would take for a real one. A manifest
+    that rebuild-manifest did not finish is refused for the same reason: it lacks the files
+    the rebuild had not reached.
     """
+    if (data_dir / REBUILD_MARKER).exists():
+        raise ManifestUnusableError(
+            data_dir,
+            "is incomplete: a plateau rebuild-manifest was interrupted (or is still running)",
+        )
     try:
         parsed = make_url(url)
     except ArgumentError as exc:

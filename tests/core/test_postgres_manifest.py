@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from plateau_core import Store, WriterPolicy
+from plateau_core.errors import ManifestUnusableError
 from plateau_core.manifest import Manifest, SegmentState
 from plateau_core.manifest.migrations import LATEST
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
@@ -268,5 +269,36 @@ def test_a_rebuild_refused_for_a_used_database_names_every_table_to_drop(
     report = rebuild_manifest(data, url)
     assert report.segments == SEGMENTS
     with Store.open(data, manifest_url=url) as store:
+        needle = store.read("logs", where={"request_id": request_id(5)})
+        assert needle.to_table().column("offset").to_pylist() == [5]
+
+
+def test_a_rebuild_interrupted_on_postgresql_is_refused_then_run_again_into_the_same_database(
+    postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    url = postgres.new_database()
+    with Store.open(data, manifest_url=url) as store:
+        _write(store)
+    empty = postgres.new_database()
+    commit = Manifest.commit_segment
+    calls: list[int] = []
+
+    def dies_after_two(self: Manifest, *args: object, **kwargs: object) -> object:
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return commit(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Manifest, "commit_segment", dies_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_manifest(data, empty)
+    monkeypatch.setattr(Manifest, "commit_segment", commit)
+    with pytest.raises(ManifestUnusableError, match="rebuild-manifest was interrupted"):
+        Store.open(data, manifest_url=empty)
+    report = rebuild_manifest(data, empty)
+    assert report.segments == SEGMENTS
+    with Store.open(data, manifest_url=empty) as store:
+        assert len(store.manifest.segments("logs")) == SEGMENTS
         needle = store.read("logs", where={"request_id": request_id(5)})
         assert needle.to_table().column("offset").to_pylist() == [5]

@@ -10,7 +10,9 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
+import plateau_core.rebuild as rebuild_module
 from plateau_core import SegmentState, Store, WriterPolicy
+from plateau_core.errors import ManifestUnusableError
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
 from plateau_core.segment_file import write_segment
 from plateau_core.verify import verify_store
@@ -225,3 +227,34 @@ def test_producer_ids_after_a_rebuild_are_above_any_handed_out_before(tmp_path: 
     rebuild_manifest(data)  # and again: above what the first rebuild handed out
     with Store.open(data) as store:
         assert store.manifest.next_producer_id() > after
+
+
+def test_an_interrupted_rebuild_leaves_a_store_that_is_refused_until_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened on a half-built manifest, recovery would delete the files the rebuild had not
+    recorded yet as orphans."""
+    data = tmp_path / "data"
+    _fill(data)
+    with Store.open(data) as store:
+        before = _snapshot(store)
+    run = rebuild_module._PartitionRebuild.run
+    done: list[str] = []
+
+    def interrupted(self: rebuild_module._PartitionRebuild, folder: Path) -> None:
+        if done:
+            raise KeyboardInterrupt
+        done.append(self.topic)
+        run(self, folder)
+
+    monkeypatch.setattr(rebuild_module._PartitionRebuild, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_manifest(data)
+    with pytest.raises(ManifestUnusableError, match="rebuild-manifest was interrupted"):
+        Store.open(data)
+    monkeypatch.setattr(rebuild_module._PartitionRebuild, "run", run)
+    time.sleep(1.1)  # the manifest is moved aside under a name with the second
+    rebuild_manifest(data)
+    with Store.open(data) as store:
+        rows, marks = _snapshot(store)
+    assert (rows, marks) == (_as_sealed(before[0]), before[1])
