@@ -96,7 +96,9 @@ class RebuildReport:
         return sum(p.segments for p in self.partitions)
 
     def lines(self) -> list[str]:
-        out = [f"rebuilt the manifest of {self.data_dir} ({self.manifest_url})"]
+        # Printed for a person: the URL's password stays out of it.
+        shown = make_url(self.manifest_url).render_as_string(hide_password=True)
+        out = [f"rebuilt the manifest of {self.data_dir} ({shown})"]
         out += [f"  moved aside: {path}" for path in self.moved_aside]
         for p in self.partitions:
             out.append(

@@ -258,3 +258,12 @@ def test_an_interrupted_rebuild_leaves_a_store_that_is_refused_until_rebuilt(
     with Store.open(data) as store:
         rows, marks = _snapshot(store)
     assert (rows, marks) == (_as_sealed(before[0]), before[1])
+
+
+def test_the_report_names_the_manifest_without_its_password(tmp_path: Path) -> None:
+    report = rebuild_module.RebuildReport(
+        data_dir=str(tmp_path), manifest_url="postgresql://plateau:hunter2-pw@db:5432/plateau"
+    )
+    shown = "\n".join(report.lines())
+    assert "postgresql://plateau:***@db:5432/plateau" in shown
+    assert "hunter2-pw" not in shown
