@@ -240,7 +240,10 @@ def _supervise(
             log.error("worker_process_killed", worker=name, pid=process.pid)
             process.kill()
             process.join(5)
-        finished[name] = process.exitcode or 0
+        ended = process.exitcode
+        # None or negative: not ended, or ended by a signal (the kill above), without
+        # sealing what it held.
+        finished[name] = EXIT_ERROR if ended is None or ended < 0 else ended
     for tell in words.values():
         tell.close()
     return max(finished.values(), default=0)
