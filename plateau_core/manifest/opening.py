@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -29,11 +30,11 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
         )
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
+    except ArgumentError:
         raise InvalidInputError(
-            f"the manifest URL {url!r} is not a database URL (sqlite:///path, "
-            "postgresql://user@host:port/db)"
-        ) from exc
+            f"the manifest URL {_without_password(url)!r} is not a database URL "
+            "(sqlite:///path, postgresql://user@host:port/db)"
+        ) from None
     database = parsed.database
     if (
         parsed.get_backend_name() == "sqlite"
@@ -80,3 +81,9 @@ def is_corruption(error: BaseException | None) -> bool:
         return False
     name = getattr(error, "sqlite_errorname", "")
     return name in ("", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT")
+
+
+def _without_password(url: str) -> str:
+    """A URL that does not parse, with what would be its password masked: the text between
+    the user's colon and the last @ (a password may hold an @ itself)."""
+    return re.sub(r"(^|://|\s)([^:/@\s]*):[^/\s]*@", r"\1\2:***@", url)

@@ -123,8 +123,15 @@ def test_concurrent_opens_of_a_new_store_migrate_once(tmp_path: Path) -> None:
         ("postgresql+psycopg2://plateau:hunter2@127.0.0.1:1/plateau", "127.0.0.1"),
         ("postgresql+pg8000://plateau:hunter2@127.0.0.1/plateau", r"plateau\[postgres\]"),
         ("plateau.db", "not a database URL"),
+        ("postgresql+psycopg2 ://plateau:hunter2@db/plateau", r"plateau:\*\*\*@db"),
     ],
-    ids=["sqlite-folder-missing", "postgresql-unreachable", "driver-not-installed", "not-a-url"],
+    ids=[
+        "sqlite-folder-missing",
+        "postgresql-unreachable",
+        "driver-not-installed",
+        "not-a-url",
+        "not-a-url-with-a-password",
+    ],
 )
 def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, says: str) -> None:
     """A PlateauError (which the CLI prints as one line) naming the manifest, without its
@@ -134,3 +141,4 @@ def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, say
         Store.open(tmp_path / "data", manifest_url=url)
     assert "manifest" in str(raised.value)
     assert "hunter2" not in str(raised.value)
+    assert raised.value.__cause__ is None or "hunter2" not in str(raised.value.__cause__)
