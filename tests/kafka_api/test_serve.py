@@ -120,10 +120,10 @@ def test_a_failed_producer_sweep_keeps_the_listener_reporting(
 
     with listening(api_config(tmp_path / "store")) as (server, _):
         monkeypatch.setattr(server.store.manifest, "expire_producers", locked)
-        status = next((tmp_path / "store" / "run").glob("*.kafka-api.json"))
         deadline = time.monotonic() + 30
         while len(sweeps) < 3 and time.monotonic() < deadline:
             time.sleep(0.2)
+        status = next((tmp_path / "store" / "run").glob("*.kafka-api.json"))
         assert len(sweeps) >= 3, "the sweep was not tried again after it failed"
         written = json.loads(status.read_text())["updated_at"]
         while time.monotonic() < deadline:
