@@ -48,7 +48,7 @@ class AdminHandler:
     def api_versions(self, _body: Any) -> dict[str, Any]:
         return {"error_code": ErrorCode.none, "api_keys": api_versions()}
 
-    def metadata(
+    async def metadata(
         self, body: Any, version: int, auto_create: bool, allowed: Callable[[str], bool]
     ) -> dict[str, Any]:
         if body.topics is None or (version == 0 and not body.topics):
@@ -60,7 +60,15 @@ class AdminHandler:
                 for t in body.topics
             ]
         allow = auto_create and getattr(body, "allow_auto_topic_creation", True)
-        topics = [self._topic_metadata(name, allow and allowed(name)) for name in names]
+        refused: set[str] = set()
+        for name in names:
+            if allow and allowed(name) and name not in self.topics.partitions:
+                try:
+                    await self.sink.create_topic(name, None, "metadata")
+                except TopicNameError as exc:
+                    log.warning("topic_refused", topic=name, error=str(exc))
+                    refused.add(name)
+        topics = [self._topic_metadata(name, name in refused) for name in names]
         return {
             "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
             "cluster_id": self.cluster_id,
@@ -68,15 +76,10 @@ class AdminHandler:
             "topics": topics,
         }
 
-    def _topic_metadata(self, name: str, auto_create: bool) -> dict[str, Any]:
+    def _topic_metadata(self, name: str, refused: bool) -> dict[str, Any]:
+        if refused:
+            return {"name": name, "error_code": ErrorCode.invalid_topic_exception}
         count = self.topics.partitions.get(name)
-        if count is None and auto_create:
-            try:
-                count = self.topics.create(name, None, "metadata")
-                self.sink.open_topic(name, count)
-            except TopicNameError as exc:
-                log.warning("topic_refused", topic=name, error=str(exc))
-                return {"name": name, "error_code": ErrorCode.invalid_topic_exception}
         if count is None:
             return {
                 "name": name,
@@ -117,7 +120,7 @@ class AdminHandler:
         log.info("producer_id_assigned", producer_id=producer_id, epoch=epoch)
         return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": epoch}
 
-    def create_topics(self, body: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
+    async def create_topics(self, body: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
         results = []
         named = collections.Counter(topic.name for topic in body.topics)
         for topic in body.topics:
@@ -137,7 +140,7 @@ class AdminHandler:
                     -1,
                 )
             else:
-                error, message, count = self._create(topic, body.validate_only)
+                error, message, count = await self._create(topic, body.validate_only)
             results.append(
                 {
                     "name": topic.name,
@@ -151,9 +154,9 @@ class AdminHandler:
             )
         return {"topics": results}
 
-    def _create(self, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
+    async def _create(self, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
         name = topic.name
-        if name in self.topics.partitions:
+        if name in self.topics.partitions or self.sink.creating(name):
             return ErrorCode.topic_already_exists, f"topic {name!r} already exists", -1
         if topic.replication_factor not in (-1, 1):
             return (
@@ -184,9 +187,7 @@ class AdminHandler:
         wanted = topic.num_partitions if topic.num_partitions > 0 else None
         if validate_only:
             return ErrorCode.none, None, wanted or self.sink.api.default_partitions
-        count = self.topics.create(name, wanted, "create_topics")
-        self.sink.open_topic(name, count)
-        log.info("topic_created", topic=name, partitions=count)
+        count = await self.sink.create_topic(name, wanted, "create_topics")
         return ErrorCode.none, None, count
 
     def describe_cluster(self, _body: Any) -> dict[str, Any]:

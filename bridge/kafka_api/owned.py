@@ -4,6 +4,8 @@ and when a dead-letter partition is first written."""
 
 from __future__ import annotations
 
+import threading
+
 import structlog
 
 from bridge.config.models import Config
@@ -37,6 +39,9 @@ class OwnedPartitions:
         self.seal_age_s = SEAL_AGE_S[durability]
         self.states: dict[tuple[str, int], ProducedPartition] = {}
         self._owned: set[tuple[str, int]] = set()
+        # A topic created through the API has its partitions acquired on a thread, while the
+        # event loop may acquire a dead-letter partition of the same name.
+        self._owning = threading.Lock()
 
     def open(self) -> None:
         """Acquire every partition of every produced topic (recovering each folder), replay
@@ -53,7 +58,22 @@ class OwnedPartitions:
     def open_topic(self, topic: str, count: int) -> None:
         for partition in range(count):
             if (topic, partition) not in self.states:
-                self._acquire(topic, partition)
+                self.states[(topic, partition)] = self._state(topic, partition, produced=True)
+
+    def prepare(self, topic: str, count: int) -> list[ProducedPartition]:
+        """The states of a new topic's partitions, acquired (off the event loop: some 5 ms a
+        partition); `publish` makes them known. Partitions acquired by an earlier attempt
+        that failed part way are taken over, not acquired again."""
+        return [
+            self._state(topic, partition, produced=True)
+            for partition in range(count)
+            if (topic, partition) not in self.states
+        ]
+
+    def publish(self, states: list[ProducedPartition]) -> None:
+        for state in states:
+            # A dead-letter partition of the same name may have been opened meanwhile.
+            self.states.setdefault(state.key, state)
 
     def dead_letters(self, topic: str, partition: int) -> ProducedPartition:
         """A dead-letter partition's state, acquired on its first letter."""
@@ -72,29 +92,32 @@ class OwnedPartitions:
             self.states[(topic, partition)] = found
         return found
 
-    def _own(self, topic: str, partition: int) -> int:
+    def _own(self, topic: str, partition: int, *, produced: bool | None = None) -> int:
         """Make the writer own a partition (once); returns the offset its next append takes.
-        A produced topic seals by its mapping; any other (a dead-letter topic) every
-        `seal_age_s`."""
+        A produced topic (`produced`, or by default one known) seals by its mapping; any
+        other (a dead-letter topic) every `seal_age_s`."""
         key = (topic, partition)
-        if key in self._owned:
-            return self.writer.next_offset(topic, partition)
-        if topic in self.topics.partitions:
-            mapping = self.topics.mapping(topic)
-            watermark = self.writer.acquire(
-                topic,
-                partition,
-                roll=self._roll(topic),
-                index=mapping.index.policy(),
-                rollups=mapping.rollup_policies(),
-            )
-        else:
-            watermark = self.writer.acquire(topic, partition, roll=self._roll(topic))
-        self._owned.add(key)
+        if produced is None:
+            produced = topic in self.topics.partitions
+        with self._owning:
+            if key in self._owned:
+                return self.writer.next_offset(topic, partition)
+            if produced:
+                mapping = self.topics.mapping(topic)
+                watermark = self.writer.acquire(
+                    topic,
+                    partition,
+                    roll=self._roll(topic, produced=True),
+                    index=mapping.index.policy(),
+                    rollups=mapping.rollup_policies(),
+                )
+            else:
+                watermark = self.writer.acquire(topic, partition, roll=self._roll(topic))
+            self._owned.add(key)
         return watermark or 0
 
-    def _roll(self, topic: str) -> RollPolicy:
-        if topic not in self.topics.partitions:
+    def _roll(self, topic: str, *, produced: bool | None = None) -> RollPolicy:
+        if not (topic in self.topics.partitions if produced is None else produced):
             return RollPolicy(max_age_s=self.seal_age_s)
         mapping = self.topics.mapping(topic)
         roll = self.config.roll_policy(mapping)
@@ -102,9 +125,9 @@ class OwnedPartitions:
             roll = RollConfig(max_age=self.seal_age_s).apply(roll)
         return roll
 
-    def _acquire(self, topic: str, partition: int) -> ProducedPartition:
+    def _state(self, topic: str, partition: int, *, produced: bool) -> ProducedPartition:
         mapping = self.topics.mapping(topic)
-        watermark = self._own(topic, partition)
+        watermark = self._own(topic, partition, produced=produced)
         decoder = decoder_for(mapping, self.config.schema_registry)
         stored = self.store.manifest.schemas(topic)
         if stored:
@@ -112,14 +135,12 @@ class OwnedPartitions:
                 decoder.seed(merge_schemas(stored.values()))
             except InvalidInputError as exc:  # segments of clashing types: seeded by none
                 log.warning("stored_schemas_disagree", topic=topic, error=str(exc))
-        state = ProducedPartition(
+        return ProducedPartition(
             topic,
             partition,
             mapping,
             decoder,
             watermark,
             self.store.manifest.producer_states(topic, partition),
-            self._roll(topic).max_age_s,
+            self._roll(topic, produced=produced).max_age_s,
         )
-        self.states[(topic, partition)] = state
-        return state

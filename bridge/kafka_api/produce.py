@@ -109,6 +109,19 @@ class ProduceHandler:
         deadline: float,
     ) -> tuple[Outcome, float]:
         topic, partition = key
+        if (
+            self.api.auto_create_topics
+            and topic not in self.sink.topics.partitions
+            and body.transactional_id is None
+            and allowed(topic)
+        ):
+            self.sink.land()  # nothing gathered waits for the topic's partitions to open
+            try:
+                await self.sink.create_topic(topic, None, "produce")
+            except TopicNameError as exc:
+                outcome = Outcome(ErrorCode.invalid_topic_exception, message=str(exc))
+                self._log_refused(topic, partition, outcome)
+                return outcome, 0.0
         refused = self._refusal(body, topic, partition, records, allowed)
         if refused is not None:
             self._log_refused(topic, partition, refused)
@@ -156,12 +169,6 @@ class ProduceHandler:
         if not allowed(topic):
             return Outcome(ErrorCode.topic_authorization_failed, message=f"not allowed: {topic}")
         count = self.sink.topics.partitions.get(topic)
-        if count is None and self.api.auto_create_topics:
-            try:
-                count = self.sink.topics.create(topic, None, "produce")
-            except TopicNameError as exc:
-                return Outcome(ErrorCode.invalid_topic_exception, message=str(exc))
-            self.sink.open_topic(topic, count)
         if count is None or not 0 <= partition < count:
             return Outcome(
                 ErrorCode.unknown_topic_or_partition, message=f"no partition {topic}[{partition}]"

@@ -297,6 +297,13 @@ class KafkaApiServer:
                 return self._encode(request, await accepted.respond())
 
             return asyncio.ensure_future(produced())
+        if request.api_key in (protocol.METADATA, protocol.CREATE_TOPICS):
+            # They may create topics, whose partitions open off the event loop.
+
+            async def created() -> bytes | None:
+                return self._encode(request, await self._creating(conn, request))
+
+            return asyncio.ensure_future(created())
         body = self._admin(conn, request)
         done.set_result(self._encode(request, body))
         return done
@@ -316,18 +323,19 @@ class KafkaApiServer:
             request.api_key, request.api_version, request.correlation_id, body
         )
 
+    async def _creating(self, conn: Connection, request: Request) -> dict[str, Any]:
+        if request.api_key == protocol.METADATA:
+            return await self.admin.metadata(
+                request.body, request.api_version, self.api.auto_create_topics, conn.allowed
+            )
+        return await self.admin.create_topics(request.body, conn.allowed)
+
     def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
         key, body = request.api_key, request.body
         if key == protocol.API_VERSIONS:
             return self.admin.api_versions(body)
-        if key == protocol.METADATA:
-            return self.admin.metadata(
-                body, request.api_version, self.api.auto_create_topics, conn.allowed
-            )
         if key == protocol.INIT_PRODUCER_ID:
             return self.admin.init_producer_id(body)
-        if key == protocol.CREATE_TOPICS:
-            return self.admin.create_topics(body, conn.allowed)
         if key == protocol.DESCRIBE_CLUSTER:
             return self.admin.describe_cluster(body)
         if key == protocol.DESCRIBE_CONFIGS:

@@ -117,6 +117,7 @@ class ProduceSink(WriterListener):
         self._gathered: dict[tuple[str, int], ProducedPartition] = {}
         self._capacity = asyncio.Event()
         self._closed = False
+        self._creating: dict[str, asyncio.Future[int]] = {}  # topics whose partitions open
         self.consolidator = consolidator_for(config, store, self.writer)
         self.consolidator.start(storage.consolidate_interval)
 
@@ -155,8 +156,41 @@ class ProduceSink(WriterListener):
             log.info("producer_states_expired", rows=rows, silent_s=expiry)
         return rows
 
-    def open_topic(self, topic: str, count: int) -> None:
-        self.owned.open_topic(topic, count)
+    async def create_topic(self, topic: str, partitions: int | None, created_by: str) -> int:
+        """Record a new topic and open its partitions; returns its partition count once
+        producers can write it. The partitions are acquired on a thread: thousands of them
+        take seconds, and every other connection waits for the event loop meanwhile.
+        Requests creating the same topic meanwhile wait for the first one's creation.
+        Raises TopicNameError for a name that cannot be created."""
+        count = self.topics.partitions.get(topic)
+        if count is not None:
+            return count
+        creating = self._creating.get(topic)
+        if creating is None:
+            self.topics.check_name(topic)
+            creating = asyncio.ensure_future(self._create(topic, partitions, created_by))
+            self._creating[topic] = creating
+            creating.add_done_callback(lambda _: self._creating.pop(topic, None))
+        # Shielded: a request that goes away does not cancel the creation others wait for.
+        return await asyncio.shield(creating)
+
+    def creating(self, topic: str) -> bool:
+        return topic in self._creating
+
+    async def _create(self, topic: str, partitions: int | None, created_by: str) -> int:
+        def prepare() -> tuple[int, list[ProducedPartition]]:
+            count = self.topics.record(topic, partitions, created_by)
+            return count, self.owned.prepare(topic, count)
+
+        try:
+            count, states = await self.loop.run_in_executor(None, prepare)
+        except Exception as exc:
+            log.error("topic_open_failed", topic=topic, error=str(exc))
+            raise
+        self.owned.publish(states)
+        self.topics.add(topic, count)
+        log.info("topic_created", topic=topic, partitions=count, created_by=created_by)
+        return count
 
     def close(self, timeout_s: float) -> None:
         """Seal what is buffered and let every partition go."""

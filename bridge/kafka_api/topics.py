@@ -56,11 +56,12 @@ class ProducedTopics:
                 f"{topic!r} is consumed from the Kafka cluster; producers cannot write it here"
             )
 
-    def create(self, topic: str, partitions: int | None, created_by: str) -> int:
-        """Record a new topic; returns its partition count."""
-        self.check_name(topic)
-        count = self._manifest.ensure_produced_topic(
+    def record(self, topic: str, partitions: int | None, created_by: str) -> int:
+        """Record a new topic in the manifest; returns its partition count. Producers see it
+        once its partitions are open (`add`)."""
+        return self._manifest.ensure_produced_topic(
             topic, partitions or self._api.default_partitions, created_by
         )
+
+    def add(self, topic: str, count: int) -> None:
         self.partitions[topic] = count
-        return count

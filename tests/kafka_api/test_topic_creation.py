@@ -1,0 +1,110 @@
+"""Creating topics through the listener (CreateTopics, or a produce or a Metadata request
+with auto_create_topics) while producers write to other topics: opening a new topic's
+partitions (a lock, a folder recovered and manifest reads per partition, some 5 ms each)
+must not hold every other connection back. A topic of 10 000 partitions took the listener
+away for a minute, and kafka-topics.sh --create timed out meanwhile."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bridge.kafka_api.server import KafkaApiServer
+from tests.kafka_api.support import api_config, listening, stored
+
+
+@contextmanager
+def held_open(server: KafkaApiServer, topic: str) -> Iterator[threading.Event]:
+    """While the block runs, acquiring a partition of `topic` waits for the event it yields
+    (set at the end at the latest, so the listener can stop)."""
+    assert server.sink is not None
+    writer = server.sink.writer
+    acquire = writer.acquire
+    release = threading.Event()
+
+    def waiting(name: str, partition: int, **kwargs: Any) -> int | None:
+        if name == topic:
+            release.wait(120)
+        return acquire(name, partition, **kwargs)
+
+    writer.acquire = waiting  # type: ignore[method-assign]
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+def produce(bootstrap: str, topic: str, count: int, **settings: Any) -> list[Message]:
+    delivered: list[Message] = []
+    failed: list[KafkaError] = []
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "message.timeout.ms": 20_000, **settings}
+    )
+    for i in range(count):
+        producer.produce(
+            topic,
+            key=b"k%d" % i,
+            value=b"v%d" % i,
+            on_delivery=lambda e, m: failed.append(e) if e is not None else delivered.append(m),
+        )
+    producer.flush(30)
+    assert failed == []
+    return delivered
+
+
+def test_producers_go_on_while_a_topic_is_created(tmp_path: Path) -> None:
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        with held_open(server, "big") as release:
+            creating = admin.create_topics([NewTopic("big", 4)], request_timeout=60)["big"]
+            # While the new topic's partitions are being opened, the listener answers
+            # everything else: a topic listing and an acks=all produce to another topic.
+            listed = admin.list_topics(timeout=20).topics
+            assert "events" in listed and "big" not in listed
+            assert len(produce(bootstrap, "events", 50)) == 50
+            # A second creation of the same name is told it exists (on a connection of its
+            # own: a connection's answers go out in the order of its requests).
+            other = AdminClient({"bootstrap.servers": bootstrap})
+            again = other.create_topics([NewTopic("big", 4)])["big"]
+            try:
+                again.result(20)
+                raise AssertionError("the second creation of 'big' succeeded")
+            except KafkaException as exc:
+                assert exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+            assert not creating.done()
+            release.set()
+            creating.result(60)
+        assert len(admin.list_topics(timeout=20).topics["big"].partitions) == 4
+        delivered = produce(bootstrap, "big", 40)
+    assert stored(tmp_path / "store", "events").num_rows == 50
+    table = stored(tmp_path / "store", "big")
+    assert sorted(table.column("key").to_pylist()) == sorted(m.key() for m in delivered)
+
+
+def test_a_produce_to_a_topic_being_created_lands_once_it_is_open(tmp_path: Path) -> None:
+    """auto_create_topics: a producer's first records to a new topic wait for its
+    partitions, and the producers of other topics do not."""
+    config = api_config(tmp_path / "store", auto_create_topics=True, default_partitions=2)
+    with listening(config) as (server, bootstrap):
+        with held_open(server, "fresh") as release:
+            first: list[Message] = []
+            writer = threading.Thread(
+                target=lambda: first.extend(produce(bootstrap, "fresh", 30)), daemon=True
+            )
+            writer.start()
+            assert len(produce(bootstrap, "events", 50)) == 50
+            assert writer.is_alive()
+            release.set()
+            writer.join(60)
+        assert len(first) == 30
+        assert server.sink is not None and server.sink.topics.partitions["fresh"] == 2
+    table = stored(tmp_path / "store", "fresh")
+    assert sorted(table.column("key").to_pylist()) == sorted(m.key() for m in first)
+    assert stored(tmp_path / "store", "events").num_rows == 50
