@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,16 @@ WRITE_INTERVAL_S = 1.0
 
 
 _runs = itertools.count()
+_live: set[str] = set()  # the runs of this process not ended yet
 
 
 def new_run_id() -> str:
-    """A serve run's id: its process id, and a sequence number for runs of one process."""
-    return f"serve-{os.getpid()}-{next(_runs)}"
+    """A serve run's id: its process id, a sequence number for runs of one process, and a
+    random part: a container's serve is process 1 after every restart, and must neither take
+    up a crashed run's files as its own nor keep them as a live process's."""
+    run = f"serve-{os.getpid()}-{next(_runs)}-{secrets.token_hex(4)}"
+    _live.add(run)
+    return run
 
 
 class StatusFile:
@@ -108,6 +114,7 @@ def read_run(data_dir: Path, run: str) -> list[dict[str, Any]]:
 
 
 def remove_run(data_dir: Path, run: str) -> None:
+    _live.discard(run)
     for path in (data_dir / RUN_DIR).glob(f"{run}.*"):
         path.unlink(missing_ok=True)
 
@@ -115,8 +122,11 @@ def remove_run(data_dir: Path, run: str) -> None:
 def remove_stale(data_dir: Path) -> None:
     """Files of serve runs that are gone (a crash leaves them behind)."""
     for path in (data_dir / RUN_DIR).glob("*.json"):
-        owner = path.name.split(".", 1)[0].split("-")
-        serve_pid = owner[1] if len(owner) == 3 and owner[0] == "serve" else ""
-        if not _alive(serve_pid):
+        run = path.name.split(".", 1)[0]
+        owner = run.split("-")
+        serve_pid = owner[1] if len(owner) >= 3 and owner[0] == "serve" else ""
+        # This process's pid on a run it did not start: the process before it under the
+        # same pid (a restarted container's process 1) crashed.
+        if not _alive(serve_pid) or (serve_pid == str(os.getpid()) and run not in _live):
             with contextlib.suppress(OSError):
                 path.unlink()

@@ -150,11 +150,18 @@ def test_files_of_crashed_serve_runs_are_removed_at_start(tmp_path: Path) -> Non
     # No process has pid 2**22 + 1 (above Linux's pid_max): its run is gone.
     dead = run_dir / f"serve-{2**22 + 1}-0.worker-0.json"
     legacy = run_dir / "worker-0.json"
-    mine = run_dir / f"serve-{os.getpid()}-7.worker-0.json"
-    for path in (dead, legacy, mine):
+    # A run under this process's pid that this process did not start: in a container, serve
+    # is process 1 after every restart, so the crashed one had the same pid.
+    before_restart = run_dir / f"serve-{os.getpid()}-0-0badc0de.worker-0.json"
+    run = new_run_id()
+    mine = run_dir / f"{run}.worker-0.json"
+    for path in (dead, legacy, before_restart, mine):
         path.write_text("{}")
-    remove_stale(tmp_path)
-    assert sorted(p.name for p in run_dir.iterdir()) == [mine.name]
+    try:
+        remove_stale(tmp_path)
+        assert sorted(p.name for p in run_dir.iterdir()) == [mine.name]
+    finally:
+        remove_run(tmp_path, run)
 
 
 def test_the_endpoint_answers_health_readiness_and_unknown_paths(fx: Fixture) -> None:
