@@ -153,9 +153,10 @@ def test_files_of_crashed_serve_runs_are_removed_at_start(tmp_path: Path) -> Non
     # A run under this process's pid that this process did not start: in a container, serve
     # is process 1 after every restart, so the crashed one had the same pid.
     before_restart = run_dir / f"serve-{os.getpid()}-0-0badc0de.worker-0.json"
+    older_version = run_dir / f"serve-{os.getpid()}-99.worker-0.json"  # ids without a random part
     run = new_run_id()
     mine = run_dir / f"{run}.worker-0.json"
-    for path in (dead, legacy, before_restart, mine):
+    for path in (dead, legacy, before_restart, older_version, mine):
         path.write_text("{}")
     try:
         remove_stale(tmp_path)
