@@ -102,6 +102,9 @@ def _replicate(args: argparse.Namespace) -> int:
     from plateau_spark.replicate import replicate
     from plateau_spark.replication import Target
 
+    if args.interval is not None and args.interval <= 0 and not args.once:
+        # Without a pause the loop starts a run as soon as the last one ends, over and over.
+        raise BridgeError("--interval must be more than 0s (--once runs a single time)")
     config = load_config(args.config)
     uri = args.target or config.replication.target
     if not uri:

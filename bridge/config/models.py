@@ -225,7 +225,9 @@ class ReplicationConfig(Strict):
         "iceberg: one Apache Iceberg table per topic, committed exactly once per run.",
     )
     interval: Duration = Field(
-        default=60.0, description="Pause between runs of `plateau replicate` without --once."
+        default=60.0,
+        gt=0,
+        description="Pause between runs of `plateau replicate` without --once.",
     )
     file_size: Size = Field(
         default=128 * MiB,

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bridge.cli import build_parser, main
+from bridge.config import load_config
+from bridge.errors import ConfigError
 
 
 @pytest.mark.parametrize(("given", "kept"), [("debug", "DEBUG"), ("Warning", "WARNING")])
@@ -54,3 +58,21 @@ def test_demo_refuses_counts_it_cannot_produce(
         build_parser().parse_args(["demo", *argv])
     assert stopped.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_replicate_interval_of_zero_is_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without a pause, replicate started a run as soon as the last one ended, over and over
+    (about a thousand runs a second of an idle store)."""
+    assert main(["replicate", "-c", str(tmp_path / "none.yaml"), "--interval", "0s"]) == 2
+    assert "--interval must be more than 0s" in capsys.readouterr().err
+
+
+def test_a_replication_interval_of_zero_in_the_config_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "plateau.yaml"
+    config.write_text(
+        f"storage: {{data_dir: {tmp_path / 'data'}}}\nreplication: {{interval: 0s}}\n"
+    )
+    with pytest.raises(ConfigError, match=r"replication\.interval"):
+        load_config(config)
