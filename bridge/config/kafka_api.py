@@ -128,6 +128,14 @@ class KafkaApiConfig(Strict):
         "seal took. Under load: fewer, larger seals and more records/s; a batch may wait "
         "this much longer. 0: seal at once.",
     )
+    connections_max_idle: Duration = Field(
+        default=600,
+        gt=0,
+        description="A connection with no request in flight that sends nothing for this "
+        "long is closed, as Kafka's connections.max.idle.ms: a client gone without "
+        "closing its socket (its host lost, a network cut) would otherwise hold it, and a "
+        "file descriptor, for good. Clients connect again when they next send.",
+    )
     tls: KafkaApiTls | None = Field(default=None, description="TLS on the listener.")
     sasl: KafkaApiSasl | None = Field(
         default=None, description="SASL authentication on the listener, with its users."

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -45,6 +46,10 @@ class FramedConnection(asyncio.BufferedProtocol):
         self._writable.set()
         self._paused = False
         self.task: asyncio.Task[None] | None = None
+        # For the idle sweep: when bytes last came or went, and the requests taken whose
+        # answers have not gone out (the handler keeps this count).
+        self.active = time.monotonic()
+        self.open_requests = 0
 
     # --- the transport's side -----------------------------------------------------------------
 
@@ -60,6 +65,7 @@ class FramedConnection(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         self._got += nbytes
+        self.active = time.monotonic()
         if self._body is None:
             if self._got < _SIZE_BYTES:
                 return
@@ -128,8 +134,13 @@ class FramedConnection(asyncio.BufferedProtocol):
         return memoryview(found).toreadonly()
 
     def write(self, data: bytes) -> None:
+        self.active = time.monotonic()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+
+    def idle(self, now: float) -> float:
+        """Seconds since bytes last came or went; 0 while a request waits for its answer."""
+        return 0.0 if self.open_requests else now - self.active
 
     async def drain(self) -> None:
         """Wait while the transport's send buffer is over its high-water mark."""

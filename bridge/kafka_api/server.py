@@ -166,6 +166,7 @@ class KafkaApiServer:
         swept = time.monotonic()
         while True:
             self._status.write(self._status_body())
+            self._close_idle()
             if self.sink is not None and time.monotonic() - swept >= PRODUCER_SWEEP_S:
                 swept = time.monotonic()
                 self.sink.expire_producers()
@@ -178,6 +179,17 @@ class KafkaApiServer:
                         "producer_sweep_failed", error=str(exc), error_type=type(exc).__name__
                     )
             await asyncio.sleep(WRITE_INTERVAL_S)
+
+    def _close_idle(self) -> None:
+        """Close the connections quiet for connections_max_idle (none waits for an answer)."""
+        now = time.monotonic()
+        limit = self.api.connections_max_idle
+        for framed in list(self._connections):
+            idle = framed.idle(now)
+            if idle > limit and not framed.closing():
+                self.stats.closed_connections["idle"] += 1
+                log.info("kafka_connection_idle", peer=framed.peer, idle_s=round(idle, 1))
+                framed.close()
 
     def _status_body(self) -> dict[str, Any]:
         sink = self.sink
@@ -212,6 +224,7 @@ class KafkaApiServer:
                 frame = await framed.frame()
                 if frame is None:
                     break
+                framed.open_requests += 1
                 answer = await self._answer(conn, frame)
                 answers.put(answer)
                 if framed.max_frame != self._max_frame and conn.authenticated:
@@ -243,8 +256,9 @@ class KafkaApiServer:
                     out.append(data)
                 # The answers done already go out with it, in one send: the requests of a
                 # connection in flight are mostly answered at once (by one journal sync).
-                for following in answers.done():
-                    data = following.result()
+                following = answers.done()
+                for done in following:
+                    data = done.result()
                     if data is not None:
                         out.append(data)
             except Exception as exc:
@@ -254,6 +268,8 @@ class KafkaApiServer:
             if out and not framed.closing():
                 framed.write(b"".join(out) if len(out) > 1 else out[0])
                 await framed.drain()
+            framed.open_requests -= 1 + len(following)
+            framed.active = time.monotonic()
 
     async def _answer(
         self, conn: Connection, frame: bytes | memoryview
