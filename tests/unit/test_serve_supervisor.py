@@ -43,3 +43,47 @@ def test_a_worker_killed_at_the_shutdown_deadline_makes_serve_exit_non_zero(
     stop.set()
     code = serve_module._supervise(config, 2, stop, "serve-test-0", ServeCounters())
     assert code == serve_module.EXIT_ERROR
+
+
+def test_the_kafka_api_listener_drains_beside_the_workers_not_after_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker still draining when the stop comes must not hold the listener's own drain
+    back: one after the other, serve's shutdown took up to twice shutdown_timeout."""
+    config = parse_config(
+        {
+            "kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+            "storage": {"data_dir": str(tmp_path)},
+            "topics": [{"source": "t"}, {"name": "produced", "partitions": 1}],
+            "kafka_api": {"listen": "127.0.0.1:0"},
+            "metrics": {"enabled": False},
+        }
+    )
+    listeners: list[threading.Thread] = []
+    seen: dict[str, bool] = {}
+
+    def draining_worker(
+        config: Config, store: object, stop: threading.Event, name: str, run: str | None = None
+    ) -> int:
+        (thread,) = (t for t in threading.enumerate() if t.name == "kafka-api")
+        listeners.append(thread)
+        stop.wait(30)
+        # A worker whose seals take a while: the listener stops meanwhile.
+        thread.join(30)
+        seen["listener_stopped_while_the_worker_drained"] = not thread.is_alive()
+        return 0
+
+    monkeypatch.setattr(serve_module, "run_worker", draining_worker)
+    stop = threading.Event()
+    done: list[int] = []
+    server = threading.Thread(target=lambda: done.append(serve_module.serve(config, 1, stop)))
+    server.start()
+    deadline = time.monotonic() + 30
+    while not listeners and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert listeners, "serve did not start its worker"
+    stop.set()
+    server.join(60)
+    assert not server.is_alive()
+    assert done == [0]
+    assert seen == {"listener_stopped_while_the_worker_drained": True}
