@@ -117,3 +117,30 @@ def _offsets_by_partition(data_dir: Path) -> list[list[int]]:
             store.read("events", partitions=[p]).to_table().column("offset").to_pylist()
             for p in (0, 1)
         ]
+
+
+def test_a_transactional_producer_fails_at_once_and_stores_nothing(tmp_path: Path) -> None:
+    """A transactional.id makes the Java client ask for a transaction coordinator first,
+    which plateau does not answer: the producer stops with that error instead of waiting
+    for max.block.ms, and nothing lands."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
+        done = java_tool(
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            "events",
+            "--num-records",
+            "100",
+            "--record-size",
+            "16",
+            "--throughput",
+            "-1",
+            "--transactional-id",
+            "tx-1",
+            "--producer-props",
+            f"bootstrap.servers={bootstrap}",
+            "max.block.ms=120000",
+        )
+        assert done.returncode != 0
+        assert "does not support FIND_COORDINATOR" in done.stderr, done.stderr[-2000:]
+        assert server.stats.records["events"] == 0
+    assert stored(tmp_path / "store", "events").num_rows == 0
