@@ -177,6 +177,10 @@ class ProduceSink(WriterListener):
     def creating(self, topic: str) -> bool:
         return topic in self._creating
 
+    async def created(self) -> None:
+        """Wait for the topics being created to be open (or to have failed)."""
+        await asyncio.gather(*self._creating.values(), return_exceptions=True)
+
     async def _create(self, topic: str, partitions: int | None, created_by: str) -> int:
         def prepare() -> tuple[int, list[ProducedPartition]]:
             count = self.topics.record(topic, partitions, created_by)

@@ -108,3 +108,39 @@ def test_a_produce_to_a_topic_being_created_lands_once_it_is_open(tmp_path: Path
     table = stored(tmp_path / "store", "fresh")
     assert sorted(table.column("key").to_pylist()) == sorted(m.key() for m in first)
     assert stored(tmp_path / "store", "events").num_rows == 50
+
+
+def test_a_topic_being_created_when_the_listener_stops_is_let_go_with_the_rest(
+    tmp_path: Path,
+) -> None:
+    """The listener stops while a new topic's partitions are being opened: the stop waits
+    for them and releases them with the others, so the next start can take them. Opened
+    after the writer closed, their partition locks stayed with the process."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        writer = server.sink.writer
+        close = writer.close
+        closed = threading.Event()
+
+        def closing(*args: Any, **kwargs: Any) -> None:
+            close(*args, **kwargs)
+            closed.set()
+
+        writer.close = closing  # type: ignore[method-assign]
+        with held_open(server, "big") as release:
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            admin.create_topics([NewTopic("big", 2)])
+            stopping = threading.Thread(target=server.stop, daemon=True)
+            while server.sink.creating("big") is False:
+                threading.Event().wait(0.01)
+            stopping.start()
+            # The writer must not close before the topic is open: given the time to,
+            # it would, and the partitions would then be acquired after it.
+            assert not closed.wait(5)
+            release.set()
+            stopping.join(60)
+        assert closed.is_set()
+    with listening(config) as (_server, bootstrap):
+        delivered = produce(bootstrap, "big", 20)
+    assert stored(tmp_path / "store", "big").num_rows == len(delivered) == 20
