@@ -179,6 +179,9 @@ final class ConvertedColumns {
 
     @Override
     public double getDouble(int rowId) {
+      if (vector instanceof DecimalVector) { // a decimal column a later segment made a double
+        return ((DecimalVector) vector).getObject(rowId).doubleValue();
+      }
       if (kind == FLOAT) {
         return width == 4 ? data.getFloat((long) rowId * 4) : data.getDouble((long) rowId * 8);
       }
@@ -188,6 +191,9 @@ final class ConvertedColumns {
 
     @Override
     public float getFloat(int rowId) {
+      if (vector instanceof DecimalVector) { // rounded once, not through a double
+        return ((DecimalVector) vector).getObject(rowId).floatValue();
+      }
       return (float) getDouble(rowId);
     }
 
@@ -215,6 +221,12 @@ final class ConvertedColumns {
 
     @Override
     public byte[] getBinary(int rowId) {
+      if (vector instanceof VarCharVector) { // a string column a later segment made binary
+        return ((VarCharVector) vector).get(rowId);
+      }
+      if (vector instanceof LargeVarCharVector) {
+        return ((LargeVarCharVector) vector).get(rowId);
+      }
       if (vector instanceof VarBinaryVector) {
         return ((VarBinaryVector) vector).get(rowId);
       }

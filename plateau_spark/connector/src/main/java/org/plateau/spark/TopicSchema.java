@@ -307,6 +307,16 @@ final class TopicSchema {
         int whole = Math.max(da.precision() - da.scale(), db.precision() - db.scale());
         return DataTypes.createDecimalType(Math.min(38, whole + scale), scale);
       }
+      // As the store's reader merges them (Arrow's permissive promotion): a decimal meeting a
+      // float or a double becomes that floating type.
+      if (fa || fb) {
+        return fa ? a : b;
+      }
+    }
+    // Avro promotes string to bytes; the store reads the column as binary, and so does Spark.
+    if ((a.equals(DataTypes.StringType) || a.equals(DataTypes.BinaryType))
+        && (b.equals(DataTypes.StringType) || b.equals(DataTypes.BinaryType))) {
+      return DataTypes.BinaryType;
     }
     if ((a.equals(DataTypes.TimestampType) || a.equals(DataTypes.TimestampNTZType))
         && (b.equals(DataTypes.TimestampType) || b.equals(DataTypes.TimestampNTZType))) {
