@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg2
 import pyarrow as pa
 import pytest
 from py4j.protocol import Py4JJavaError
@@ -17,6 +18,7 @@ from pyspark.sql.types import DecimalType, IntegerType, LongType, TimestampType
 
 from plateau_core import Store
 from plateau_core.schema import HEADERS_TYPE
+from tests.postgres_server import PostgresServer
 from tests.spark.conftest import MINUTE_MS, write_segments
 from tests.support import BASE_MS, batch
 
@@ -289,6 +291,33 @@ def test_manifest_url_option_reads_the_same_store(
             reader.option("manifest", url).load()
         df = reader.option("manifest", url).option("path", str(minutes_store.data_dir)).load()
     assert df.filter("partition = 1").count() == 1000
+
+
+def test_a_postgresql_manifest_url_with_a_plus_in_its_user_reads_as_plateau_does(
+    spark: SparkSession, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """In a manifest URL's user and password, `+` is a plus sign (SQLAlchemy's reading, so
+    plateau's), `%2B` one too: neither is a space."""
+    database = postgres.new_database().rsplit("/", 1)[1]
+    with psycopg2.connect(
+        host="127.0.0.1", port=postgres.port, user="postgres", dbname=database
+    ) as conn:
+        conn.autocommit = True
+        with conn.cursor() as cursor:
+            cursor.execute('CREATE ROLE "reader+1" LOGIN SUPERUSER')
+    url = f"postgresql+psycopg2://reader+1:pass+word@127.0.0.1:{postgres.port}/{database}"
+    store = Store.open(tmp_path / "data", manifest_url=url)
+    write_segments(store, "t", 0, [batch(range(10))], roll_rows=10)
+    for manifest in (url, url.replace("reader+1", "reader%2B1")):
+        df = (
+            spark.read.format("plateau")
+            .option("path", str(store.data_dir))
+            .option("manifest", manifest)
+            .option("topic", "t")
+            .load()
+        )
+        assert df.count() == 10
+    store.close()
 
 
 def test_groups_small_neighbouring_segments_into_one_task(

@@ -110,8 +110,13 @@ final class ManifestLocation implements Serializable {
     return sqliteFile != null ? sqliteFile : jdbcUrl + (user == null ? "" : " as " + user);
   }
 
+  /**
+   * Percent-escapes decoded as SQLAlchemy decodes them: a `+` stays a plus sign (URLDecoder,
+   * made for form data, would turn it into a space, and a user or password holding one would
+   * not log in).
+   */
   private static String decode(String raw) {
-    return URLDecoder.decode(raw, StandardCharsets.UTF_8);
+    return URLDecoder.decode(raw.replace("+", "%2B"), StandardCharsets.UTF_8);
   }
 
   private static String hidden(String url) {
