@@ -11,8 +11,6 @@ import itertools
 import json
 import os
 import platform
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -71,18 +69,9 @@ def kafka_broker(
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresServer]:
-    """One PostgreSQL server for the session (started on first use, about a second).
-
-    Its data folder is not under pytest's temporary root: the server runs as a user of its
-    own, and every pytest session started meanwhile (another test run on the machine) takes
-    that root's permissions back to its owner only, which stopped the server mid-run."""
-    folder = Path(tempfile.mkdtemp(prefix="plateau-tests-pg-"))
-    try:
-        (folder / "pg").mkdir()
-        with postgres_server(folder / "pg") as server:
-            yield server
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    """One PostgreSQL server for the session (started on first use, about a second)."""
+    with postgres_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,9 @@ port, as Spark's JDBC reader needs one. Each test gets a database of its own."""
 from __future__ import annotations
 
 import itertools
+import shutil
 import socket
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,9 +75,18 @@ class PostgresServer:
 
 
 @contextmanager
-def postgres_server(pgdata: Path) -> Iterator[PostgresServer]:
-    server = PostgresServer(pgdata)
+def postgres_server() -> Iterator[PostgresServer]:
+    """A server in a data folder of its own, not under pytest's temporary root: the server
+    runs as a user of its own, and every pytest session started meanwhile (another test run
+    on the machine) takes that root's permissions back to its owner only, which stopped the
+    server mid-run."""
+    folder = Path(tempfile.mkdtemp(prefix="plateau-tests-pg-"))
     try:
-        yield server
+        (folder / "pg").mkdir()
+        server = PostgresServer(folder / "pg")
+        try:
+            yield server
+        finally:
+            server.stop()
     finally:
-        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -26,9 +26,9 @@ from tests.reliability.test_broker_faults import SteadyProducer
 
 
 @pytest.fixture(scope="module")
-def own_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+def own_postgres() -> Iterator[PostgresServer]:
     """A server this test may stop: the session's must stay up for everything else."""
-    with postgres_server(tmp_path_factory.mktemp("pg-faults")) as server:
+    with postgres_server() as server:
         yield server
 
 
