@@ -119,7 +119,9 @@ class FlakyDisk:
 
 def test_failed_seal_keeps_the_data_and_retries(store: Store) -> None:
     recorder = Recorder(store)
-    disk = FlakyDisk(failures=2)
+    # The disk stays full until the test has looked (a fixed number of failures raced a
+    # loaded machine: the retries could succeed before the first look).
+    disk = FlakyDisk(failures=10**9)
     writer = store.writer(WriterPolicy(retry_backoff_s=0.05, tick_s=0.01), recorder)
     writer._write_segment = disk  # the injection point for fault tests
     try:
@@ -127,13 +129,17 @@ def test_failed_seal_keeps_the_data_and_retries(store: Store) -> None:
         writer.append("t", 0, batch([0, 1, 2]))
         with pytest.raises(FlushTimeoutError, match="not sealed within"):
             writer.flush(timeout_s=0.02)
-        assert len(recorder.failed) >= 1
+        deadline = time.monotonic() + 30
+        while len(recorder.failed) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(recorder.failed) >= 2  # failed, and retried
         assert "No space left" in str(recorder.failed[0])
         assert store.manifest.segments("t") == []
         stats = writer.stats()
         assert stats.buffered_rows == 3 or stats.seals_in_flight == 1
         # Appends keep landing behind the failed seal, in order.
         writer.append("t", 0, batch([3, 4]))
+        disk.failures = 0  # space again
         writer.flush(timeout_s=10)
     finally:
         writer.close()
