@@ -44,10 +44,17 @@ EXIT_ERROR = 1
 
 
 def install_stop_handlers(stop: threading.Event) -> None:
+    """The first SIGTERM or SIGINT sets `stop`; a second exits at once. Counted by signals,
+    not by `stop`: a worker process told to stop over its pipe can run the handler of the
+    signal sent to the whole group only after that (Python runs handlers on the main thread
+    between bytecodes, later when it waits in a C call), and that is still the first one."""
+    signalled = threading.Event()
+
     def handle(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
+        if signalled.is_set():
             log.warning("exit_now", signal=signal.Signals(signum).name)
             os._exit(130)
+        signalled.set()
         log.info("stopping", signal=signal.Signals(signum).name)
         stop.set()
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
@@ -87,3 +89,34 @@ def test_the_kafka_api_listener_drains_beside_the_workers_not_after_them(
     assert not server.is_alive()
     assert done == [0]
     assert seen == {"listener_stopped_while_the_worker_drained": True}
+
+
+_SIGNALS_AFTER_A_STOP_BY_PIPE = """
+import os, signal, sys, threading
+from bridge.serve import install_stop_handlers
+stop = threading.Event()
+install_stop_handlers(stop)
+stop.set()  # what a worker's stop-word thread does when serve says stop over the pipe
+os.kill(os.getpid(), signal.SIGTERM)  # the group's signal, handled after that
+print("still draining", flush=True)
+os.kill(os.getpid(), signal.SIGTERM)  # a second signal
+print("not reached", flush=True)
+"""
+
+
+def test_a_signal_after_a_stop_told_over_the_pipe_is_the_first_one() -> None:
+    """A worker told to stop over its pipe can run the handler of the signal sent to the
+    whole group later: that signal is the first one and must not exit at once; a second
+    one does."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNALS_AFTER_A_STOP_BY_PIPE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    printed = [line for line in done.stdout.splitlines() if "draining" in line or "reached" in line]
+    assert printed == ["still draining"]
+    assert done.returncode == 130
+    assert "exit_now" in done.stdout + done.stderr
