@@ -19,6 +19,9 @@ class Connection:
         self.api = api
         self.peer = peer
         self.exchange = Exchange(api.sasl) if api.sasl is not None else None
+        # A failed authentication is answered, then the connection closes (as Kafka closes
+        # it): passwords are not tried one after another on one connection.
+        self.failed = False
 
     @property
     def authenticated(self) -> bool:
@@ -48,6 +51,7 @@ class Connection:
         try:
             answer = self.exchange.step(body.auth_bytes)
         except AuthenticationError as exc:
+            self.failed = True
             log.warning("sasl_failed", peer=self.peer, error=str(exc))
             stats.errors[("SaslAuthenticate", "sasl_authentication_failed")] += 1
             return {

@@ -229,6 +229,9 @@ class KafkaApiServer:
                 framed.open_requests += 1
                 answer = await self._answer(conn, frame)
                 answers.put(answer)
+                if conn.failed:
+                    reason = "SASL authentication failed"
+                    break
                 if framed.max_frame != self._max_frame and conn.authenticated:
                     framed.max_frame = self._max_frame
         except (ProtocolError, FrameError) as exc:

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from kio.schema.errors import ErrorCode
 
 from bridge.local_kafka.security import SecuritySettings, prepare
 from tests.kafka_api.support import RawClient, api_config, listening, stored
 
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 USERS = [
     {"name": "alice", "password": "alice-secret"},
     {"name": "limited", "password": "limited-secret", "topics": ["app-*"]},
@@ -155,3 +157,28 @@ def test_large_frames_wait_for_authentication(tmp_path: Path) -> None:
         assert producer.flush(15) == 0
         assert errors == []
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"x" * 700_000]
+
+
+def test_a_failed_authentication_closes_the_connection(tmp_path: Path) -> None:
+    """As Kafka does: the client is told why, and the connection closes, so passwords
+    cannot be tried one after another on it."""
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}],
+        sasl={"mechanisms": ["PLAIN"], "users": USERS},
+    )
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        shake = client.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        assert shake.error_code == ErrorCode.none
+        wrong = client.call(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0guess-1"})
+        assert wrong.error_code == ErrorCode.sasl_authentication_failed
+        assert "wrong password" in (wrong.error_message or "")
+        assert client.closed_by_peer()
+        client.close()
+        # A right password on a new connection goes through.
+        again = RawClient(bootstrap)
+        assert again.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+        right = again.call(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert right.error_code == ErrorCode.none
+        again.close()
