@@ -147,6 +147,16 @@ def _start_listener(config: Config, store: Store, run: str) -> KafkaApiServer | 
         return None
     from bridge.kafka_api.server import KafkaApiServer  # noqa: PLC0415
 
+    api = config.kafka_api
+    if api.sasl is not None and "PLAIN" in api.sasl.mechanisms and api.tls is None:
+        # Kafka allows it too (SASL_PLAINTEXT), so it is not refused; but every PLAIN
+        # client then sends its password in clear to whoever can see the traffic.
+        log.warning(
+            "kafka_api_plain_without_tls",
+            listen=api.listen,
+            detail="SASL PLAIN on a listener without TLS sends passwords in clear: add "
+            "kafka_api.tls, or offer only SCRAM-SHA-256/512",
+        )
     listener = KafkaApiServer(config, store, run=run)
     listener.start()
     return listener

@@ -12,8 +12,12 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from sqlalchemy.exc import OperationalError
+from structlog.testing import capture_logs
 
+from bridge import serve as serve_module
 from bridge.kafka_api import server as server_module
+from bridge.local_kafka.security import SecuritySettings, prepare
+from bridge.store import open_store
 from tests.bridge_support import (
     free_port,
     get,
@@ -131,3 +135,24 @@ def test_a_failed_producer_sweep_keeps_the_listener_reporting(
                 break
             time.sleep(0.2)
         assert json.loads(status.read_text())["updated_at"] > written
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["in-clear", "over-tls"])
+def test_sasl_plain_without_tls_is_served_with_a_warning(tmp_path: Path, tls: bool) -> None:
+    material = prepare(tmp_path / "tls", SecuritySettings())
+    pem = str(material.broker_pem)
+    config = api_config(
+        tmp_path / "store",
+        sasl={"mechanisms": ["PLAIN"], "users": [{"name": "u", "password": "secret-1"}]},
+        **({"tls": {"certfile": pem, "keyfile": pem}} if tls else {}),
+    )
+    store = open_store(config)
+    try:
+        with capture_logs() as logs:
+            listener = serve_module._start_listener(config, store, "serve-test-0")
+        assert listener is not None
+        listener.stop(5)
+    finally:
+        store.close()
+    warned = [e for e in logs if e["event"] == "kafka_api_plain_without_tls"]
+    assert len(warned) == (0 if tls else 1)
