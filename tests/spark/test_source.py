@@ -320,6 +320,36 @@ def test_a_postgresql_manifest_url_with_a_plus_in_its_user_reads_as_plateau_does
     store.close()
 
 
+def test_a_postgresql_manifest_urls_parameters_reach_the_jdbc_driver(
+    spark: SparkSession, tmp_path: Path, postgres: PostgresServer
+) -> None:
+    """sslmode and its kin are passed on, not dropped: dropped, verify-full read the manifest
+    without checking the server. The test server has no TLS, so require must fail; a
+    parameter the driver has no name for is refused by name."""
+    url = postgres.new_database()
+    store = Store.open(tmp_path / "data", manifest_url=url)
+    write_segments(store, "t", 0, [batch(range(10))], roll_rows=10)
+
+    def count(manifest: str) -> int:
+        return int(
+            spark.read.format("plateau")
+            .option("path", str(store.data_dir))
+            .option("manifest", manifest)
+            .option("topic", "t")
+            .load()
+            .count()
+        )
+
+    try:
+        assert count(f"{url}?sslmode=disable&connect_timeout=10&application_name=x") == 10
+        with pytest.raises(Exception, match=r"(?i)SSL"):
+            count(f"{url}?sslmode=require")
+        with pytest.raises(Exception, match="parameter 'target_session_attrs'"):
+            count(f"{url}?target_session_attrs=read-write")
+    finally:
+        store.close()
+
+
 def test_groups_small_neighbouring_segments_into_one_task(
     spark: SparkSession, minutes_store: Store
 ) -> None:

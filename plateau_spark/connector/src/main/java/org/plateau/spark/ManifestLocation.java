@@ -4,9 +4,13 @@ import java.io.Serializable;
 import java.net.URI;
 import java.net.URISyntaxException;
 import java.net.URLDecoder;
+import java.net.URLEncoder;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
 import java.util.Properties;
 import org.sqlite.SQLiteConfig;
 
@@ -74,8 +78,50 @@ final class ManifestLocation implements Serializable {
       password = parts.length > 1 ? decode(parts[1]) : null;
     }
     String jdbc =
-        "jdbc:postgresql://" + uri.getHost() + (uri.getPort() < 0 ? "" : ":" + uri.getPort()) + "/" + database;
+        "jdbc:postgresql://" + uri.getHost() + (uri.getPort() < 0 ? "" : ":" + uri.getPort()) + "/" + database
+            + jdbcParameters(query, url);
     return new ManifestLocation(null, jdbc, user, password);
+  }
+
+  /**
+   * The URL's libpq parameters as the JDBC driver names them. Dropped, `sslmode=verify-full`
+   * would have read the manifest without checking the server's certificate (the driver's
+   * default is `prefer`); a parameter with no JDBC counterpart is refused, not ignored.
+   */
+  private static String jdbcParameters(String query, String url) {
+    StringBuilder out = new StringBuilder();
+    for (String pair : query.split("&")) {
+      if (pair.isEmpty()) {
+        continue;
+      }
+      String[] kv = pair.split("=", 2);
+      String name = decode(kv[0]);
+      String jdbcName = JDBC_PARAMETERS.get(name);
+      if (jdbcName == null) {
+        throw new IllegalArgumentException(
+            "the plateau connector cannot pass the manifest URL's parameter '" + name + "' to"
+                + " PostgreSQL's JDBC driver (it takes " + String.join(", ", JDBC_PARAMETERS.keySet())
+                + "); got '" + hidden(url) + "'");
+      }
+      String value = kv.length > 1 ? decode(kv[1]) : "";
+      out.append(out.length() == 0 ? '?' : '&')
+          .append(jdbcName)
+          .append('=')
+          .append(URLEncoder.encode(value, StandardCharsets.UTF_8));
+    }
+    return out.toString();
+  }
+
+  private static final Map<String, String> JDBC_PARAMETERS = jdbcParameterNames();
+
+  private static Map<String, String> jdbcParameterNames() {
+    Map<String, String> names = new LinkedHashMap<>();
+    for (String same : new String[] {"sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "options"}) {
+      names.put(same, same);
+    }
+    names.put("connect_timeout", "connectTimeout");
+    names.put("application_name", "ApplicationName");
+    return Collections.unmodifiableMap(names);
   }
 
   /**
