@@ -69,6 +69,9 @@ final class BloomProbes {
     Expression[] children = p.children();
     String op = p.name();
     if ((op.equals("=") || op.equals("<=>")) && children.length == 2) {
+      if (op.equals("<=>") && (isNull(children[0]) || isNull(children[1]))) {
+        return null; // <=> NULL keeps the rows whose value is null: no filter can rule them out
+      }
       if (children[0] instanceof NamedReference && children[1] instanceof Literal) {
         return make((NamedReference) children[0], new Expression[] {children[1]});
       }
@@ -83,6 +86,10 @@ final class BloomProbes {
       return make((NamedReference) children[0], values);
     }
     return null;
+  }
+
+  private static boolean isNull(Expression e) {
+    return e instanceof Literal && ((Literal<?>) e).value() == null;
   }
 
   private static Probe make(NamedReference column, Expression[] literals) {
