@@ -33,9 +33,12 @@ class Connection:
         principal = self.exchange.principal
         return principal is not None and principal.may_write(topic)
 
-    def handshake(self, body: Any) -> dict[str, Any]:
-        """SaslHandshake: the mechanism the client asks for, if it is offered."""
+    def handshake(self, body: Any, version: int) -> dict[str, Any]:
+        """SaslHandshake: the mechanism the client asks for, if it is offered (v1: the
+        tokens follow in SaslAuthenticate requests)."""
         offered = [] if self.api.sasl is None else list(self.api.sasl.mechanisms)
+        if version == 0:
+            return {"error_code": ErrorCode.unsupported_version, "mechanisms": offered}
         if self.exchange is None or not self.exchange.choose(body.mechanism):
             return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": offered}
         return {"error_code": ErrorCode.none, "mechanisms": offered}

@@ -38,7 +38,10 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     # only to a broker that lists Fetch v4. A Fetch is answered UNSUPPORTED_VERSION.
     1: ("Fetch", 4, 12),
     3: ("Metadata", 0, 12),
-    17: ("SaslHandshake", 1, 1),
+    # v0 is listed, never served (raw SASL tokens would follow it): older librdkafka (2.0)
+    # takes SASL for supported only when v0 is in the range, as every Kafka broker lists
+    # it, and then sends v1. A v0 handshake is answered UNSUPPORTED_VERSION.
+    17: ("SaslHandshake", 0, 1),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     22: ("InitProducerId", 0, 5),

@@ -362,7 +362,7 @@ class KafkaApiServer:
         if key == protocol.DESCRIBE_CONFIGS:
             return self.admin.describe_configs(body)
         if key == protocol.SASL_HANDSHAKE:
-            return conn.handshake(body)
+            return conn.handshake(body, request.api_version)
         if key == protocol.SASL_AUTHENTICATE:
             return conn.authenticate(body, self.stats)
         raise ProtocolError(f"{protocol.api_name(key)} has no handler")
