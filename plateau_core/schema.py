@@ -185,6 +185,9 @@ def fingerprint(schema: pa.Schema) -> str:
     return digest[:16]
 
 
+UINT64_WITH_SIGNED = pa.decimal128(20, 0)
+
+
 def merge_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
     """One schema for segments written over time: fields united, types widened, all nullable
     except the fixed columns, in first-seen order."""
@@ -195,9 +198,21 @@ def merge_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
         merged = pa.unify_schemas(unique, promote_options="permissive")
     except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
         raise InvalidInputError(_clash(unique, exc)) from exc
+    unsigned = {f.name for s in unique for f in s if pa.types.is_uint64(f.type)}
     fields = [merged.field(OFFSET), merged.field(TIMESTAMP)]
     fields[0] = fields[0].with_nullable(False)
-    fields += [f.with_nullable(True) for f in merged if f.name not in (OFFSET, TIMESTAMP)]
+    fields += [
+        # Arrow merges uint64 with a signed integer to int64, which cannot hold the values
+        # above 2**63 - 1 (the read then failed on the first one); decimal(20, 0) holds both,
+        # as the Spark connector reads such a column.
+        (
+            f.with_type(UINT64_WITH_SIGNED)
+            if f.name in unsigned and pa.types.is_int64(f.type)
+            else f
+        ).with_nullable(True)
+        for f in merged
+        if f.name not in (OFFSET, TIMESTAMP)
+    ]
     return pa.schema(fields)
 
 

@@ -130,6 +130,25 @@ def test_integers_beyond_2_53_read_as_the_double_a_column_was_widened_to(store: 
     assert found.column("x").to_pylist() == [2.0**53]
 
 
+def test_uint64_beside_a_signed_integer_reads_as_a_decimal_that_holds_both(store: Store) -> None:
+    """Arrow merges the two to int64, which cannot hold the values above 2**63 - 1: the read
+    failed on the first one. decimal(20, 0) holds both, as the Spark connector reads it."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        for offset, column in ((0, pa.array([2**64 - 1], pa.uint64())), (1, pa.array([-1]))):
+            writer.append("t", 0, batch([offset], extra={"x": column}))
+            writer.flush()
+    finally:
+        writer.close()
+    for order_by in ("offset", "timestamp"):
+        table = store.read("t", order_by=order_by).to_table()  # type: ignore[arg-type]
+        assert table.schema.field("x").type == pa.decimal128(20, 0)
+        assert sorted(table.column("x").to_pylist()) == [-1, 2**64 - 1]
+    found = store.read("t", where={"x": 2**64 - 1}).to_table()
+    assert found.column("offset").to_pylist() == [0]
+
+
 def test_columns_whose_types_cannot_merge_are_named(store: Store) -> None:
     """Two workers each inferring a JSON field's type can store it as text in one partition
     and as a number in another: the read says which column, not Arrow's merge error."""
