@@ -136,6 +136,15 @@ class KafkaApiConfig(Strict):
         "closing its socket (its host lost, a network cut) would otherwise hold it, and a "
         "file descriptor, for good. Clients connect again when they next send.",
     )
+    timestamp_after_max: Duration | None = Field(
+        default=3600,
+        gt=0,
+        description="A batch of a CreateTime topic holding a record timestamped more than "
+        "this far ahead of plateau's clock is refused with INVALID_TIMESTAMP, as Kafka's "
+        "message.timestamp.after.max.ms (1h) refuses it: retention ages segments by their "
+        "newest timestamp, so a segment holding a record from the far future would never "
+        "expire by age. null: no limit.",
+    )
     tls: KafkaApiTls | None = Field(default=None, description="TLS on the listener.")
     sasl: KafkaApiSasl | None = Field(
         default=None, description="SASL authentication on the listener, with its users."

@@ -67,6 +67,7 @@ class ProducedBatch:
     count: int
     transactional: bool
     size: int
+    newest: int = NO_TIMESTAMP  # the records' latest timestamp (ms; -1: none carries one)
     data: bytes | memoryview = b""  # the batch as the producer sent it (the journal keeps it)
 
     @property
@@ -172,8 +173,11 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
         if batch.is_control_batch:
             raise CorruptBatchError("control batches are a broker's own; producers send none")
         # Every record is read (and let go) so that a batch that does not read is refused
-        # now, not found at its seal after it was acknowledged.
-        read = sum(1 for _ in batch)
+        # now, not found at its seal after it was acknowledged. Their newest timestamp is
+        # taken from the records, not from the header's max_timestamp, which a producer
+        # sets and need not get right.
+        stamps = [record.timestamp for record in batch]
+        read = len(stamps)
     except CorruptBatchError:
         raise
     except Exception as exc:  # the reader's own errors: bad varints, codecs, sizes
@@ -194,6 +198,7 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
         count=count,
         transactional=batch.is_transactional,
         size=len(data),
+        newest=max(stamps, default=NO_TIMESTAMP),
         data=data,
     )
 

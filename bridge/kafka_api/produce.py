@@ -151,7 +151,27 @@ class ProduceHandler:
                 ErrorCode.invalid_record, message="transactions are not supported by plateau"
             )
             return outcome, 0.0
+        ahead = self._ahead(topic, partition, batches)
+        if ahead is not None:
+            self._log_refused(topic, partition, ahead)
+            return ahead, 0.0
         return await self._land(topic, partition, batches, ticket, deadline, urgent=body.acks == -1)
+
+    def _ahead(self, topic: str, partition: int, batches: list[ProducedBatch]) -> Outcome | None:
+        """INVALID_TIMESTAMP for a CreateTime batch holding a record from too far ahead."""
+        limit_s = self.api.timestamp_after_max
+        state = self.sink.partitions.get((topic, partition))
+        if limit_s is None or state is None or state.mapping.timestamp == "log_append_time":
+            return None
+        newest = max(b.newest for b in batches)
+        now_ms = int(time.time() * 1000)
+        if newest <= now_ms + limit_s * 1000:
+            return None
+        return Outcome(
+            ErrorCode.invalid_timestamp,
+            message=f"a record's timestamp {newest} is {(newest - now_ms) / 1000:.0f}s ahead "
+            f"of plateau's clock; kafka_api.timestamp_after_max allows {limit_s:.0f}s",
+        )
 
     def _refusal(
         self,

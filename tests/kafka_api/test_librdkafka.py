@@ -238,3 +238,38 @@ def test_admin_client_creates_topics_and_gets_kafkas_refusals(tmp_path: Path) ->
         assert "checked" not in topics and "compacted" not in topics
         delivered = produce(bootstrap, "made", {"acks": "all"}, count=30)
     assert stored(tmp_path / "store", "made").num_rows == len(delivered) == 30
+
+
+def test_a_record_from_far_ahead_is_refused_with_invalid_timestamp(tmp_path: Path) -> None:
+    """As Kafka's message.timestamp.after.max.ms: retention ages a segment by its newest
+    timestamp, so one record from 2100 would keep its segment for good. A LogAppendTime
+    topic replaces the producer's times and takes it."""
+    config = api_config(
+        tmp_path / "store",
+        [
+            {"name": "events", "partitions": 1},
+            {"name": "stamped", "partitions": 1, "timestamp": "log_append_time"},
+        ],
+    )
+    now_ms = int(time.time() * 1000)
+    far = 4_102_444_800_000  # 2100-01-01
+    outcomes: dict[str, KafkaError | None] = {}
+    with listening(config) as (_server, bootstrap):
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "retries": 0})
+        for name, topic, stamp in (
+            ("far", "events", far),
+            ("soon", "events", now_ms + 60_000),
+            ("stamped", "stamped", far),
+        ):
+            producer.produce(
+                topic,
+                value=name.encode(),
+                timestamp=stamp,
+                on_delivery=lambda e, _m, name=name: outcomes.__setitem__(name, e),
+            )
+            assert producer.flush(20) == 0
+    error = outcomes["far"]
+    assert error is not None and error.code() == KafkaError.INVALID_TIMESTAMP
+    assert outcomes["soon"] is None and outcomes["stamped"] is None
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"soon"]
+    assert stored(tmp_path / "store", "stamped").column("value").to_pylist() == [b"stamped"]
