@@ -8,7 +8,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from bridge.config.kafka_api import KafkaApiConfig
-from bridge.kafka_api.sasl import AuthenticationError, Exchange
+from bridge.kafka_api.sasl import AuthenticationError, CredentialsError, Exchange
 from bridge.kafka_api.stats import SinkStats
 
 log = structlog.get_logger(__name__)
@@ -59,7 +59,8 @@ class Connection:
             stats.errors[("SaslAuthenticate", "sasl_authentication_failed")] += 1
             return {
                 "error_code": ErrorCode.sasl_authentication_failed,
-                "error_message": f"authentication failed: {exc}",
+                "error_message": "authentication failed: "
+                + (exc.client_message if isinstance(exc, CredentialsError) else str(exc)),
                 "auth_bytes": b"",
             }
         if self.exchange.principal is not None:

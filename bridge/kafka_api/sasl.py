@@ -25,6 +25,13 @@ class AuthenticationError(Exception):
     """The credentials are wrong or the exchange is malformed (the message says which)."""
 
 
+class CredentialsError(AuthenticationError):
+    """An unknown user or a wrong password. The client is told only that the credentials
+    are invalid, as Kafka tells it: which of the two would let it find the user names."""
+
+    client_message = "invalid username or password"
+
+
 @dataclass
 class Principal:
     name: str
@@ -72,14 +79,14 @@ class Exchange:
         _, name, password = (p.decode("utf-8", "replace") for p in parts)
         user = self._user(name)
         if not hmac.compare_digest(user.password.get_secret_value().encode(), password.encode()):
-            raise AuthenticationError(f"wrong password for user {name!r}")
+            raise CredentialsError(f"wrong password for user {name!r}")
         return Principal(user.name, user.topics)
 
     def _user(self, name: str) -> KafkaApiUser:
         for user in self.config.users:
             if user.name == name:
                 return user
-        raise AuthenticationError(f"unknown user {name!r}")
+        raise CredentialsError(f"unknown user {name!r}")
 
 
 class _Scram:
@@ -130,7 +137,7 @@ class _Scram:
             raise AuthenticationError("SCRAM proof has the wrong length")
         recovered = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         if not hmac.compare_digest(hashlib.new(self.digest, recovered).digest(), stored_key):
-            raise AuthenticationError(f"wrong password for user {self._user.name!r}")
+            raise CredentialsError(f"wrong password for user {self._user.name!r}")
         server_key = hmac.digest(salted, b"Server Key", self.digest)
         verifier = hmac.digest(server_key, auth_message, self.digest)
         self.principal = Principal(self._user.name, self._user.topics)
