@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
 from structlog.testing import capture_logs
 
+from bridge.kafka_api import sasl as sasl_module
 from bridge.local_kafka.security import SecuritySettings, prepare
 from tests.kafka_api.support import RawClient, api_config, listening, stored
 from tests.kafka_api.test_tools import kcat
@@ -251,3 +252,24 @@ def test_a_v0_handshake_is_refused(tmp_path: Path) -> None:
         assert shake.error_code == ErrorCode.unsupported_version
         assert list(shake.mechanisms) == ["PLAIN"]
         client.close()
+
+
+def test_scram_derives_a_users_salted_password_once(tmp_path: Path) -> None:
+    """Deriving it takes thousands of hash rounds on the listener's event loop: once per
+    user and mechanism, not at every login (each producer below logs in afresh)."""
+    config, ca = secured(tmp_path)
+    settings = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "alice-secret",
+    }
+    sasl_module._salted.cache_clear()
+    with listening(config) as (_server, bootstrap):
+        for _ in range(3):
+            assert send({"bootstrap.servers": bootstrap, **settings}, "events", count=2) == []
+    logins = sasl_module._salted.cache_info()
+    assert logins.misses == 1
+    assert logins.hits >= 2
+    assert stored(tmp_path / "store", "events").num_rows == 6
