@@ -52,7 +52,9 @@ class AdminHandler:
         self, body: Any, version: int, auto_create: bool, allowed: Callable[[str], bool]
     ) -> dict[str, Any]:
         if body.topics is None or (version == 0 and not body.topics):
-            names = sorted(self.topics.partitions)
+            # As Kafka lists them under ACLs: a user sees the topics it may write, and
+            # learns nothing of the others.
+            names = sorted(t for t in self.topics.partitions if allowed(t))
         else:
             by_id = {topic_id(t): t for t in self.topics.partitions}
             names = [
@@ -68,7 +70,12 @@ class AdminHandler:
                 except TopicNameError as exc:
                     log.warning("topic_refused", topic=name, error=str(exc))
                     refused.add(name)
-        topics = [self._topic_metadata(name, name in refused) for name in names]
+        topics = [
+            self._topic_metadata(name, name in refused)
+            if allowed(name)
+            else {"name": name, "error_code": ErrorCode.topic_authorization_failed}
+            for name in names
+        ]
         return {
             "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
             "cluster_id": self.cluster_id,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 from structlog.testing import capture_logs
 
@@ -110,6 +111,20 @@ def test_topic_allowlist(tmp_path: Path) -> None:
     with listening(config) as (_server, bootstrap):
         allowed = send({"bootstrap.servers": bootstrap, **settings}, "app-logs")
         refused = send({"bootstrap.servers": bootstrap, **settings}, "events", count=2)
+        admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+        # The topics it may not write are not listed to it, as Kafka lists under ACLs.
+        assert set(admin.list_topics(timeout=15).topics) == {"app-logs"}
+        named = admin.list_topics(topic="events", timeout=15).topics["events"]
+        assert named.error is not None
+        assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        alice = AdminClient(
+            {
+                **{"bootstrap.servers": bootstrap, **settings},
+                "sasl.username": "alice",
+                "sasl.password": "alice-secret",
+            }
+        )
+        assert set(alice.list_topics(timeout=15).topics) == {"app-logs", "events"}
     assert allowed == []
     assert refused and all(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in refused)
     assert stored(tmp_path / "store", "app-logs").num_rows == 20
