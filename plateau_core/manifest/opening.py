@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from pathlib import Path
 
@@ -85,5 +84,13 @@ def is_corruption(error: BaseException | None) -> bool:
 
 def _without_password(url: str) -> str:
     """A URL that does not parse, with what would be its password masked: the text between
-    the user's colon and the last @ (a password may hold an @ itself)."""
-    return re.sub(r"(^|://|\s)([^:/@\s]*):[^/\s]*@", r"\1\2:***@", url)
+    the first colon after the scheme's `://` (or from the start, when a typo left it out)
+    and the last @. A password may hold an @, a slash or a colon itself, and a URL that
+    does not parse is often one whose scheme was mistyped (`postgresql:/user:...`), so more
+    is masked rather than less."""
+    at = url.rfind("@")
+    scheme = url.find("://", 0, max(at, 0))
+    colon = url.find(":", scheme + 3 if scheme >= 0 else 0, max(at, 0))
+    if colon < 0:
+        return url
+    return f"{url[: colon + 1]}***{url[at:]}"

@@ -124,6 +124,9 @@ def test_concurrent_opens_of_a_new_store_migrate_once(tmp_path: Path) -> None:
         ("postgresql+pg8000://plateau:hunter2@127.0.0.1/plateau", r"plateau\[postgres\]"),
         ("plateau.db", "not a database URL"),
         ("postgresql+psycopg2 ://plateau:hunter2@db/plateau", r"plateau:\*\*\*@db"),
+        ("postgresql:/plateau:hunter2@db/plateau", r"postgresql:\*\*\*@db"),
+        ("postgresql//plateau:hunter2@db/plateau", r"plateau:\*\*\*@db"),
+        ("postgresql+psycopg2 ://plateau:hun/ter2@db/plateau", r"plateau:\*\*\*@db"),
     ],
     ids=[
         "sqlite-folder-missing",
@@ -131,6 +134,9 @@ def test_concurrent_opens_of_a_new_store_migrate_once(tmp_path: Path) -> None:
         "driver-not-installed",
         "not-a-url",
         "not-a-url-with-a-password",
+        "one-slash-after-the-scheme",
+        "no-colon-after-the-scheme",
+        "not-a-url-with-a-slash-in-the-password",
     ],
 )
 def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, says: str) -> None:
@@ -141,4 +147,5 @@ def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, say
         Store.open(tmp_path / "data", manifest_url=url)
     assert "manifest" in str(raised.value)
     assert "hunter2" not in str(raised.value)
+    assert "ter2" not in str(raised.value)
     assert raised.value.__cause__ is None or "hunter2" not in str(raised.value.__cause__)
