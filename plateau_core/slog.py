@@ -44,6 +44,15 @@ class Append:
     advance_to: int | None = None
     urgent: bool = False
 
+    def __post_init__(self) -> None:
+        # A watermark below 0 would have the partition's next reader start before any
+        # offset Kafka hands out; offsets past int64 no segment can record.
+        if self.advance_to is not None and not 0 <= self.advance_to <= 2**63 - 1:
+            raise InvalidInputError(
+                f"{self.topic}[{self.partition}]: advance_to {self.advance_to} is not an "
+                "offset (0 to 2**63 - 1)"
+            )
+
 
 class Prepared(NamedTuple):
     """A batch checked and normalized for its segment (or lazy records), with its schema's

@@ -166,3 +166,17 @@ def test_fixed_columns_lead_whatever_the_input_order(store: Store) -> None:
     writer.append("t", 0, shuffled)
     writer.close()
     assert store.read("t").to_table().schema.names == ["offset", "timestamp", "value"]
+
+
+@pytest.mark.parametrize("next_offset", [-1, 2**63])
+def test_a_skip_to_an_offset_that_is_none_is_refused(store: Store, next_offset: int) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0)
+        with pytest.raises(InvalidInputError, match=f"advance_to {next_offset} is not an offset"):
+            writer.skip("t", 0, next_offset)
+        writer.skip("t", 0, 5)
+        writer.flush(timeout_s=10)
+    finally:
+        writer.close()
+    assert store.manifest.watermark("t", 0) == 5
