@@ -65,13 +65,14 @@ def test_producers_go_on_while_a_topic_is_created(tmp_path: Path) -> None:
         with held_open(server, "big") as release:
             creating = admin.create_topics([NewTopic("big", 4)], request_timeout=60)["big"]
             # While the new topic's partitions are being opened, the listener answers
-            # everything else: a topic listing and an acks=all produce to another topic.
-            listed = admin.list_topics(timeout=20).topics
+            # everything else: a topic listing and an acks=all produce to another topic. Asked
+            # by another client: a connection's answers go out in the order of its requests,
+            # and `admin` may send its listing on the connection waiting for the creation.
+            other = AdminClient({"bootstrap.servers": bootstrap})
+            listed = other.list_topics(timeout=20).topics
             assert "events" in listed and "big" not in listed
             assert len(produce(bootstrap, "events", 50)) == 50
-            # A second creation of the same name is told it exists (on a connection of its
-            # own: a connection's answers go out in the order of its requests).
-            other = AdminClient({"bootstrap.servers": bootstrap})
+            # A second creation of the same name is told it exists.
             again = other.create_topics([NewTopic("big", 4)])["big"]
             try:
                 again.result(20)
