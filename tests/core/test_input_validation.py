@@ -60,6 +60,7 @@ def _bad_batches() -> list[tuple[pa.RecordBatch, str]]:
         # Named -000…1.arrow, such a segment was no segment to recovery (an orphan of it was
         # never removed), and its watermark, -1, is Kafka's "latest" to a consumer.
         (good.set_column(0, "offset", pa.array([-2, -1, 0], pa.int64())), "offset' is negative"),
+        (batch([0]).set_column(0, "offset", pa.array([-1], pa.int64())), "offset' is negative"),
         (
             good.set_column(0, "offset", pa.array([0, 1, 2**63], pa.uint64())),
             "offset' has values past the largest int64",
