@@ -145,8 +145,8 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
     marker = root / REBUILD_MARKER
     locks = _lock_all(folders)
     try:
-        report.moved_aside = _clear_manifest(url, interrupted=marker.exists())
-        _write_marker(marker)
+        report.moved_aside = _clear_manifest(url, interrupted=_interrupted_into(marker, url))
+        _write_marker(marker, url)
         manifest = Manifest(url)
         try:
             for topic, partition, folder in folders:
@@ -212,14 +212,31 @@ def _lock_all(folders: list[tuple[str, int, Path]]) -> list[PartitionLock]:
     return locks
 
 
-def _write_marker(marker: Path) -> None:
+def _write_marker(marker: Path, url: str) -> None:
     """The manifest is incomplete from here until the marker goes (durably so: a power loss
-    must not bring back a half-built manifest without it)."""
+    must not bring back a half-built manifest without it). It names the database filled."""
     with marker.open("w") as handle:
-        handle.write("plateau rebuild-manifest is recording the segment files\n")
+        handle.write("plateau rebuild-manifest is recording the segment files into\n")
+        handle.write(f"{_marked(url)}\n")
         handle.flush()
         os.fsync(handle.fileno())
     fsync_path(marker.parent)
+
+
+def _interrupted_into(marker: Path, url: str) -> bool:
+    """Whether the marker is that of a rebuild interrupted while filling this database. The
+    store may have been pointed at another one since (a manifest restored from a copy): that
+    one's tables are not the interrupted rebuild's to drop."""
+    try:
+        lines = marker.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    return _marked(url) in lines[1:]
+
+
+def _marked(url: str) -> str:
+    # The database, not the secret: the marker is a plain file in the data folder.
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _clear_manifest(url: str, *, interrupted: bool = False) -> list[str]:

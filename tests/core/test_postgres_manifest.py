@@ -302,3 +302,34 @@ def test_a_rebuild_interrupted_on_postgresql_is_refused_then_run_again_into_the_
         assert len(store.manifest.segments("logs")) == SEGMENTS
         needle = store.read("logs", where={"request_id": request_id(5)})
         assert needle.to_table().column("offset").to_pylist() == [5]
+
+
+def test_a_rebuild_interrupted_into_one_database_does_not_drop_another_one(
+    postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker an interrupted rebuild leaves names its database: run again with the
+    store pointed at another one (a manifest restored from a copy), the rebuild refuses that
+    one as it refuses any used database, instead of dropping its tables."""
+    data = tmp_path / "data"
+    restored = postgres.new_database()
+    with Store.open(data, manifest_url=restored) as store:
+        _write(store)
+    empty = postgres.new_database()
+    commit = Manifest.commit_segment
+
+    def dies(self: Manifest, *args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Manifest, "commit_segment", dies)
+    with pytest.raises(KeyboardInterrupt):
+        rebuild_manifest(data, empty)
+    monkeypatch.setattr(Manifest, "commit_segment", commit)
+    with pytest.raises(RebuildRefusedError, match="already holds a manifest"):
+        rebuild_manifest(data, restored)
+    manifest = Manifest(restored, upgrade=False)
+    try:
+        assert len(manifest.segments("logs")) == SEGMENTS
+    finally:
+        manifest.close()
+    # Into the database it was interrupted in, it runs again.
+    assert rebuild_manifest(data, empty).segments == SEGMENTS
