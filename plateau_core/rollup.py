@@ -97,8 +97,14 @@ def rollup_table(
     # Run, such an aggregate failed every seal of the partition, its raw records with it
     # (and distinct crashes the process on a null-typed column).
     taken = [m for m in policy.metrics if m.column is None or _aggregable(table, m)]
-    skipped = [m for m in policy.metrics if m not in taken]
-    if skipped:
+    # Only a type without an aggregate is the config's to fix: a column missing or all
+    # null is a sparse field of a JSON topic, segment after segment.
+    unfit = {
+        m.name: str(table.schema.field(m.column).type)
+        for m in policy.metrics
+        if m not in taken and m.column is not None and _typed(table, m.column)
+    }
+    if unfit:
         log.warning(
             "rollup_metrics_skipped",
             topic=topic,
@@ -106,13 +112,7 @@ def rollup_table(
             rollup=policy.label,
             start_offset=table.column(OFFSET)[0].as_py(),
             end_offset=table.column(OFFSET)[rows - 1].as_py(),
-            metrics={
-                m.name: str(table.schema.field(m.column).type)
-                if m.column in table.column_names
-                else "missing"
-                for m in skipped
-                if m.column is not None
-            },
+            metrics=unfit,
         )
     sources = sorted({m.column for m in taken if m.column is not None})
     for source in sources:
@@ -152,10 +152,14 @@ def rollup_table(
 
 
 def _aggregable(table: pa.Table, metric: RollupMetric) -> bool:
-    if metric.column not in table.column_names:
+    if metric.column is None or not _typed(table, metric.column):
         return False
-    data_type = table.schema.field(metric.column).type
-    return not pa.types.is_null(data_type) and _has_kernel(metric.kind, data_type)
+    return _has_kernel(metric.kind, table.schema.field(metric.column).type)
+
+
+def _typed(table: pa.Table, column: str) -> bool:
+    """Whether the segment has the column with a type (not only nulls of no type)."""
+    return column in table.column_names and not pa.types.is_null(table.schema.field(column).type)
 
 
 @cache

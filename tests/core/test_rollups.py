@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
 from plateau_core.rollup import (
@@ -23,6 +24,7 @@ from plateau_core.rollup import (
     merge_sketches,
     reaggregate,
     rollup_metrics,
+    rollup_table,
     sketch,
 )
 from tests.support import append_patiently
@@ -326,3 +328,29 @@ def test_a_metric_over_a_column_of_a_type_it_cannot_aggregate_gives_nulls(store:
             "distinct_tags": 0.0,
         },
     ]
+
+
+def test_only_a_metric_whose_column_type_has_no_aggregate_is_warned_about() -> None:
+    """A column a segment lacks or holds only as nulls is what a JSON topic's sparse field
+    gives, seal after seal, and needs no fixing; a type the aggregate cannot take does."""
+    policy = RollupPolicy(
+        "1m",
+        60_000,
+        ("service",),
+        rollup_metrics(["count", "sum:latency", "max:absent", "distinct:user", "sum:text"]),
+    )
+    table = pa.table(
+        {
+            "offset": pa.array([0, 1], pa.int64()),
+            "timestamp": pa.array([BASE_MS, BASE_MS + 1], TS),
+            "service": ["api", "api"],
+            "latency": pa.array([3, 4], pa.int64()),
+            "user": pa.nulls(2),
+            "text": ["a", "b"],
+        }
+    )
+    with capture_logs() as logs:
+        rolled = rollup_table(table, policy, topic="logs", partition=0)
+    assert rolled.column("sum_latency").to_pylist() == [7]
+    warned = [e for e in logs if e["event"] == "rollup_metrics_skipped"]
+    assert [e["metrics"] for e in warned] == [{"sum_text": "string"}]
