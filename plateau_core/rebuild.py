@@ -20,6 +20,7 @@ from plateau_core.errors import InvalidInputError, PartitionLockedError, Plateau
 from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.manifest.migrations import tables_present
 from plateau_core.manifest.models import Base
+from plateau_core.manifest.urls import shown_url
 from plateau_core.names import (
     MANIFEST_FILE,
     REBUILD_MARKER,
@@ -97,7 +98,7 @@ class RebuildReport:
 
     def lines(self) -> list[str]:
         # Printed for a person: the URL's password stays out of it.
-        shown = make_url(self.manifest_url).render_as_string(hide_password=True)
+        shown = shown_url(self.manifest_url)
         out = [f"rebuilt the manifest of {self.data_dir} ({shown})"]
         out += [f"  moved aside: {path}" for path in self.moved_aside]
         for p in self.partitions:
@@ -236,7 +237,7 @@ def _interrupted_into(marker: Path, url: str) -> bool:
 
 def _marked(url: str) -> str:
     # The database, not the secret: the marker is a plain file in the data folder.
-    return make_url(url).render_as_string(hide_password=True)
+    return shown_url(url)
 
 
 def _clear_manifest(url: str, *, interrupted: bool = False) -> list[str]:

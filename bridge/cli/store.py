@@ -97,12 +97,13 @@ def _rebuild(args: argparse.Namespace) -> int:
 
 def _confirmed(config: Config) -> bool:
     """Say what will happen, then ask; without a terminal to ask on, --yes is required."""
+    from plateau_core.manifest.urls import shown_url
     from plateau_core.names import segment_files
 
     data_dir = config.storage.data_dir
     files = sum(1 for _ in segment_files(data_dir))
     url = config.storage.manifest_url
-    target = _without_password(url) if url else f"{data_dir}/manifest.db"
+    target = shown_url(url) if url else f"{data_dir}/manifest.db"
     print(
         f"This replaces the manifest ({target}) with one rebuilt from the {files} segment "
         f"files under {data_dir}/topics. An SQLite manifest is renamed to *.broken-<time>, "
@@ -113,14 +114,3 @@ def _confirmed(config: Config) -> bool:
         print("Pass --yes to proceed.", file=sys.stderr)
         return False
     return input("Rebuild the manifest? [y/N] ").strip().lower() in ("y", "yes")
-
-
-def _without_password(url: str) -> str:
-    """The manifest's URL as it may be shown: a password in it is masked."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return "storage.manifest_url"

@@ -10,6 +10,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError
 
 from plateau_core.errors import InvalidInputError, ManifestUnusableError, PlateauError
 from plateau_core.manifest.manifest import Manifest
+from plateau_core.manifest.urls import shown_url
 from plateau_core.names import REBUILD_MARKER, has_segment_files
 
 
@@ -31,7 +32,7 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
         parsed = make_url(url)
     except ArgumentError:
         raise InvalidInputError(
-            f"the manifest URL {_without_password(url)!r} is not a database URL "
+            f"the manifest URL {shown_url(url)!r} is not a database URL "
             "(sqlite:///path, postgresql://user@host:port/db)"
         ) from None
     database = parsed.database
@@ -80,17 +81,3 @@ def is_corruption(error: BaseException | None) -> bool:
         return False
     name = getattr(error, "sqlite_errorname", "")
     return name in ("", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT")
-
-
-def _without_password(url: str) -> str:
-    """A URL that does not parse, with what would be its password masked: the text between
-    the first colon after the scheme's `://` (or from the start, when a typo left it out)
-    and the last @. A password may hold an @, a slash or a colon itself, and a URL that
-    does not parse is often one whose scheme was mistyped (`postgresql:/user:...`), so more
-    is masked rather than less."""
-    at = url.rfind("@")
-    scheme = url.find("://", 0, max(at, 0))
-    colon = url.find(":", scheme + 3 if scheme >= 0 else 0, max(at, 0))
-    if colon < 0:
-        return url
-    return f"{url[: colon + 1]}***{url[at:]}"

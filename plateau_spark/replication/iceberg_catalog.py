@@ -12,6 +12,7 @@ from pyiceberg.exceptions import NotInstalledError
 from sqlalchemy.exc import SQLAlchemyError
 
 from plateau_core.errors import InvalidInputError
+from plateau_core.manifest.urls import shown_url
 from plateau_spark.replication.target import Target, TargetError
 
 CATALOG_FILE = "iceberg_catalog.db"
@@ -49,7 +50,7 @@ def catalog_properties(settings: IcebergSettings, target: Target, data_dir: Path
         properties = {"type": "sql", "uri": uri, "init_catalog_tables": "true"}
     else:
         raise InvalidInputError(
-            f"iceberg catalog_uri {shown_uri(uri)!r}: expected sqlite:///path, "
+            f"iceberg catalog_uri {shown_url(uri)!r}: expected sqlite:///path, "
             "postgresql+psycopg2://... (a SQL catalog) or http(s)://... (a REST catalog)"
         )
     properties["warehouse"] = (
@@ -83,16 +84,7 @@ def open_catalog(settings: IcebergSettings, target: Target, data_dir: Path) -> C
     except (NotInstalledError, ImportError, SQLAlchemyError, OSError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else ""
         raise TargetError(
-            f"cannot open the Iceberg catalog {shown_uri(properties['uri'])}: "
+            f"cannot open the Iceberg catalog {shown_url(properties['uri'])}: "
             f"{type(exc).__name__}: {detail}"
         ) from exc
     return catalog
-
-
-def shown_uri(uri: str) -> str:
-    """`uri` without the password it may carry."""
-    parsed = urlparse(uri)
-    if parsed.password is None:
-        return uri
-    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
-    return parsed._replace(netloc=netloc).geturl()

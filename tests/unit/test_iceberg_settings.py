@@ -11,6 +11,7 @@ import pytest
 from bridge.config import load_config
 from bridge.errors import ConfigError
 from plateau_core.errors import InvalidInputError
+from plateau_core.manifest.urls import shown_url
 from plateau_spark.replication import (
     IcebergSettings,
     S3Settings,
@@ -18,7 +19,7 @@ from plateau_spark.replication import (
     Target,
     TargetError,
 )
-from plateau_spark.replication.iceberg_catalog import catalog_properties, open_catalog, shown_uri
+from plateau_spark.replication.iceberg_catalog import catalog_properties, open_catalog
 from plateau_spark.replication.iceberg_schema import check_evolution, table_schema
 
 
@@ -115,7 +116,7 @@ def test_an_unreachable_catalog_is_named_without_its_password(tmp_path: Path) ->
     with pytest.raises(TargetError, match=r"cannot open the Iceberg catalog sqlite:///.*cat\.db"):
         open_catalog(missing, local, tmp_path)
     assert (
-        shown_uri("postgresql+psycopg2://plateau:hunter2@127.0.0.1/iceberg")
+        shown_url("postgresql+psycopg2://plateau:hunter2@127.0.0.1/iceberg")
         == "postgresql+psycopg2://plateau:***@127.0.0.1/iceberg"
     )
 

@@ -55,6 +55,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest.produced": 2,
     "plateau_core.manifest.promoted": 2,
     "plateau_core.manifest.swap": 2,
+    "plateau_core.manifest.urls": 2,
     # what the middle layer sees of a store, and per-partition state
     "plateau_core.handle": 3,
     "plateau_core.group_commit": 3,
