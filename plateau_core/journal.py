@@ -41,6 +41,7 @@ from plateau_core.journal_codec import (
     last_group,
     read_file,
 )
+from plateau_core.names import fsync_path
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import JOURNAL_FILE_BYTES
 from plateau_core.slog import Append, Prepared
@@ -367,10 +368,5 @@ def _write_all(fd: int, chunks: Sequence[Chunk]) -> None:
 
 
 def _sync_dir(directory: Path, fsync: bool) -> None:
-    if not fsync:
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if fsync:
+        fsync_path(directory)

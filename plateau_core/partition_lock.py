@@ -26,23 +26,28 @@ class PartitionLock:
         make_dirs(directory, fsync=fsync, mode=0o700)
         path = directory / LOCK_NAME
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            cls._lock(fd, directory, timeout_s)
+        except BaseException:
+            # Taken by another writer, refused by the file system (ENOLCK on some network
+            # mounts) or interrupted while waiting: the descriptor goes with the error.
+            os.close(fd)
+            raise
+        return cls(path, fd)
+
+    @staticmethod
+    def _lock(fd: int, directory: Path, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return cls(path, fd)
+                return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    os.close(fd)
                     raise PartitionLockedError(
                         f"{directory} is owned by another writer (waited {timeout_s:.1f}s)"
                     ) from None
                 time.sleep(0.05)
-            except BaseException:
-                # A lock the file system cannot take (ENOLCK on some network mounts): the
-                # descriptor goes with the error, not with the process.
-                os.close(fd)
-                raise
 
     def release(self) -> None:
         if self._fd is None:

@@ -213,3 +213,21 @@ def test_a_lock_the_file_system_refuses_leaves_no_descriptor_open(
     with pytest.raises(OSError, match="No locks available"):
         partition_lock.PartitionLock.acquire(tmp_path / "p", timeout_s=1.0)
     assert set(Path("/proc/self/fd").iterdir()) - before == set()
+
+
+def test_a_wait_for_a_lock_that_is_interrupted_leaves_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = partition_lock.PartitionLock.acquire(tmp_path / "p", timeout_s=1.0)
+    try:
+
+        def interrupted(_seconds: float) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(partition_lock.time, "sleep", interrupted)
+        before = set(Path("/proc/self/fd").iterdir())
+        with pytest.raises(KeyboardInterrupt):
+            partition_lock.PartitionLock.acquire(tmp_path / "p", timeout_s=30.0)
+        assert set(Path("/proc/self/fd").iterdir()) - before == set()
+    finally:
+        held.release()
