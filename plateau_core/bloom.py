@@ -32,10 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from plateau_core.schema import INT64_MAX, INT64_MIN
+
 BloomKind = Literal["int", "bytes"]
 LAYOUT = 1
 MAX_HASHES = 16
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def canonical(kind: BloomKind, value: object) -> bytes | None:
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             return None
-        if not _INT64[0] <= value <= _INT64[1]:
+        if not INT64_MIN <= value <= INT64_MAX:
             return None
         return value.to_bytes(8, "little", signed=True)
     if isinstance(value, str):

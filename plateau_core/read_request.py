@@ -14,14 +14,13 @@ import pyarrow.compute as pc
 
 from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import SegmentRecord
-from plateau_core.schema import OFFSET, TIMESTAMP
+from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP
 from plateau_core.segment_file import BatchSpan
 from plateau_core.where import Where, where_mask
 
 Order = Literal["asc", "desc"]
 OrderBy = Literal["offset", "timestamp"]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_INT64 = (-(2**63), 2**63 - 1)
 
 
 def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
@@ -61,7 +60,7 @@ def _integer(value: object) -> int | None:
 
 
 def _in_int64(value: int, name: str) -> int:
-    if not _INT64[0] <= value <= _INT64[1]:
+    if not INT64_MIN <= value <= INT64_MAX:
         raise InvalidInputError(f"{name} must fit in 64 bits, got {value}")
     return value
 

@@ -12,6 +12,8 @@ from plateau_core.errors import InvalidInputError
 
 OFFSET = "offset"
 TIMESTAMP = "timestamp"
+# What an int64 holds: offsets, epoch milliseconds, and the integers a bloom filter hashes.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 KEY = "key"
 HEADERS = "headers"
 VALUE = "value"

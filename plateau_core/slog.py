@@ -26,7 +26,7 @@ from plateau_core.listener import TopicPartition
 from plateau_core.policies import IndexPolicy, RollPolicy
 from plateau_core.producers import ProducerBatch
 from plateau_core.rollup import RollupPolicy
-from plateau_core.schema import normalized
+from plateau_core.schema import INT64_MAX, normalized
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Append:
     def __post_init__(self) -> None:
         # A watermark below 0 would have the partition's next reader start before any
         # offset Kafka hands out; offsets past int64 no segment can record.
-        if self.advance_to is not None and not 0 <= self.advance_to <= 2**63 - 1:
+        if self.advance_to is not None and not 0 <= self.advance_to <= INT64_MAX:
             raise InvalidInputError(
                 f"{self.topic}[{self.partition}]: advance_to {self.advance_to} is not an "
                 "offset (0 to 2**63 - 1)"
