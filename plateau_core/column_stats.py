@@ -59,8 +59,7 @@ def table_columns(table: pa.Table) -> tuple[ColumnStats, ...]:
     """Statistics of every promoted column of a segment table, in schema order."""
     found = []
     for field in table.schema:
-        # PostgreSQL text holds no NUL character, and a JSON field name may have one.
-        if field.name in NOT_PROMOTED or "\x00" in field.name:
+        if field.name in NOT_PROMOTED:
             continue
         kind = kind_of(field.type)
         if kind is None:
