@@ -10,7 +10,6 @@ way the driver and the executors must see the staging folder: local mode, or a s
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import uuid
@@ -25,6 +24,7 @@ import pyarrow.parquet as pq
 from pyarrow import fs
 from pyspark.sql import functions as fn
 
+from plateau_core.names import fsync_path
 from plateau_core.schema import OFFSET
 from plateau_spark.replication.files import ReplicaFile, ReplicaTask, replica_name
 from plateau_spark.replication.target import STAGING_DIR, Target, TargetError
@@ -169,17 +169,9 @@ def _copy(source: Path, out: IO[bytes]) -> None:
 def _rename_durably(staged: Path, final: Path) -> int:
     """Spark's writer does not sync its files: sync, rename, sync the folder."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(staged, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(staged)
     staged.replace(final)
-    folder = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_path(final.parent)
     return final.stat().st_size
 
 

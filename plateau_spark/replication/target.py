@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 from pyarrow import fs
 
 from plateau_core.errors import InvalidInputError, PlateauError
-from plateau_core.names import TEMP_MARKER
+from plateau_core.names import TEMP_MARKER, fsync_path
 
 # Files being written before they get their names: in the target on S3 (moved into place),
 # for Spark's writer in the target of a local one. Spark and most readers skip folders
@@ -178,9 +178,5 @@ def _write_local(final: Path, produce: Callable[[IO[bytes]], None]) -> int:
         temp.replace(final)
     finally:
         temp.unlink(missing_ok=True)
-    directory = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_path(final.parent)
     return final.stat().st_size
