@@ -38,6 +38,17 @@ def secured(tmp_path: Path, **extra: Any) -> Any:
     return config, material.ca_file
 
 
+def sasl_ssl(ca: Path, mechanism: str, user: str, password: str) -> dict[str, str]:
+    """librdkafka's settings for SASL over TLS, trusting the test CA."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca),
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 def send(settings: dict[str, Any], topic: str, count: int = 20) -> list[KafkaError]:
     errors: list[KafkaError] = []
     client_errors: list[KafkaError] = []
@@ -63,11 +74,7 @@ def test_sasl_ssl_producers_authenticate(tmp_path: Path, mechanism: str) -> None
         errors = send(
             {
                 "bootstrap.servers": bootstrap,
-                "security.protocol": "SASL_SSL",
-                "ssl.ca.location": str(ca),
-                "sasl.mechanism": mechanism,
-                "sasl.username": "alice",
-                "sasl.password": "alice-secret",
+                **sasl_ssl(ca, mechanism, "alice", "alice-secret"),
                 "acks": "all",
             },
             "events",
@@ -82,11 +89,7 @@ def test_wrong_password_and_plaintext_clients_store_nothing(tmp_path: Path) -> N
         wrong = send(
             {
                 "bootstrap.servers": bootstrap,
-                "security.protocol": "SASL_SSL",
-                "ssl.ca.location": str(ca),
-                "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": "alice",
-                "sasl.password": "not-it",
+                **sasl_ssl(ca, "SCRAM-SHA-256", "alice", "not-it"),
             },
             "events",
             count=3,
@@ -101,13 +104,7 @@ def test_wrong_password_and_plaintext_clients_store_nothing(tmp_path: Path) -> N
 
 def test_topic_allowlist(tmp_path: Path) -> None:
     config, ca = secured(tmp_path)
-    settings = {
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(ca),
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "limited",
-        "sasl.password": "limited-secret",
-    }
+    settings = sasl_ssl(ca, "SCRAM-SHA-512", "limited", "limited-secret")
     with listening(config) as (_server, bootstrap):
         allowed = send({"bootstrap.servers": bootstrap, **settings}, "app-logs")
         refused = send({"bootstrap.servers": bootstrap, **settings}, "events", count=2)
@@ -117,13 +114,8 @@ def test_topic_allowlist(tmp_path: Path) -> None:
         named = admin.list_topics(topic="events", timeout=15).topics["events"]
         assert named.error is not None
         assert named.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
-        alice = AdminClient(
-            {
-                **{"bootstrap.servers": bootstrap, **settings},
-                "sasl.username": "alice",
-                "sasl.password": "alice-secret",
-            }
-        )
+        unlimited = sasl_ssl(ca, "SCRAM-SHA-512", "alice", "alice-secret")
+        alice = AdminClient({"bootstrap.servers": bootstrap, **unlimited})
         assert set(alice.list_topics(timeout=15).topics) == {"app-logs", "events"}
     assert allowed == []
     assert refused and all(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in refused)
@@ -273,13 +265,7 @@ def test_scram_derives_a_users_salted_password_once(tmp_path: Path) -> None:
     """Deriving it takes thousands of hash rounds on the listener's event loop: once per
     user and mechanism, not at every login (each producer below logs in afresh)."""
     config, ca = secured(tmp_path)
-    settings = {
-        "security.protocol": "SASL_SSL",
-        "ssl.ca.location": str(ca),
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "alice",
-        "sasl.password": "alice-secret",
-    }
+    settings = sasl_ssl(ca, "SCRAM-SHA-512", "alice", "alice-secret")
     sasl_module._salted.cache_clear()
     with listening(config) as (_server, bootstrap):
         for _ in range(3):
