@@ -7,19 +7,15 @@ see RebuildReport.notes.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import structlog
-from sqlalchemy.engine import make_url
 
-from plateau_core.errors import InvalidInputError, PartitionLockedError, PlateauError
+from plateau_core.errors import InvalidInputError, PartitionLockedError
 from plateau_core.manifest import Manifest, sqlite_url
-from plateau_core.manifest.migrations import tables_present
-from plateau_core.manifest.models import Base
 from plateau_core.manifest.urls import shown_url
 from plateau_core.names import (
     MANIFEST_FILE,
@@ -30,6 +26,12 @@ from plateau_core.names import (
     validate_topic,
 )
 from plateau_core.partition_lock import PartitionLock
+from plateau_core.rebuild_target import (
+    RebuildRefusedError,
+    clear_manifest,
+    interrupted_into,
+    write_marker,
+)
 from plateau_core.segment_file import inspect_segment, open_segment
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.verify import SET_ASIDE_MARKER
@@ -52,10 +54,6 @@ NOTES = (
     "as produced topics: their records are read as before, and producers need the topic "
     "created again (or in the config) to write more",
 )
-
-
-class RebuildRefusedError(PlateauError):
-    """The manifest cannot be rebuilt now (serve running, a non-empty target database)."""
 
 
 @dataclass(frozen=True)
@@ -146,8 +144,8 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
     marker = root / REBUILD_MARKER
     locks = _lock_all(folders)
     try:
-        report.moved_aside = _clear_manifest(url, interrupted=_interrupted_into(marker, url))
-        _write_marker(marker, url)
+        report.moved_aside = clear_manifest(url, interrupted=interrupted_into(marker, url))
+        write_marker(marker, url)
         manifest = Manifest(url)
         try:
             for topic, partition, folder in folders:
@@ -211,78 +209,6 @@ def _lock_all(folders: list[tuple[str, int, Path]]) -> list[PartitionLock]:
             lock.release()
         raise
     return locks
-
-
-def _write_marker(marker: Path, url: str) -> None:
-    """The manifest is incomplete from here until the marker goes (durably so: a power loss
-    must not bring back a half-built manifest without it). It names the database filled."""
-    with marker.open("w") as handle:
-        handle.write("plateau rebuild-manifest is recording the segment files into\n")
-        handle.write(f"{_marked(url)}\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_path(marker.parent)
-
-
-def _interrupted_into(marker: Path, url: str) -> bool:
-    """Whether the marker is that of a rebuild interrupted while filling this database. The
-    store may have been pointed at another one since (a manifest restored from a copy): that
-    one's tables are not the interrupted rebuild's to drop."""
-    try:
-        lines = marker.read_text().splitlines()
-    except FileNotFoundError:
-        return False
-    return _marked(url) in lines[1:]
-
-
-def _marked(url: str) -> str:
-    # The database, not the secret: the marker is a plain file in the data folder.
-    return shown_url(url)
-
-
-def _clear_manifest(url: str, *, interrupted: bool = False) -> list[str]:
-    """Move an SQLite manifest's files aside; for other databases, insist on an empty one,
-    or drop what an `interrupted` rebuild (its marker is there) recorded."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        probe = Manifest(url, upgrade=False)
-        try:
-            # Any table of a manifest, not only its version: migrations create only what is
-            # missing, so a table left behind (bloom filters by segment id, producers) would
-            # be taken up by the rebuilt manifest.
-            present = tables_present(probe.engine)
-            if present and interrupted:
-                # The marker is written only once the database was found empty: these
-                # tables hold the interrupted rebuild's rows and nothing else.
-                tables = [Base.metadata.tables[name] for name in present]
-                Base.metadata.drop_all(probe.engine, tables=tables)
-                log.warning("interrupted_rebuild_dropped", tables=present)
-                present = []
-        finally:
-            probe.close()
-        if present:
-            raise RebuildRefusedError(
-                f"the manifest database {parsed.render_as_string(hide_password=True)} "
-                "already holds a manifest; rebuild-manifest only fills an empty database: "
-                f"drop plateau's tables ({', '.join(present)}) or point "
-                "storage.manifest_url at a new database"
-            )
-        return []
-    if not parsed.database or parsed.database == ":memory:":
-        return []
-    base = Path(parsed.database)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    moved: list[str] = []
-    for path in (base, Path(f"{base}-wal"), Path(f"{base}-shm")):
-        if not path.exists():
-            continue
-        target = path.with_name(f"{path.name}.broken-{stamp}")
-        if target.exists():
-            raise RebuildRefusedError(f"{target} already exists; try again in a second")
-        path.rename(target)
-        moved.append(str(target))
-        log.warning("manifest_moved_aside", path=str(path), to=str(target))
-    return moved
 
 
 @dataclass

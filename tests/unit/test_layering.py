@@ -75,6 +75,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.retention": 4,
     "plateau_core.recovery": 5,
     "plateau_core.consolidate": 5,
+    "plateau_core.rebuild_target": 5,
     "plateau_core.rebuild": 5,
     "plateau_core.writer": 6,
     "plateau_core.journaled_writer": 6,
