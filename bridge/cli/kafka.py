@@ -58,8 +58,9 @@ def _port(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from bridge.errors import LocalKafkaError
-    from bridge.local_kafka.broker import STATE_FILE, BrokerSettings, BrokerState, is_broker_process
+    from bridge.local_kafka.broker import STATE_FILE, BrokerSettings, BrokerState
     from bridge.local_kafka.jars import kafka_libs
+    from bridge.local_kafka.processes import is_broker_process
     from bridge.local_kafka.security import SecuritySettings
     from plateau_core.cache import default_cache_dir
 
@@ -146,7 +147,8 @@ def _write_client_settings(work_dir: Path, secured: SecureEndpoints) -> Path:
 
 
 def _stop(work_dir: Path, settings: BrokerSettings, state: BrokerState | None) -> int:
-    from bridge.local_kafka.broker import STATE_FILE, stop_pid
+    from bridge.local_kafka.broker import STATE_FILE
+    from bridge.local_kafka.processes import stop_pid
 
     if state is None:
         print("not running")
@@ -158,7 +160,7 @@ def _stop(work_dir: Path, settings: BrokerSettings, state: BrokerState | None) -
 
 
 def _status(work_dir: Path, state: BrokerState | None) -> int:
-    from bridge.local_kafka.broker import broker_answers
+    from bridge.local_kafka.processes import broker_answers
 
     if state is None:
         print("not running")

@@ -10,15 +10,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bridge.local_kafka.broker import BrokerSettings, BrokerState, LocalKafka, free_port
+    from bridge.local_kafka.broker import BrokerSettings, BrokerState, LocalKafka
     from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+    from bridge.local_kafka.processes import free_port
     from plateau_core.cache import default_cache_dir
 
 _HOMES = {
     "BrokerSettings": "bridge.local_kafka.broker",
     "BrokerState": "bridge.local_kafka.broker",
     "LocalKafka": "bridge.local_kafka.broker",
-    "free_port": "bridge.local_kafka.broker",
+    "free_port": "bridge.local_kafka.processes",
     "DEFAULT_KAFKA_VERSION": "bridge.local_kafka.jars",
     "kafka_libs": "bridge.local_kafka.jars",
     "default_cache_dir": "plateau_core.cache",

@@ -9,12 +9,8 @@ SASL_SSL (and SASL_PLAINTEXT) listeners; see bridge.local_kafka.security.
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -24,10 +20,16 @@ from pathlib import Path
 from types import TracebackType
 
 import structlog
-from confluent_kafka.admin import AdminClient
 
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka.jars import DEFAULT_KAFKA_VERSION, kafka_libs
+from bridge.local_kafka.processes import (
+    broker_answers,
+    die_with_parent,
+    free_port,
+    pid_alive,
+    stop_pid,
+)
 from bridge.local_kafka.security import (
     CREDENTIALS_FILE,
     SECURITY_DIR,
@@ -42,7 +44,6 @@ log = structlog.get_logger(__name__)
 
 STATE_FILE = "broker.json"
 LOG_FILE = "broker.log"
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -98,45 +99,6 @@ class BrokerState:
                 f"{path} cannot be read ({type(exc).__name__}: {exc}); if no broker runs "
                 f"from {work_dir}, delete it"
             ) from None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def is_broker_process(pid: int) -> bool:
-    """True when `pid` is a running Kafka broker (guards against a recycled pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return b"kafka.Kafka" in cmdline
-
-
-def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
-    """True when the broker answers a metadata request with itself in it."""
-    # log_level 0: refused connections are expected while the broker starts; keep stderr quiet.
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 2000, "log_level": 0}
-    )
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except Exception:  # any client error means "not answering yet"
-        return False
-    return len(metadata.brokers) > 0
 
 
 class LocalKafka:
@@ -252,7 +214,7 @@ class LocalKafka:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.tie_to_parent else None,  # noqa: PLW1509
+                preexec_fn=die_with_parent if self.tie_to_parent else None,  # noqa: PLW1509
             )
         self._pid = self._process.pid
         BrokerState(
@@ -405,42 +367,11 @@ class LocalKafka:
         return path
 
 
-def stop_pid(pid: int, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
-    """Stop a broker process: SIGTERM for a clean shutdown, SIGKILL past the deadline."""
-
-    def gone() -> bool:
-        if process is not None:
-            return process.poll() is not None
-        return not pid_alive(pid)
-
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if gone():
-            return
-        time.sleep(0.1)
-    log.warning("kafka_stop_forced", pid=pid, timeout_s=timeout_s)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    if process is not None:
-        process.wait(timeout=10)
-
-
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
     except FileNotFoundError:
         return 0
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 _LOG4J_TEMPLATE = """\

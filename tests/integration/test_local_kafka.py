@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from bridge.config import parse_config
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
-from bridge.local_kafka.broker import is_broker_process, pid_alive
+from bridge.local_kafka.processes import is_broker_process, pid_alive
 from bridge.local_kafka.topics import create_topic
 from bridge.ops.check import check
 

@@ -12,7 +12,7 @@ import pytest
 
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka import BrokerState, default_cache_dir, free_port, kafka_libs
-from bridge.local_kafka.broker import is_broker_process
+from bridge.local_kafka.processes import is_broker_process
 
 
 def test_state_round_trip(tmp_path: Path) -> None:

@@ -1,0 +1,91 @@
+"""Processes and ports of a local broker: free ports, whether a pid is (still) a broker,
+whether it answers, and stopping it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import structlog
+from confluent_kafka.admin import AdminClient
+
+log = structlog.get_logger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_broker_process(pid: int) -> bool:
+    """True when `pid` is a running Kafka broker (guards against a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"kafka.Kafka" in cmdline
+
+
+def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
+    """True when the broker answers a metadata request with itself in it."""
+    # log_level 0: refused connections are expected while the broker starts; keep stderr quiet.
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": 2000, "log_level": 0}
+    )
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except Exception:  # any client error means "not answering yet"
+        return False
+    return len(metadata.brokers) > 0
+
+
+def stop_pid(pid: int, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Stop a broker process: SIGTERM for a clean shutdown, SIGKILL past the deadline."""
+
+    def gone() -> bool:
+        if process is not None:
+            return process.poll() is not None
+        return not pid_alive(pid)
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if gone():
+            return
+        time.sleep(0.1)
+    log.warning("kafka_stop_forced", pid=pid, timeout_s=timeout_s)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if process is not None:
+        process.wait(timeout=10)
+
+
+def die_with_parent() -> None:
+    """Run in a child before exec: the kernel kills it when its parent dies, so a crashed
+    test session or CLI leaves no broker behind."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
