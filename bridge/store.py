@@ -96,4 +96,5 @@ def consolidator_for(
         compression=config.storage.compression,
         guard=guard,
         observer=observe,
+        min_free_disk_bytes=config.storage.min_free_disk or 0,
     )

@@ -20,6 +20,7 @@ while nothing else writes it: under its writer's `maintaining` guard, or its loc
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class Merge:
 class ConsolidationReport:
     merged: list[Merge] = field(default_factory=list)
     conflicts: int = 0  # runs that changed while being merged: left as they were
+    deferred: int = 0  # runs left for a later pass: merging them would cross min_free_disk
     failed: bool = False  # the pass stopped on an error (what was merged before it stays)
 
     @property
@@ -133,9 +135,13 @@ class Consolidator(BackgroundTask):
         states: Sequence[SegmentState] = MERGEABLE,
         observer: Callable[[ConsolidationReport], None] | None = None,
         write: WriteSegment = write_segment,
+        min_free_disk_bytes: int = 0,
+        disk_free: Callable[[], int] | None = None,
     ) -> None:
         """`topics` and `indexes` name policies outright; `resolve` answers for any other
-        topic of the store (None: not consolidated). `observer` hears every pass (metrics)."""
+        topic of the store (None: not consolidated). `observer` hears every pass (metrics).
+        A run is merged only while the disk keeps `min_free_disk_bytes` free with the merged
+        file written (`disk_free`: free bytes now, the data folder's filesystem by default)."""
         self.store = store
         self.topics = dict(topics)
         self.indexes = dict(indexes or {})
@@ -147,6 +153,8 @@ class Consolidator(BackgroundTask):
         self._guard = guard or self._locked
         self._observer = observer
         self._write = write  # tests inject failing writers here
+        self.min_free_disk_bytes = min_free_disk_bytes
+        self._disk_free = disk_free or (lambda: shutil.disk_usage(store.data_dir).free)
         super().__init__()
 
     def policies(self) -> dict[str, ConsolidatePolicy]:
@@ -175,7 +183,10 @@ class Consolidator(BackgroundTask):
                     if not allowed:
                         continue
                     for run in runs:
-                        self._merge(topic, partition, run, report)
+                        if self._room_for(topic, partition, run):
+                            self._merge(topic, partition, run, report)
+                        else:
+                            report.deferred += 1
         if self._observer is not None:
             self._observer(report)
         return report
@@ -189,6 +200,29 @@ class Consolidator(BackgroundTask):
                 log.error("consolidation_failed", error=str(exc), error_type=type(exc).__name__)
                 if self._observer is not None:
                     self._observer(ConsolidationReport(failed=True))
+
+    def _room_for(self, topic: str, partition: int, run: list[SegmentRecord]) -> bool:
+        """Whether the merged file fits above the disk floor. The run's files stay for the
+        deletion grace after the swap, so a merge takes about the run's size again for that
+        long: below the floor it would eat the space the floor keeps for the system, and
+        retention, counting the retired run as freed, would not make up for it."""
+        if self.min_free_disk_bytes <= 0:
+            return True
+        size = sum(s.size_bytes for s in run)
+        free = self._disk_free()
+        if free - size >= self.min_free_disk_bytes:
+            return True
+        log.warning(
+            "consolidation_deferred",
+            topic=topic,
+            partition=partition,
+            start_offset=run[0].start_offset,
+            end_offset=run[-1].end_offset,
+            bytes=size,
+            disk_free=free,
+            min_free_disk=self.min_free_disk_bytes,
+        )
+        return False
 
     def _merge(
         self, topic: str, partition: int, run: list[SegmentRecord], report: ConsolidationReport

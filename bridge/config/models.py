@@ -100,9 +100,9 @@ class StorageConfig(Strict):
     )
     min_free_disk: Size | None = Field(
         default=None,
-        description="Free disk to keep: retention deletes below it and ingestion pauses. "
-        "Retention counts segments waiting out deletion_grace as freed already; ingestion "
-        "resumes once their files go.",
+        description="Free disk to keep: retention deletes below it, ingestion pauses, and "
+        "consolidation merges only what fits above it. Retention counts segments waiting out "
+        "deletion_grace as freed already; ingestion resumes once their files go.",
     )
     memory_budget: Size = Field(
         default=512 * MiB,

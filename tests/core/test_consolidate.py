@@ -279,3 +279,19 @@ def test_rebuild_prefers_the_widest_of_nested_consolidations(
 
 def _segment_bytes(store: Store) -> int:
     return max(s.size_bytes for s in store.manifest.segments("logs"))
+
+
+def test_a_merge_that_would_cross_the_disk_floor_waits(small: Store) -> None:
+    """A merge writes the run's rows again while the run's files wait out the deletion grace:
+    below min_free_disk it would take the space the floor keeps, which retention, counting
+    the retired run as freed already, never makes up for."""
+    floor = 10**6
+    run_bytes = sum(s.size_bytes for s in small.manifest.segments("logs"))
+    free = {"bytes": floor + run_bytes - 1}
+    consolidator = _consolidator(small, min_free_disk_bytes=floor, disk_free=lambda: free["bytes"])
+    report = consolidator.run()
+    assert (report.merged, report.deferred) == ([], 1)
+    assert len(_files(small)) == SEGMENTS
+    assert len(small.manifest.segments("logs", states=tuple(SegmentState))) == SEGMENTS
+    free["bytes"] = floor + run_bytes  # room for the merged file: the next pass merges
+    assert [m.segments for m in consolidator.run().merged] == [SEGMENTS]

@@ -170,3 +170,26 @@ def test_a_rollup_topic_is_consolidated_with_its_topic(tmp_path: Path, source: s
         assert merged == {("logs", 5), ("logs.rollup.1m", 5)}
         assert len(store.manifest.segments("logs.rollup.1m")) == 1
         assert store.read("logs.rollup.1m").to_table().equals(before)
+
+
+def test_a_writer_does_not_consolidate_below_min_free_disk(tmp_path: Path) -> None:
+    path = tmp_path / "plateau.yaml"
+    body = {
+        # More than any disk has free: every merge would cross the floor.
+        "storage": {"data_dir": str(tmp_path / "data"), "min_free_disk": "1000PiB"},
+        "topics": [{"source": "logs", "consolidate": {"min_age": "0s"}}],
+    }
+    path.write_text(yaml.safe_dump(body))
+    config = load_config(path, env={})
+    with open_store(config) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("logs", 0, roll=RollPolicy(max_rows=50, max_age_s=3600))
+            for i in range(4):
+                append_patiently(writer, "logs", 0, _batch(i * 50))
+            writer.flush()
+            report = consolidator_for(config, store, writer).run()
+        finally:
+            writer.close()
+        assert (report.merged, report.deferred) == ([], 1)
+        assert len(store.manifest.segments("logs")) == 4
