@@ -39,7 +39,11 @@ class RollConfig(Strict):
 
 
 class RetentionConfig(Strict):
-    max_bytes: Size | None = Field(default=None, description="Bytes of the topic's segments.")
+    max_bytes: Size | None = Field(
+        default=None,
+        description="Bytes of the topic's readable segments; those it retired stay on disk "
+        "beyond it for storage.deletion_grace.",
+    )
     max_age: Duration | None = Field(default=None, description="Age of a segment's newest record.")
     max_segments: int | None = Field(default=None, ge=1, description="Number of segments.")
     require_replicated: bool | None = Field(

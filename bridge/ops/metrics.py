@@ -28,7 +28,7 @@ from bridge.ops.api_metrics import kafka_api_families, poison_counts
 from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, Histogram, Labels, parse_dump
 from bridge.ops.worker_status import read_run
-from plateau_core import Retention, RetentionReport, Store
+from plateau_core import Retention, RetentionReport, SegmentState, Store
 
 PAUSE_REASONS = ("partition_busy", "memory_budget", "disk_full", "schema_registry")
 
@@ -278,6 +278,13 @@ class ServeCollector(Collector):
             "plateau_store_footprint_bytes",
             "Bytes of readable segments plus the manifest: what storage.max_bytes bounds.",
             value=sum(t[1] for t in per_topic.values()) + manifest_bytes,
+        )
+        retired = self.store.manifest.segments(states=(SegmentState.DELETING,))
+        yield GaugeMetricFamily(
+            "plateau_store_retired_bytes",
+            "Bytes of segments retired (by retention, consolidation or a released quarantine) "
+            "whose files wait out storage.deletion_grace: on disk beyond the footprint.",
+            value=sum(s.size_bytes for s in retired),
         )
         if storage.max_bytes is not None:
             yield GaugeMetricFamily(

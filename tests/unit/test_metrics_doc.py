@@ -111,6 +111,8 @@ def exported(tmp_path: Path) -> dict[str, Metric]:
             config.model_copy(update={"storage": hard_limit}), store, counters.retired
         )
         retention.run(now=BASE_MS + 6 * HOUR_MS)
+        # One more retired, its file kept for the grace: on disk, outside the footprint.
+        store.manifest.mark_deleting([store.manifest.segments("t")[0].id])
         counters.restarted()
         _worker_file(tmp_path, run)
         _listener_file(tmp_path, run)
@@ -147,7 +149,9 @@ def test_collector_figures(exported: dict[str, Metric]) -> None:
     deleted = "plateau_retention_deleted_segments_total"
     assert _sample(exported, deleted, topic="loose", kind="normal") == 2
     assert _sample(exported, deleted, topic="t", kind="forced") == 1
-    assert _sample(exported, "plateau_store_segments", topic="t") == 3
+    assert _sample(exported, "plateau_store_segments", topic="t") == 2
+    size = _sample(exported, "plateau_store_bytes", topic="t") / 2
+    assert _sample(exported, "plateau_store_retired_bytes") == size
     assert _sample(exported, "plateau_replication_lag_records", **labels) == 40
     assert _sample(exported, "plateau_worker_restarts_total") == 1
     assert _sample(exported, "plateau_errors_total", kind="worker_died") == 1
