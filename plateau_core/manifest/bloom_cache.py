@@ -4,8 +4,8 @@ A needle query probes every candidate segment's filter; reading them all from th
 each time (about 12 MB for 5,000 segments of two indexed columns) was most of its planning.
 A filter never changes once written: it describes the records at its segment's offsets,
 and those are immutable. So a filter is cached under its segment's (topic, partition,
-start, end) rather than its row id, which a database may hand out again after a delete;
-a merged (consolidated) segment has another span and so another entry. "No filter" is
+start, end) rather than its row id, which a rebuilt manifest numbers from 1 again; a
+merged (consolidated) segment has another span and so another entry. "No filter" is
 cached too: at worst it means a segment is opened that a filter restored later would have
 skipped, never a row dropped.
 """

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, insert, inspect, select, text
+from sqlalchemy import column as sql_column
+from sqlalchemy import table as sql_table
 
 from plateau_core.errors import PlateauError
 from plateau_core.manifest.models import Base, SchemaVersion
@@ -55,6 +57,33 @@ def _v6_blooms(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables["segment_blooms"]])
 
 
+def _v7_segment_ids_never_reused(conn: Connection) -> None:
+    """Rebuild SQLite's segments table with AUTOINCREMENT, rows and ids kept.
+
+    Before, the id was a plain rowid alias: once the row holding the highest id was
+    removed, the next segment got that id again, and a replication run, consolidation or
+    verify that had listed the removed one acted on the new one. Copying the rows in with
+    their ids starts sqlite_sequence at the highest id now present. A manifest created by v1
+    from the current models has AUTOINCREMENT already; PostgreSQL's sequences never reuse.
+    """
+    if conn.dialect.name != "sqlite":
+        return
+    created = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'segments'"
+    ).scalar_one()
+    if "AUTOINCREMENT" in created.upper():
+        return
+    table = Base.metadata.tables["segments"]
+    for index in table.indexes:  # their names are the new table's
+        conn.exec_driver_sql(f'DROP INDEX IF EXISTS "{index.name}"')
+    conn.exec_driver_sql('ALTER TABLE segments RENAME TO "segments_before_v7"')
+    table.create(conn)
+    names = [column.name for column in table.columns]
+    before = sql_table("segments_before_v7", *(sql_column(name) for name in names))
+    conn.execute(insert(table).from_select(names, select(*before.columns)))
+    conn.exec_driver_sql("DROP TABLE segments_before_v7")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
     Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
@@ -62,6 +91,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "produced topics, idempotent producers, counters", _v4_produce),
     Migration(5, "segment_columns: promoted per-column statistics", _v5_column_stats),
     Migration(6, "segment_blooms: bloom filters of indexed columns", _v6_blooms),
+    Migration(
+        7, "segments.id: AUTOINCREMENT on SQLite, never reused", _v7_segment_ids_never_reused
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 

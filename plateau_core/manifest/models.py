@@ -62,6 +62,10 @@ class SegmentRow(Base):
         Index("ix_segments_span", "topic", "partition", "end_offset"),
         Index("ix_segments_time", "topic", "time_max"),
         Index("ix_segments_state", "state"),
+        # A replication run, a consolidation or verify acts on ids it listed earlier: an id
+        # SQLite handed out again after its row was removed would name another segment.
+        # PostgreSQL's sequence never hands one out twice.
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)

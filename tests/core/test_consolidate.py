@@ -187,6 +187,34 @@ def test_a_run_changed_meanwhile_is_left_as_it_was(
     assert _rows(small).num_rows == before.num_rows - ROWS
 
 
+def test_a_run_whose_newest_segment_is_removed_meanwhile_leaves_the_next_one_alone(
+    small: Store,
+) -> None:
+    """The run's newest segment retired and removed (its grace over) while the merged file is
+    written, then a segment of another partition sealed: the swap must see the run changed,
+    not retire the new segment in its place."""
+    newest = small.manifest.segments("logs")[-1]
+
+    def retention_then_a_seal(directory: Path, table: pa.Table, *args: Any, **kw: Any) -> Any:
+        small.manifest.mark_deleting([newest.id], at=0)
+        Retention(small, limits=StoreLimits(deletion_grace_s=0)).run()
+        writer = small.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("logs", 1, roll=RollPolicy(max_rows=ROWS, max_age_s=3600))
+            append_patiently(writer, "logs", 1, _batch(0))
+            writer.flush()
+        finally:
+            writer.close()
+        return write_segment(directory, table, *args, **kw)
+
+    report = _consolidator(small, write=retention_then_a_seal).run()
+    assert report.merged == [] and report.conflicts == 1
+    [other] = small.manifest.segments("logs", partitions=[1])
+    assert other.state == SegmentState.SEALED
+    assert small.read("logs", partitions=[1]).to_table().num_rows == ROWS
+    assert len(small.manifest.segments("logs", partitions=[0])) == SEGMENTS - 1
+
+
 def test_a_partition_a_writer_owns_is_merged_only_under_its_guard(store: Store) -> None:
     writer = store.writer(WriterPolicy(fsync=False))
     try:

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from plateau_core import PlateauError, Store, WriterPolicy
+from plateau_core import PlateauError, SegmentState, Store, WriterPolicy
 from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.manifest.migrations import LATEST, current_version
-from tests.support import batch
+from plateau_core.manifest.models import SegmentRow
+from tests.support import batch, fill_segments
 
 
 def test_fresh_manifest_is_migrated_and_durable(tmp_path: Path) -> None:
@@ -149,3 +150,90 @@ def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, say
     assert "hunter2" not in str(raised.value)
     assert "ter2" not in str(raised.value)
     assert raised.value.__cause__ is None or "hunter2" not in str(raised.value.__cause__)
+
+
+def _remove_newest(store: Store) -> int:
+    """Retention's two steps for the newest segment of the store: retired, then its row
+    removed (its grace over). Returns its id."""
+    newest = max(s.id for s in store.manifest.segments(states=tuple(SegmentState)))
+    assert store.manifest.mark_deleting([newest], at=0) == [newest]
+    assert store.manifest.remove([newest]) == 1
+    return newest
+
+
+def test_the_id_of_a_removed_segment_is_never_given_to_another(store: Store) -> None:
+    """A replication run, a consolidation or verify holds ids across transactions and acts
+    on them later: an id handed out again would name a segment they never looked at."""
+    fill_segments(store, 0, 3)
+    removed = _remove_newest(store)
+    fill_segments(store, 1, 1)
+    [newer] = store.manifest.segments("t", partitions=[1])
+    assert newer.id > removed
+
+
+# What schema versions 1 to 6 created on SQLite: the id a rowid alias without AUTOINCREMENT,
+# which SQLite hands out again once the row holding the highest one is deleted.
+_V6_SEGMENTS = """CREATE TABLE segments (
+    id INTEGER NOT NULL, topic VARCHAR(249) NOT NULL, partition INTEGER NOT NULL,
+    start_offset BIGINT NOT NULL, end_offset BIGINT NOT NULL, record_count BIGINT NOT NULL,
+    time_min BIGINT NOT NULL, time_max BIGINT NOT NULL, size_bytes BIGINT NOT NULL,
+    path VARCHAR(400) NOT NULL, schema_fingerprint VARCHAR(32) NOT NULL,
+    state VARCHAR(16) NOT NULL, created_at BIGINT NOT NULL, replicated_at BIGINT,
+    deleting_at BIGINT, problem TEXT, checksums TEXT, PRIMARY KEY (id),
+    CONSTRAINT uq_segment_start UNIQUE (topic, partition, start_offset))"""
+
+
+def _as_version_6(data: Path) -> None:
+    """Make the store's manifest what schema version 6 left: its segments table as v6
+    created it (rows kept), and no later version recorded."""
+    manifest = Manifest(sqlite_url(data / "manifest.db"))
+    try:
+        with manifest.engine.begin() as conn:
+            columns = ", ".join(f'"{c.name}"' for c in SegmentRow.__table__.columns)
+            conn.execute(text("CREATE TEMPORARY TABLE kept AS SELECT * FROM segments"))
+            conn.execute(text("DROP TABLE segments"))
+            conn.execute(text(_V6_SEGMENTS))
+            conn.execute(text(f"INSERT INTO segments ({columns}) SELECT {columns} FROM kept"))
+            for index in SegmentRow.__table__.indexes:
+                index.create(conn)
+            conn.execute(text("DELETE FROM schema_version WHERE version > 6"))
+            if conn.execute(
+                text("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'")
+            ).first():
+                conn.execute(text("DELETE FROM sqlite_sequence WHERE name = 'segments'"))
+    finally:
+        manifest.close()
+
+
+def test_an_existing_sqlite_manifest_stops_reusing_segment_ids(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        fill_segments(store, 0, 3)
+        fill_segments(store, 1, 2)
+        store.manifest.mark_replicated([s.id for s in store.manifest.segments("t", partitions=[1])])
+        before = store.manifest.segments("t", states=tuple(SegmentState))
+        columns = store.manifest.schemas("t").popitem()[1].names
+        stats = store.manifest.column_stats("t", columns)
+        assert len(stats) == len(before)
+        created = _segments_sql(store)
+    _as_version_6(data)
+    with Store.open(data) as store:
+        assert store.manifest.schema_version == LATEST
+        # The table as a new manifest has it, and its rows, ids, states and statistics kept.
+        assert _segments_sql(store) == created
+        assert store.manifest.segments("t", states=tuple(SegmentState)) == before
+        assert store.manifest.column_stats("t", columns) == stats
+        removed = _remove_newest(store)
+        fill_segments(store, 2, 1)
+        [newer] = store.manifest.segments("t", partitions=[2])
+        assert newer.id > removed
+        assert store.read("t", partitions=[0]).to_table().num_rows == 30
+
+
+def _segments_sql(store: Store) -> list[str]:
+    """The statements that create the segments table and its indexes."""
+    with store.manifest.engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT sql FROM sqlite_master WHERE tbl_name = 'segments' AND sql IS NOT NULL")
+        )
+        return sorted(row[0] for row in found)

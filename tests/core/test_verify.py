@@ -12,6 +12,7 @@ from sqlalchemy import text
 from structlog.testing import capture_logs
 
 import plateau_core.crc as crcs
+import plateau_core.verify as verify_module
 from plateau_core import (
     ManifestUnusableError,
     Retention,
@@ -295,6 +296,30 @@ def test_a_segment_committed_while_verify_looks_is_no_orphan(
     report = verify_store(store)
     assert report.orphans == []
     assert report.clean
+
+
+def test_a_segment_sealed_after_verify_listed_the_rows_is_not_quarantined(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While verify checks the first segment, retention removes the newest (its grace over)
+    and another topic seals one: the newest's missing file must not quarantine that one."""
+    rows = _store_with_segments(store)
+    newest = rows[-1]
+    checking = verify_module.check_segment
+
+    def retention_then_a_seal(path: Path, row: SegmentRecord, *args: object) -> str | None:
+        if row.id == rows[0].id:
+            store.manifest.mark_deleting([newest.id], at=0)
+            Retention(store, limits=StoreLimits(deletion_grace_s=0)).run()
+            _seal(store, [0], batches=1, topic="other")
+        return checking(path, row, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(verify_module, "check_segment", retention_then_a_seal)
+    report = verify_store(store, quarantine=True)
+    assert report.problems == []
+    [other] = store.manifest.segments("other")
+    assert other.state == SegmentState.SEALED
+    assert store.read("other").to_table().num_rows == ROWS
 
 
 def test_rows_without_checksums_get_the_older_checks(store: Store) -> None:

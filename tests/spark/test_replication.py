@@ -233,6 +233,40 @@ def test_a_task_whose_segment_changed_during_the_run_is_copied_by_the_next(
     store.close()
 
 
+def test_a_segment_sealed_after_a_planned_one_was_removed_is_not_counted_as_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """During the copy, retention removes the task's newest segment (unreplicated, its grace
+    over) and a new segment is sealed: it was not copied, so it must stay sealed and reach
+    the replica with the next run."""
+    import plateau_spark.replication.job as job  # noqa: PLC0415
+
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, minute_batches(0, 3), roll_rows=100)
+    newest = store.manifest.segments("t")[-1]
+    target = Target.parse(str(tmp_path / "replica"))
+    copy = job._run_here
+
+    def copy_then_retention_and_a_seal(tasks: list[Any]) -> Any:
+        files = copy(tasks)
+        store.manifest.mark_deleting([newest.id], at=0)
+        Retention(store, limits=StoreLimits(deletion_grace_s=0)).run()
+        write_segments(store, "t", 1, minute_batches(1, 1), roll_rows=100)
+        return files
+
+    monkeypatch.setattr(job, "_run_here", copy_then_retention_and_a_seal)
+    Replicator(store, target).run_once()
+    [sealed] = store.manifest.segments("t", partitions=[1])
+    assert sealed.state == SegmentState.SEALED
+    monkeypatch.setattr(job, "_run_here", copy)
+    Replicator(store, target).run_once()
+    replica = ds.dataset(str(tmp_path / "replica" / "t"), format="parquet", partitioning="hive")
+    copied = replica.to_table().to_pydict()
+    pairs = zip(copied["partition"], copied["offset"], strict=True)
+    assert keys_of([(int(p), o) for p, o in pairs]) == stored_keys(store)
+    store.close()
+
+
 def test_after_rebuild_manifest_files_of_removed_segments_stay(tmp_path: Path) -> None:
     """Replicated, then retention removed the older segment, then a rebuild-manifest
     (replicated_offset back to 0): the rows of the removed segment stay in the replica (it
