@@ -16,7 +16,7 @@ from pyarrow import fs
 from pyiceberg.expressions import EqualTo
 from pyspark.sql import SparkSession
 
-from plateau_core import SegmentState, Store
+from plateau_core import Retention, SegmentState, Store, StoreLimits
 from plateau_spark.iceberg_read import iceberg_frame
 from plateau_spark.replication import IcebergSettings, SchemaConflictError, Target
 from plateau_spark.replication.iceberg_commit import OFFSETS, RANGES, committed_offsets
@@ -90,6 +90,33 @@ def test_runs_append_one_snapshot_each_with_their_ranges(tmp_path: Path) -> None
     assert json.loads(summary[RANGES]) == {"0": [300, 400], "1": [0, 100]}
     assert len(table.snapshots()) == 2
     assert table_keys(table) == stored_keys(store)
+    store.close()
+
+
+def test_a_segment_sealed_after_a_planned_one_was_removed_is_not_counted_as_committed(
+    tmp_path: Path,
+) -> None:
+    """Between the table commit and the manifest's record, retention removes the newest
+    segment of the run (its grace over) and a new one is sealed: that one is in no snapshot,
+    so it must stay sealed and be committed by the next run."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, minute_batches(0, 3), roll_rows=100)
+    newest = store.manifest.segments("t")[-1]
+
+    def retention_and_a_seal(name: str) -> None:
+        if name == "committed":
+            store.manifest.mark_deleting([newest.id], at=0)
+            Retention(store, limits=StoreLimits(deletion_grace_s=0)).run()
+            write_segments(store, "t", 1, minute_batches(1, 1), roll_rows=100)
+
+    replicator(store, tmp_path / "warehouse", step=retention_and_a_seal).run_once()
+    [sealed] = store.manifest.segments("t", partitions=[1])
+    assert sealed.state == SegmentState.SEALED
+    job = replicator(store, tmp_path / "warehouse")
+    job.run_once()
+    assert committed_offsets(job.table("t")) == {0: 300, 1: 100}
+    in_table = table_keys(job.table("t"))
+    assert all(in_table[key] == 1 for key in stored_keys(store))
     store.close()
 
 
