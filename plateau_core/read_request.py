@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau_core.errors import InvalidInputError
+from plateau_core.json_text import texted
 from plateau_core.manifest import SegmentRecord
 from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP
 from plateau_core.segment_file import BatchSpan
@@ -105,6 +106,9 @@ class ReadRequest:
     # "timestamp": rows strictly in timestamp order across segments and partitions
     # (plateau_core.top_by_time); "offset": each segment's rows in offset order.
     order_by: OrderBy = "offset"
+    # Columns whose stored types clash (plateau_core.schema.MergedSchema): read as JSON text,
+    # so `where` compares that text in every segment, whatever type it holds them as.
+    as_text: frozenset[str] = frozenset()
 
     @classmethod
     def build(
@@ -198,7 +202,8 @@ class ReadRequest:
             if self.time_end is not None:
                 conditions.append(pc.less(times, _int64(self.time_end)))
         if self.where:
-            conditions.append(where_mask(batch, self.where))
+            compared = texted(batch, self.as_text) if self.as_text else batch
+            conditions.append(where_mask(compared, self.where))
         if not conditions:
             return None
         combined = conditions[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +17,7 @@ from plateau_core.handle import StoreHandle
 from plateau_core.manifest import READABLE_STATES, SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.read_request import ReadRequest, at_or_beyond
-from plateau_core.schema import OFFSET, TIMESTAMP, conform, merge_schemas
+from plateau_core.schema import OFFSET, TIMESTAMP, conform, merged_schema
 from plateau_core.segment_file import open_segment, read_batch_index
 from plateau_core.top_by_time import time_ordered, top_by_time
 from plateau_core.where import admitted_by_blooms, admitted_by_stats
@@ -73,6 +73,7 @@ class ReadResult:
             if request.order == "desc":
                 segments.reverse()
         self.segments: list[SegmentRecord] = segments
+        # After the listing: the schemas of every segment listed are merged.
         self.schema = self._schema()
         self.scan = ScanCounters()
 
@@ -89,7 +90,12 @@ class ReadResult:
             time_start=request.time_start,
             time_end=request.time_end,
         )
-        where, columns = request.where, [c.column for c in request.where]
+        # A clashed column's statistics and filters are of its stored types, not of the text
+        # it reads as: no segment is ruled out by a condition on it.
+        stored = manifest.schemas(request.topic).values()
+        clashed = merged_schema(stored).clashes
+        where = tuple(c for c in request.where if c.column not in clashed)
+        columns = [c.column for c in where]
         # Filters first: a needle's value is in few segments' filters, and then only those
         # few segments' statistics are read, by key, instead of the whole topic's.
         blooms = manifest.blooms_of(spans, columns)
@@ -108,7 +114,18 @@ class ReadResult:
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
         known = self.store.manifest.schemas(self.request.topic)
-        merged = merge_schemas(known.values())
+        found = merged_schema(known.values())
+        merged = found.schema
+        for column, types in found.clashes.items():
+            log.warning(
+                "column_types_clash",
+                topic=self.request.topic,
+                column=column,
+                types=list(types),
+                read_as="string (JSON text of the other types' values)",
+            )
+        if found.clashes:
+            self.request = replace(self.request, as_text=frozenset(found.clashes))
         # Kept for ordering by time: a schema a writer records meanwhile (a column widened)
         # must not give the sorted rows other types than the result's.
         self._merged: pa.Schema = merged

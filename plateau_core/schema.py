@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from plateau_core import json_text
 from plateau_core.errors import InvalidInputError
 
 OFFSET = "offset"
@@ -194,15 +195,47 @@ UINT64_WITH_SIGNED = pa.decimal128(20, 0)
 
 def merge_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
     """One schema for segments written over time: fields united, types widened, all nullable
-    except the fixed columns, in first-seen order."""
+    except the fixed columns, in first-seen order. A column whose types cannot be merged is
+    a string column (see `merged_schema`)."""
+    return merged_schema(schemas).schema
+
+
+@dataclass(frozen=True)
+class MergedSchema:
+    """A topic's segment schemas merged, and the columns whose stored types clash (two
+    workers each inferred a JSON field's type: an int in one partition, a string in another),
+    with those types. A clashed column is a string column: `conform` gives the values of
+    segments that hold it as something else as their JSON text (plateau_core.json_text)."""
+
+    schema: pa.Schema
+    clashes: Mapping[str, tuple[str, ...]]
+
+    def settled(self) -> pa.Schema:
+        """The schema without the clashed columns: what a decoder may start from."""
+        return pa.schema([f for f in self.schema if f.name not in self.clashes])
+
+
+def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
     unique = list({fingerprint(s): s.remove_metadata() for s in schemas}.values())
     if not unique:
-        return pa.schema(FIXED_FIELDS)
+        return MergedSchema(pa.schema(FIXED_FIELDS), {})
+    clashes: dict[str, tuple[str, ...]] = {}
     try:
         merged = pa.unify_schemas(unique, promote_options="permissive")
     except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
-        raise InvalidInputError(_clash(unique, exc)) from exc
-    unsigned = {f.name for s in unique for f in s if pa.types.is_uint64(f.type)}
+        clashes = _clashes(unique)
+        if not clashes:
+            raise InvalidInputError(
+                f"the topic's segments have schemas that cannot be merged: {exc}"
+            ) from exc
+        texts = [
+            pa.schema([f.with_type(pa.string()) if f.name in clashes else f for f in s])
+            for s in unique
+        ]
+        merged = pa.unify_schemas(texts, promote_options="permissive")
+    unsigned = {
+        f.name for s in unique for f in s if pa.types.is_uint64(f.type) and f.name not in clashes
+    }
     fields = [merged.field(OFFSET), merged.field(TIMESTAMP)]
     fields[0] = fields[0].with_nullable(False)
     fields += [
@@ -217,28 +250,22 @@ def merge_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
         for f in merged
         if f.name not in (OFFSET, TIMESTAMP)
     ]
-    return pa.schema(fields)
+    return MergedSchema(pa.schema(fields), clashes)
 
 
-def _clash(schemas: list[pa.Schema], exc: Exception) -> str:
-    """Which field's types cannot be merged, and what to do about it."""
-    types: dict[str, set[str]] = {}
+def _clashes(schemas: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
+    """The columns whose types cannot be merged, each with its types, in first-seen order."""
+    fields: dict[str, list[pa.Field]] = {}
     for schema in schemas:
         for field in schema:
-            types.setdefault(field.name, set()).add(str(field.type))
-    for name, found in types.items():
+            fields.setdefault(field.name, []).append(field)
+    found = {}
+    for name, versions in fields.items():
         try:
-            pa.unify_schemas(
-                [pa.schema([s.field(name)]) for s in schemas if name in s.names],
-                promote_options="permissive",
-            )
+            pa.unify_schemas([pa.schema([f]) for f in versions], promote_options="permissive")
         except (pa.ArrowTypeError, pa.ArrowInvalid):
-            return (
-                f"column {name!r} was stored as {' and '.join(sorted(found))} in different "
-                "segments, which cannot be read as one column (two workers or nodes each "
-                "inferred a JSON field's type): declare its type in the topic's schema"
-            )
-    return f"the topic's segments have schemas that cannot be merged: {exc}"
+            found[name] = tuple(sorted({str(f.type) for f in versions}))
+    return found
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -252,7 +279,15 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
         column = batch.column(index)
-        arrays.append(column if column.type == field.type else _widened(column, field.type))
+        if column.type == field.type:
+            arrays.append(column)
+        elif pa.types.is_string(field.type) and not (
+            json_text.is_text(column.type) or pa.types.is_null(column.type)
+        ):
+            # Only a column whose stored types clash is a string column over another type.
+            arrays.append(json_text.as_json_text(column))
+        else:
+            arrays.append(_widened(column, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

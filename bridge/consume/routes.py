@@ -14,7 +14,7 @@ from bridge.ingest.decode import Decoder, decoder_for
 from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest
 from plateau_core.names import validate_topic
-from plateau_core.schema import merge_schemas
+from plateau_core.schema import merged_schema
 
 log = structlog.get_logger(__name__)
 
@@ -78,6 +78,16 @@ class Routes:
         if not stored:
             return
         try:
-            route.decoder.seed(merge_schemas(stored.values()))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, InvalidInputError) as exc:
+            merged = merged_schema(stored.values())
+        except InvalidInputError as exc:
+            log.warning("stored_schemas_disagree", topic=route.plateau_topic, error=str(exc))
+            return
+        if merged.clashes:
+            # Those columns read as text: the decoder goes on from the types it sees itself.
+            log.warning(
+                "stored_schemas_disagree", topic=route.plateau_topic, columns=list(merged.clashes)
+            )
+        try:
+            route.decoder.seed(merged.settled())
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             log.warning("stored_schemas_disagree", topic=route.plateau_topic, error=str(exc))

@@ -17,7 +17,7 @@ from plateau_core import Store, Writer
 from plateau_core.errors import InvalidInputError
 from plateau_core.journal_replay import replay
 from plateau_core.policies import RollPolicy
-from plateau_core.schema import merge_schemas
+from plateau_core.schema import merged_schema
 
 log = structlog.get_logger(__name__)
 
@@ -132,9 +132,15 @@ class OwnedPartitions:
         stored = self.store.manifest.schemas(topic)
         if stored:
             try:
-                decoder.seed(merge_schemas(stored.values()))
-            except InvalidInputError as exc:  # segments of clashing types: seeded by none
+                merged = merged_schema(stored.values())
+            except InvalidInputError as exc:  # schemas that cannot be merged: seeded by none
                 log.warning("stored_schemas_disagree", topic=topic, error=str(exc))
+            else:
+                if merged.clashes:  # read as text: the decoder goes on from what it sees
+                    log.warning(
+                        "stored_schemas_disagree", topic=topic, columns=list(merged.clashes)
+                    )
+                decoder.seed(merged.settled())
         return ProducedPartition(
             topic,
             partition,

@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pytest
+from structlog.testing import capture_logs
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.policies import IndexPolicy
 from plateau_core.read_request import to_epoch_ms
 from plateau_core.segment_file import open_segment, read_batch_index
 from tests.support import BASE_MS, append_patiently, batch
@@ -149,19 +151,84 @@ def test_uint64_beside_a_signed_integer_reads_as_a_decimal_that_holds_both(store
     assert found.column("offset").to_pylist() == [0]
 
 
-def test_columns_whose_types_cannot_merge_are_named(store: Store) -> None:
-    """Two workers each inferring a JSON field's type can store it as text in one partition
-    and as a number in another: the read says which column, not Arrow's merge error."""
+def _clashing(store: Store, columns: list[dict[str, pa.Array]], index: bool = False) -> None:
+    """One segment per entry, each in its own partition, as workers that each inferred a
+    JSON field's type write them."""
     writer = store.writer(WriterPolicy(fsync=False))
     try:
-        for partition, column in ((0, pa.array(["42"])), (1, pa.array([42]))):
-            writer.acquire("t", partition, roll=RollPolicy(max_age_s=3600))
-            writer.append("t", partition, batch([0], extra={"user": column}))
+        for partition, extra in enumerate(columns):
+            rows = len(next(iter(extra.values())))
+            policy = IndexPolicy(bloom=tuple(extra)) if index else None
+            writer.acquire("t", partition, roll=RollPolicy(max_age_s=3600), index=policy)
+            writer.append("t", partition, batch(range(rows), extra=extra))
         writer.flush()
     finally:
         writer.close()
-    with pytest.raises(InvalidInputError, match="column 'user' was stored as int64 and string"):
-        store.read("t").to_table()
+
+
+def test_a_column_whose_types_clash_reads_as_json_text(store: Store) -> None:
+    """Two workers each inferring a JSON field's type can store it as text in one partition
+    and as a number in another: every read of the topic failed. The column reads as text, the
+    other types' values as their JSON text, with one warning naming the column."""
+    _clashing(
+        store,
+        [
+            {"user": pa.array(["ann", None]), "n": pa.array([1, 2])},
+            {"user": pa.array([42, None]), "n": pa.array(["x", "y"])},
+            {"user": pa.array([True, False])},
+            {"user": pa.array([1.0, 2.5e-7])},
+            {"user": pa.array([{"id": 7, "tags": ["a", 'q"uote']}, None])},
+            {"user": pa.array([[1, None], []])},
+            {"user": pa.array([0, 1_500], pa.timestamp("s"))},
+        ],
+    )
+    with capture_logs() as logs:
+        table = store.read("t").to_table()
+    assert table.schema.field("user").type == pa.string()
+    assert table.schema.field("n").type == pa.string()
+    users = [
+        tuple(store.read("t", partitions=[p]).to_table().column("user").to_pylist())
+        for p in range(7)
+    ]
+    assert users == [
+        ("ann", None),
+        ("42", None),
+        ("true", "false"),
+        ("1.0", "2.5e-07"),
+        ('{"id":7,"tags":["a","q\\"uote"]}', None),
+        ("[1,null]", "[]"),
+        ("1970-01-01T00:00:00", "1970-01-01T00:25:00"),
+    ]
+    assert table.column("user").to_pylist() == [v for pair in users for v in pair]
+    clashes = {e["column"]: e for e in logs if e["event"] == "column_types_clash"}
+    assert sorted(clashes) == ["n", "user"] and len(logs) == 2
+    assert (clashes["n"]["topic"], clashes["n"]["types"]) == ("t", ["int64", "string"])
+    ordered = store.read("t", order_by="timestamp", columns=["user"]).to_table()
+    assert sorted(v for v in ordered.column("user").to_pylist() if v) == sorted(
+        v for v in table.column("user").to_pylist() if v
+    )
+
+
+def test_a_filter_on_a_clashed_column_finds_the_values_of_every_type(store: Store) -> None:
+    """`where` compares the text the column reads as, in every segment; the statistics and
+    bloom filters of the stored types prune no segment for it (those of bytes stored as such
+    ruled out the segment whose b"\\x00\\x01" reads as "AAE=")."""
+    _clashing(
+        store,
+        [
+            {"user": pa.array(["ann", "42"])},
+            {"user": pa.array([42, 7])},
+            {"user": pa.array([b"\x00\x01", b"\x02"])},
+        ],
+        index=True,
+    )
+    for value in ("42", 42):
+        result = store.read("t", where={"user": value})
+        assert sorted(result.to_table().column("user").to_pylist()) == ["42", "42"]
+    found = store.read("t", where={"user": "AAE="})
+    assert found.to_table().column("user").to_pylist() == ["AAE="]
+    assert found.pruned == 0
+    assert store.read("t", where={"user": "ann"}).to_table().num_rows == 1
 
 
 def test_spans_describe_partitions(ten_segments: Store) -> None:

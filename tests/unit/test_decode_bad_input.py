@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,6 +15,8 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from bridge.config import TopicMapping
 from bridge.consume.messages import records_of
 from bridge.ingest.decode import Decoded, decoder_for
+from plateau_core import RollPolicy, Store, WriterPolicy
+from plateau_core.schema import merged_schema
 
 
 def _decode(mapping: dict[str, object], values: list[bytes | None]) -> Decoded:
@@ -214,3 +217,36 @@ def test_declared_timestamps_take_epoch_milliseconds_as_well_as_iso_8601() -> No
         assert "between years 1 and 9999" in _poison(decoded)[3]
         if field:
             assert [r["timestamp"] for r in rows] == [r["ts"] for r in rows]
+
+
+def test_a_json_field_two_workers_inferred_differently_reads_as_text(tmp_path: Path) -> None:
+    """Two workers (two stores on one data folder, as `serve --workers 2` runs them) each see
+    a new field first, as a number in one partition and as text in the other: both land, and
+    every read of the topic failed. It reads as a text column; the next worker to start is
+    seeded with the other columns and goes on."""
+    lines = {0: [b'{"id": 1, "user": 42}'], 1: [b'{"id": 2, "user": "ann"}']}
+    for partition, values in lines.items():
+        store = Store.open(tmp_path / "data")
+        decoder = decoder_for(TopicMapping(source="t", format="json"))
+        decoded = decoder.decode(records_of([_message(0, v) for v in values]))
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("t", partition, roll=RollPolicy(max_age_s=3600))
+            for batch in decoded.batches:
+                writer.append("t", partition, batch)
+            writer.flush()
+        finally:
+            writer.close()
+            store.close()
+    store = Store.open(tmp_path / "data")
+    table = store.read("t", columns=["id", "user"]).to_table()
+    assert sorted(table.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "user": "42"},
+        {"id": 2, "user": "ann"},
+    ]
+    merged = merged_schema(store.manifest.schemas("t").values())
+    decoder = decoder_for(TopicMapping(source="t", format="json"))
+    decoder.seed(merged.settled())
+    decoded = decoder.decode(records_of([_message(1, b'{"id": "three", "user": 3}')]))
+    assert set(_poison(decoded)) == {1}  # `id` is stored as int64 everywhere
+    store.close()

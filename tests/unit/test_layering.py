@@ -22,6 +22,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.errors": 0,
     "plateau_core.names": 0,
     "plateau_core.schema": 0,
+    "plateau_core.json_text": 0,
     "plateau_core.checksums": 0,
     "plateau_core.column_stats": 0,
     "plateau_core.bloom": 0,
