@@ -14,7 +14,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from bridge.kafka_api.protocol import api_versions
-from bridge.kafka_api.sink import ProduceSink
+from bridge.kafka_api.sink import ProduceSink, creation_error
 from bridge.kafka_api.topics import TopicNameError
 
 log = structlog.get_logger(__name__)
@@ -62,16 +62,17 @@ class AdminHandler:
                 for t in body.topics
             ]
         allow = auto_create and getattr(body, "allow_auto_topic_creation", True)
-        refused: set[str] = set()
+        refused: dict[str, ErrorCode] = {}
         for name in names:
             if allow and allowed(name) and name not in self.topics.partitions:
                 try:
                     await self.sink.create_topic(name, None, "metadata")
-                except TopicNameError as exc:
-                    log.warning("topic_refused", topic=name, error=str(exc))
-                    refused.add(name)
+                except Exception as exc:
+                    # This topic's answer: the request's others still get theirs.
+                    refused[name], message = creation_error(name, exc)
+                    log.warning("topic_refused", topic=name, error=message)
         topics = [
-            self._topic_metadata(name, name in refused)
+            self._topic_metadata(name, refused.get(name))
             if allowed(name)
             else {"name": name, "error_code": ErrorCode.topic_authorization_failed}
             for name in names
@@ -83,9 +84,9 @@ class AdminHandler:
             "topics": topics,
         }
 
-    def _topic_metadata(self, name: str, refused: bool) -> dict[str, Any]:
-        if refused:
-            return {"name": name, "error_code": ErrorCode.invalid_topic_exception}
+    def _topic_metadata(self, name: str, refused: ErrorCode | None) -> dict[str, Any]:
+        if refused is not None:
+            return {"name": name, "error_code": refused}
         count = self.topics.partitions.get(name)
         if count is None:
             return {
@@ -194,7 +195,10 @@ class AdminHandler:
         wanted = topic.num_partitions if topic.num_partitions > 0 else None
         if validate_only:
             return ErrorCode.none, None, wanted or self.sink.api.default_partitions
-        count = await self.sink.create_topic(name, wanted, "create_topics")
+        try:
+            count = await self.sink.create_topic(name, wanted, "create_topics")
+        except Exception as exc:
+            return (*creation_error(name, exc), -1)
         return ErrorCode.none, None, count
 
     def describe_cluster(self, _body: Any) -> dict[str, Any]:

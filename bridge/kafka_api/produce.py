@@ -29,8 +29,7 @@ from bridge.kafka_api.batches import (
     split_batches,
 )
 from bridge.kafka_api.partition import Ticket
-from bridge.kafka_api.sink import Outcome, ProduceSink, ThrottledError
-from bridge.kafka_api.topics import TopicNameError
+from bridge.kafka_api.sink import Outcome, ProduceSink, ThrottledError, creation_error
 
 log = structlog.get_logger(__name__)
 
@@ -118,8 +117,10 @@ class ProduceHandler:
             self.sink.land()  # nothing gathered waits for the topic's partitions to open
             try:
                 await self.sink.create_topic(topic, None, "produce")
-            except TopicNameError as exc:
-                outcome = Outcome(ErrorCode.invalid_topic_exception, message=str(exc))
+            except Exception as exc:
+                # This partition's answer: the request's others still get theirs.
+                code, message = creation_error(topic, exc)
+                outcome = Outcome(code, message=message)
                 self._log_refused(topic, partition, outcome)
                 return outcome, 0.0
         refused = self._refusal(body, topic, partition, records, allowed)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import structlog
 from kio.schema.errors import ErrorCode
+from sqlalchemy.exc import SQLAlchemyError
 
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
@@ -31,10 +32,10 @@ from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.owned import OwnedPartitions
 from bridge.kafka_api.partition import Letters, Pending, ProducedPartition, Ticket
 from bridge.kafka_api.stats import SinkStats
-from bridge.kafka_api.topics import ProducedTopics
+from bridge.kafka_api.topics import ProducedTopics, TopicNameError
 from bridge.store import consolidator_for
 from plateau_core import Append, Store
-from plateau_core.errors import BackpressureError
+from plateau_core.errors import BackpressureError, InvalidInputError, PlateauError
 from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.policies import JOURNAL_MIN_BYTES, WriterPolicy
@@ -63,6 +64,19 @@ class Outcome:
     record_errors: list[tuple[int, str]] = field(default_factory=list)
     # What must be durable before acks=all is answered: (partition, offset it must reach).
     durable: list[tuple[ProducedPartition, int]] = field(default_factory=list)
+
+
+def creation_error(topic: str, exc: BaseException) -> tuple[ErrorCode, str]:
+    """The protocol's answer for a topic whose creation failed: a name refused, the store
+    unable to open its partitions (KAFKA_STORAGE_ERROR, which clients retry: the disk or the
+    manifest may come back), or anything else. The client is not told file names or SQL;
+    the log's topic_open_failed has them."""
+    if isinstance(exc, (TopicNameError, InvalidInputError)):
+        return ErrorCode.invalid_topic_exception, str(exc)
+    why = f"the partitions of topic {topic!r} could not be opened ({type(exc).__name__})"
+    if isinstance(exc, (OSError, PlateauError, SQLAlchemyError)):
+        return ErrorCode.kafka_storage_error, f"{why}; plateau's log has the detail"
+    return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
 
 
 class ProduceSink(WriterListener):
@@ -161,7 +175,8 @@ class ProduceSink(WriterListener):
         producers can write it. The partitions are acquired on a thread: thousands of them
         take seconds, and every other connection waits for the event loop meanwhile.
         Requests creating the same topic meanwhile wait for the first one's creation.
-        Raises TopicNameError for a name that cannot be created."""
+        Raises TopicNameError for a name that cannot be created, and what opening the
+        partitions raised (`creation_error` answers it)."""
         count = self.topics.partitions.get(topic)
         if count is not None:
             return count
@@ -189,7 +204,9 @@ class ProduceSink(WriterListener):
         try:
             count, states = await self.loop.run_in_executor(None, prepare)
         except Exception as exc:
-            log.error("topic_open_failed", topic=topic, error=str(exc))
+            log.error(
+                "topic_open_failed", topic=topic, error=str(exc), error_type=type(exc).__name__
+            )
             raise
         self.owned.publish(states)
         self.topics.add(topic, count)

@@ -6,17 +6,29 @@ away for a minute, and kafka-topics.sh --create timed out meanwhile."""
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from sqlalchemy.exc import OperationalError
 
 from bridge.kafka_api.server import KafkaApiServer
-from tests.kafka_api.support import api_config, listening, stored
+from plateau_core.errors import InvalidInputError
+from tests.kafka_api.support import (
+    RawClient,
+    api_config,
+    listening,
+    produce_body,
+    record_batch,
+    stored,
+)
 
 
 @contextmanager
@@ -145,3 +157,131 @@ def test_a_topic_being_created_when_the_listener_stops_is_let_go_with_the_rest(
     with listening(config) as (_server, bootstrap):
         delivered = produce(bootstrap, "big", 20)
     assert stored(tmp_path / "store", "big").num_rows == len(delivered) == 20
+
+
+PRODUCE, METADATA, CREATE_TOPICS = 0, 3, 19
+
+
+@contextmanager
+def failing_open(server: KafkaApiServer, topic: str, error: Exception) -> Iterator[None]:
+    """While the block runs, acquiring a partition of `topic` raises `error` (a folder that
+    cannot be made, a name the store refuses)."""
+    assert server.sink is not None
+    writer = server.sink.writer
+    acquire = writer.acquire
+
+    def failing(name: str, partition: int, **kwargs: Any) -> int | None:
+        if name == topic:
+            raise error
+        return acquire(name, partition, **kwargs)
+
+    writer.acquire = failing  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        writer.acquire = acquire  # type: ignore[method-assign]
+
+
+def creatable(name: str, partitions: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": 1,
+        "assignments": [],
+        "configs": [],
+    }
+
+
+def create_topics(
+    client: RawClient, topics: list[dict[str, Any]], timeout_ms: int, validate_only: bool = False
+) -> dict[str, Any]:
+    body = {"topics": topics, "timeout": timeout_ms, "validate_only": validate_only}
+    answer = client.call(CREATE_TOPICS, 7, body)
+    return {t.name: t for t in answer.topics}
+
+
+STORAGE = OSError(errno.EACCES, "Permission denied")
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (STORAGE, ErrorCode.kafka_storage_error),
+        (OperationalError("SELECT", {}, Exception("database is locked")), None),
+        (InvalidInputError("the store refuses it"), ErrorCode.invalid_topic_exception),
+        (RuntimeError("unforeseen"), ErrorCode.unknown_server_error),
+    ],
+)
+def test_a_topic_that_cannot_be_opened_is_answered_per_partition(
+    tmp_path: Path, error: Exception, code: ErrorCode | None
+) -> None:
+    """A produce creating a topic whose partitions cannot be opened gets the protocol's
+    error for that partition, and the other partitions of the request their answers: the
+    connection closed without one left the records it took unacknowledged, and a producer
+    sent them again. Once the store can open it, the next produce creates the topic."""
+    config = api_config(tmp_path / "store", auto_create_topics=True, default_partitions=1)
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        client = RawClient(bootstrap)
+        body = produce_body("events", 0, record_batch([b"taken"]), acks=1)
+        body["topic_data"].append(
+            {"name": "fresh", "partition_data": [{"index": 0, "records": record_batch([b"x"])}]}
+        )
+        if isinstance(error, OperationalError):
+            # The manifest, not the disk: recording the topic fails.
+            topics = server.sink.topics
+            record = topics.record
+
+            def unavailable(*args: Any, **kwargs: Any) -> int:
+                raise error
+
+            topics.record = unavailable  # type: ignore[method-assign]
+            try:
+                answer = client.call(PRODUCE, 9, body)
+            finally:
+                topics.record = record  # type: ignore[method-assign]
+            code = ErrorCode.kafka_storage_error
+        else:
+            with failing_open(server, "fresh", error):
+                answer = client.call(PRODUCE, 9, body)
+        by_topic = {t.name: t.partition_responses[0] for t in answer.responses}
+        assert (by_topic["events"].error_code, by_topic["events"].base_offset) == (
+            ErrorCode.none,
+            0,
+        )
+        assert by_topic["fresh"].error_code == code
+        assert by_topic["fresh"].error_message
+        assert "fresh" not in server.sink.topics.partitions
+        again = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"y"])))
+        assert again.responses[0].partition_responses[0].error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"taken"]
+    assert stored(tmp_path / "store", "fresh").column("value").to_pylist() == [b"y"]
+
+
+def test_create_topics_and_metadata_answer_a_topic_that_cannot_be_opened(tmp_path: Path) -> None:
+    """CreateTopics and an auto-creating Metadata answer the topic that failed with its
+    error, and the others of the request as usual."""
+    config = api_config(tmp_path / "store", auto_create_topics=True)
+    with listening(config) as (server, bootstrap):
+        client = RawClient(bootstrap)
+        with failing_open(server, "broken", STORAGE):
+            created = create_topics(client, [creatable("broken", 2), creatable("fine", 2)], 10_000)
+            metadata = client.call(
+                METADATA,
+                12,
+                {
+                    "topics": [{"name": "broken"}, {"name": "events"}],
+                    "allow_auto_topic_creation": True,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+        assert created["broken"].error_code == ErrorCode.kafka_storage_error
+        assert created["fine"].error_code == ErrorCode.none
+        listed = {t.name: t for t in metadata.topics}
+        assert listed["broken"].error_code == ErrorCode.kafka_storage_error
+        assert len(listed["events"].partitions) == 2
+        assert create_topics(client, [creatable("broken", 2)], 10_000)["broken"].error_code == (
+            ErrorCode.none
+        )
+        client.close()
