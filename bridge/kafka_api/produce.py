@@ -63,6 +63,9 @@ class ProduceHandler:
                 _Answer(t.name, p.index, wrong) for t in body.topic_data for p in t.partition_data
             ]
             return Accepted(_answered(answers), 0, [wrong.error])
+        # What the writer did not take yet of the batches this request handed over, also
+        # part way through it (before a topic opens, a schema is fetched).
+        stalled: list[asyncio.Future[None]] = []
         try:
             for topic_data in body.topic_data:
                 for data in topic_data.partition_data:
@@ -73,17 +76,19 @@ class ProduceHandler:
                         allowed,
                         ticket=ticket,
                         deadline=deadline,
+                        stalled=stalled,
                     )
                     throttled += held
                     answers.append(_Answer(topic_data.name, data.index, outcome))
         finally:
             # The offsets of what was taken are handed out: it must land even if the
             # request goes no further.
-            stalled = self.sink.land()
-        if stalled:
+            stalled += self.sink.land()
+        waiting = {future for future in stalled if not future.done()}
+        if waiting:
             # The writer took part of it: hold this connection until it took the rest.
             started = time.monotonic()
-            await asyncio.wait(stalled)
+            await asyncio.wait(waiting)
             throttled += time.monotonic() - started
         self.sink.seal_due()
         throttle_ms = int(throttled * 1000)
@@ -106,7 +111,10 @@ class ProduceHandler:
         *,
         ticket: Ticket,
         deadline: float,
+        stalled: list[asyncio.Future[None]],
     ) -> tuple[Outcome, float]:
+        """One partition's answer; `stalled` gathers what the writer did not take yet of
+        the batches handed over on the way."""
         topic, partition = key
         if (
             self.api.auto_create_topics
@@ -114,7 +122,7 @@ class ProduceHandler:
             and body.transactional_id is None
             and allowed(topic)
         ):
-            self.sink.land()  # nothing gathered waits for the topic's partitions to open
+            stalled += self.sink.land()  # nothing gathered waits for the partitions to open
             try:
                 await self.sink.create_topic(topic, None, "produce")
             except Exception as exc:
@@ -156,7 +164,9 @@ class ProduceHandler:
         if ahead is not None:
             self._log_refused(topic, partition, ahead)
             return ahead, 0.0
-        return await self._land(topic, partition, batches, ticket, deadline, urgent=body.acks == -1)
+        return await self._land(
+            topic, partition, batches, ticket, deadline, stalled=stalled, urgent=body.acks == -1
+        )
 
     def _ahead(self, topic: str, partition: int, batches: list[ProducedBatch]) -> Outcome | None:
         """INVALID_TIMESTAMP for a CreateTime batch holding a record from too far ahead."""
@@ -213,12 +223,13 @@ class ProduceHandler:
         ticket: Ticket,
         deadline: float,
         *,
+        stalled: list[asyncio.Future[None]],
         urgent: bool,
     ) -> tuple[Outcome, float]:
         first: Outcome | None = None
         held = 0.0
         for batch in batches:
-            await self.sink.prefetch_schemas(topic, partition, batch)
+            stalled += await self.sink.prefetch_schemas(topic, partition, batch)
             while True:
                 try:
                     outcome = self.sink.append(topic, partition, batch, ticket, urgent=urgent)

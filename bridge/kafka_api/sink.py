@@ -227,20 +227,25 @@ class ProduceSink(WriterListener):
 
     # --- appends ------------------------------------------------------------------------------
 
-    async def prefetch_schemas(self, topic: str, partition: int, batch: ProducedBatch) -> None:
+    async def prefetch_schemas(
+        self, topic: str, partition: int, batch: ProducedBatch
+    ) -> list[asyncio.Future[None]]:
         """Fetch the writer schemas a batch names that are not in memory yet, on a thread:
         a registry that is slow or down must not stall the event loop, and with it every
         other connection, for its timeout. `append` then finds them in memory (or the
-        registry marked down, which it reports at once)."""
+        registry marked down, which it reports at once). Returns what `land` returned
+        for the batches handed over first: the request waits for them as for its others."""
         state = self.partitions.get((topic, partition))
         decoder = None if state is None else state.decoder
         if not isinstance(decoder, SchemaDecoder):
-            return
+            return []
         records = batch.records()
         missing = decoder.unfetched(records.values, records.keys)
-        if missing:
-            self.land()  # nothing gathered waits for a registry
-            await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
+        if not missing:
+            return []
+        stalled = self.land()  # nothing gathered waits for a registry
+        await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
+        return stalled
 
     def append(
         self,

@@ -7,6 +7,7 @@ away for a minute, and kafka-topics.sh --create timed out meanwhile."""
 from __future__ import annotations
 
 import errno
+import select
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +21,8 @@ from kio.schema.errors import ErrorCode
 from sqlalchemy.exc import OperationalError
 
 from bridge.kafka_api.server import KafkaApiServer
-from plateau_core.errors import InvalidInputError
+from plateau_core import Append
+from plateau_core.errors import BackpressureError, InvalidInputError
 from tests.kafka_api.support import (
     RawClient,
     api_config,
@@ -285,3 +287,50 @@ def test_create_topics_and_metadata_answer_a_topic_that_cannot_be_opened(tmp_pat
             ErrorCode.none
         )
         client.close()
+
+
+def test_batches_the_writer_did_not_take_before_a_topic_opened_hold_the_request_back(
+    tmp_path: Path,
+) -> None:
+    """A request's batches handed to the writer before a new topic opens, which the writer
+    could not take then (at its memory budget), hold its connection back as the rest of the
+    request does: it is answered once the writer took them (Kafka's quota behaviour). It
+    was answered at once, the producer sending more while they waited in memory."""
+    config = api_config(tmp_path / "store", auto_create_topics=True, default_partitions=1)
+    with listening(config) as (server, bootstrap):
+        sink = server.sink
+        assert sink is not None
+        writer = sink.writer
+        append_group = writer.append_group
+        full = threading.Event()
+        full.set()
+        fresh_taken = threading.Event()
+
+        def at_budget_for_events(appends: list[Append]) -> int | None:
+            if full.is_set() and any(a.topic == "events" for a in appends):
+                raise BackpressureError("events", 0, "memory_budget", "the budget is reached")
+            if any(a.topic == "fresh" for a in appends):
+                fresh_taken.set()
+            return append_group(appends)
+
+        writer.append_group = at_budget_for_events  # type: ignore[method-assign]
+        client = RawClient(bootstrap)
+        body = produce_body("events", 0, record_batch([b"a"]), acks=1)
+        body["topic_data"].append(
+            {"name": "fresh", "partition_data": [{"index": 0, "records": record_batch([b"x"])}]}
+        )
+        client.send_frame(client.request_frame(PRODUCE, 9, body))
+        assert fresh_taken.wait(20)
+        # The rest of the request is in the writer; the connection waits for the events
+        # batch, however long this looks for an answer.
+        if not select.select([client.sock], [], [], 0.5)[0]:
+            full.clear()
+            sink.on_capacity()
+        response = client.response(PRODUCE, 9)
+        still_waiting = list(sink.partitions[("events", 0)].stalled)
+        assert still_waiting == [], "answered while its events batch waited for the writer"
+        codes = {t.name: t.partition_responses[0].error_code for t in response.responses}
+        assert codes == {"events": ErrorCode.none, "fresh": ErrorCode.none}
+        client.close()
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"a"]
+    assert stored(tmp_path / "store", "fresh").column("value").to_pylist() == [b"x"]
