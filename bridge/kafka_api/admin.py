@@ -4,11 +4,12 @@ every partition."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from kio.schema.errors import ErrorCode
@@ -28,6 +29,28 @@ _AS_PLATEAU_DOES: dict[str, tuple[str, ...]] = {
 # DescribeConfigs' config_source values.
 DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+
+
+class Created(NamedTuple):
+    """One topic's answer to CreateTopics."""
+
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    partitions: int = -1  # when created (or valid, with validate_only)
+
+
+def _outcome(topic: str, creating: asyncio.Future[int]) -> Created:
+    if not creating.done():
+        # Kafka's answer for a topic whose creation outlasts the request's timeout (or any
+        # creation, with a timeout of 0): librdkafka reads it as success then.
+        return Created(
+            ErrorCode.request_timed_out,
+            f"topic {topic!r} is still being created; it is listed once its partitions are open",
+        )
+    failed = creating.exception()
+    if failed is not None:
+        return Created(*creation_error(topic, failed))
+    return Created(partitions=creating.result())
 
 
 def topic_id(topic: str) -> uuid.UUID:
@@ -129,77 +152,82 @@ class AdminHandler:
         return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": epoch}
 
     async def create_topics(self, body: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
-        results = []
         named = collections.Counter(topic.name for topic in body.topics)
+        answers: list[Created | asyncio.Future[int]] = []
         for topic in body.topics:
-            error: ErrorCode
-            message: str | None
+            refusal: Created | None
             if named[topic.name] > 1:
                 # Kafka's answer: neither entry is created.
-                error, message, count = (
-                    ErrorCode.invalid_request,
-                    f"topic {topic.name!r} is listed more than once",
-                    -1,
+                refusal = Created(
+                    ErrorCode.invalid_request, f"topic {topic.name!r} is listed more than once"
                 )
             elif not allowed(topic.name):
-                error, message, count = (
-                    ErrorCode.topic_authorization_failed,
-                    f"not allowed: {topic.name}",
-                    -1,
+                refusal = Created(
+                    ErrorCode.topic_authorization_failed, f"not allowed: {topic.name}"
                 )
             else:
-                error, message, count = await self._create(topic, body.validate_only)
+                refusal = self._refusal(topic)
+            if refusal is not None:
+                answers.append(refusal)
+                continue
+            wanted = topic.num_partitions if topic.num_partitions > 0 else None
+            if body.validate_only:
+                answers.append(Created(partitions=wanted or self.sink.api.default_partitions))
+            else:
+                answers.append(self.sink.start_creation(topic.name, wanted, "create_topics"))
+        creating = [a for a in answers if isinstance(a, asyncio.Future)]
+        timeout_s = body.timeout.total_seconds()
+        if creating and timeout_s > 0:
+            # As Kafka: answered by the request's timeout, the creations going on after it
+            # (thousands of partitions take longer than the Java admin client's 30 s).
+            await asyncio.wait(creating, timeout=timeout_s)
+        results = []
+        for topic, answer in zip(body.topics, answers, strict=True):
+            done = answer if isinstance(answer, Created) else _outcome(topic.name, answer)
+            ok = done.error is ErrorCode.none
             results.append(
                 {
                     "name": topic.name,
                     "topic_id": topic_id(topic.name),
-                    "error_code": error,
-                    "error_message": message,
-                    "num_partitions": count if error is ErrorCode.none else -1,
-                    "replication_factor": 1 if error is ErrorCode.none else -1,
+                    "error_code": done.error,
+                    "error_message": done.message,
+                    "num_partitions": done.partitions if ok else -1,
+                    "replication_factor": 1 if ok else -1,
                     "configs": [],
                 }
             )
         return {"topics": results}
 
-    async def _create(self, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
+    def _refusal(self, topic: Any) -> Created | None:
+        """Why CreateTopics does not create `topic`, or None."""
         name = topic.name
         if name in self.topics.partitions or self.sink.creating(name):
-            return ErrorCode.topic_already_exists, f"topic {name!r} already exists", -1
+            return Created(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         if topic.replication_factor not in (-1, 1):
-            return (
+            return Created(
                 ErrorCode.invalid_replication_factor,
                 "plateau is one node: replication_factor can be 1 (or -1)",
-                -1,
             )
         if topic.assignments:
-            return ErrorCode.invalid_request, "plateau places partitions itself", -1
+            return Created(ErrorCode.invalid_request, "plateau places partitions itself")
         if not (topic.num_partitions == -1 or 1 <= topic.num_partitions <= 10_000):
-            return ErrorCode.invalid_partitions, "num_partitions must be 1..10000 or -1", -1
+            return Created(ErrorCode.invalid_partitions, "num_partitions must be 1..10000 or -1")
         refused = [
             f"{c.name}={c.value}"
             for c in topic.configs
             if c.value not in _AS_PLATEAU_DOES.get(c.name, ())
         ]
         if refused:
-            return (
+            return Created(
                 ErrorCode.invalid_config,
                 f"plateau does not take topic configs here ({', '.join(refused)}); a topic's "
                 "settings go in its config file's topics section",
-                -1,
             )
         try:
             self.topics.check_name(name)
         except TopicNameError as exc:
-            return ErrorCode.invalid_topic_exception, str(exc), -1
-        wanted = topic.num_partitions if topic.num_partitions > 0 else None
-        if validate_only:
-            return ErrorCode.none, None, wanted or self.sink.api.default_partitions
-        try:
-            count = await self.sink.create_topic(name, wanted, "create_topics")
-        except Exception as exc:
-            return (*creation_error(name, exc), -1)
-        return ErrorCode.none, None, count
+            return Created(ErrorCode.invalid_topic_exception, str(exc))
+        return None
 
     def describe_cluster(self, _body: Any) -> dict[str, Any]:
         return {

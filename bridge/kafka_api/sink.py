@@ -180,14 +180,28 @@ class ProduceSink(WriterListener):
         count = self.topics.partitions.get(topic)
         if count is not None:
             return count
+        # Shielded: a request that goes away does not cancel the creation others wait for.
+        return await asyncio.shield(self.start_creation(topic, partitions, created_by))
+
+    def start_creation(
+        self, topic: str, partitions: int | None, created_by: str
+    ) -> asyncio.Future[int]:
+        """The creation of a topic that is not open yet, started now unless it is under way;
+        it goes on whether anyone waits for it or not. Raises TopicNameError."""
         creating = self._creating.get(topic)
         if creating is None:
             self.topics.check_name(topic)
             creating = asyncio.ensure_future(self._create(topic, partitions, created_by))
             self._creating[topic] = creating
-            creating.add_done_callback(lambda _: self._creating.pop(topic, None))
-        # Shielded: a request that goes away does not cancel the creation others wait for.
-        return await asyncio.shield(creating)
+            creating.add_done_callback(lambda done: self._created(topic, done))
+        return creating
+
+    def _created(self, topic: str, done: asyncio.Future[int]) -> None:
+        self._creating.pop(topic, None)
+        # Retrieved here: a request answered before the creation ended does not wait for
+        # it, and its failure is logged (topic_open_failed) already.
+        if not done.cancelled():
+            done.exception()
 
     def creating(self, topic: str) -> bool:
         return topic in self._creating

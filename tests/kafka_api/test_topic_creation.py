@@ -334,3 +334,34 @@ def test_batches_the_writer_did_not_take_before_a_topic_opened_hold_the_request_
         client.close()
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"a"]
     assert stored(tmp_path / "store", "fresh").column("value").to_pylist() == [b"x"]
+
+
+def test_create_topics_answers_by_its_timeout_and_goes_on_creating(tmp_path: Path) -> None:
+    """A creation longer than the request's timeout_ms (thousands of partitions) is answered
+    REQUEST_TIMED_OUT by then, as Kafka answers, and goes on: the topic is listed once its
+    partitions are open. Unanswered, the Java admin client gave up at its own timeout and
+    its retry was told the topic already exists. A timeout of 0 asks for no wait at all
+    (librdkafka's default, which reads that answer as success)."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        client = RawClient(bootstrap)
+        with held_open(server, "big") as release:
+            waited = create_topics(client, [creatable("big", 3), creatable("big", 3)], 300)
+            assert waited["big"].error_code == ErrorCode.invalid_request
+            answer = create_topics(client, [creatable("big", 3)], 300)["big"]
+            assert answer.error_code == ErrorCode.request_timed_out
+            assert answer.error_message
+            checked = create_topics(client, [creatable("other", 2)], 300, validate_only=True)
+            assert checked["other"].error_code == ErrorCode.none
+            at_once = create_topics(client, [creatable("big", 3), creatable("next", 1)], 0)
+            assert at_once["big"].error_code == ErrorCode.topic_already_exists
+            assert at_once["next"].error_code == ErrorCode.request_timed_out
+            assert "big" not in server.sink.topics.partitions
+            release.set()
+            while server.sink.creating("big") or server.sink.creating("next"):
+                threading.Event().wait(0.01)
+        assert server.sink.topics.partitions["big"] == 3
+        assert server.sink.topics.partitions["next"] == 1
+        assert "other" not in server.sink.topics.partitions
+        client.close()
