@@ -365,3 +365,20 @@ def test_create_topics_answers_by_its_timeout_and_goes_on_creating(tmp_path: Pat
         assert server.sink.topics.partitions["next"] == 1
         assert "other" not in server.sink.topics.partitions
         client.close()
+
+
+def test_names_kafka_would_call_colliding_are_separate_topics(tmp_path: Path) -> None:
+    """Kafka refuses 'metrics_eu' beside 'metrics.eu' (its metric names would clash).
+    plateau keeps the exact name in folders, manifest rows and metric labels, so it takes
+    both, as separate topics."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        for topic, value in (("metrics.eu", b"dot"), ("metrics_eu", b"underscore")):
+            created = create_topics(client, [creatable(topic, 1)], 10_000)[topic]
+            assert created.error_code == ErrorCode.none
+            answer = client.call(PRODUCE, 9, produce_body(topic, 0, record_batch([value])))
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", "metrics.eu").column("value").to_pylist() == [b"dot"]
+    assert stored(tmp_path / "store", "metrics_eu").column("value").to_pylist() == [b"underscore"]
