@@ -3,6 +3,8 @@ committed offset is for lag tools."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import structlog
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -18,6 +20,20 @@ from plateau_core.manifest import Manifest
 
 log = structlog.get_logger(__name__)
 
+BEHIND_REASON = (
+    "the Kafka partition hands out offsets the store already holds: a topic deleted and "
+    "created again, or a log cut back; its records below next_offset are not read; map it "
+    "to a new plateau topic to keep them"
+)
+
+
+class Start(NamedTuple):
+    """Where an assigned partition starts, and whether its Kafka partition ends before the
+    store's watermark (`source_behind_store` was logged)."""
+
+    offset: int
+    behind: bool = False
+
 
 def start_offset(
     consumer: Consumer,
@@ -27,7 +43,7 @@ def start_offset(
     kafka: KafkaConfig,
     manifest: Manifest,
     plateau_topic: str,
-) -> int:
+) -> Start:
     """The offset to seek `tp` to: the manifest's watermark, or where Kafka's retention
     left the partition when it removed records plateau had not read (a gap, recorded in
     the manifest). A partition without a watermark starts per the configuration. With
@@ -36,8 +52,8 @@ def start_offset(
     records since are in that node's store."""
     if watermark is None:
         if kafka.start_without_watermark == "committed":
-            return OFFSET_STORED  # librdkafka falls back to auto.offset.reset
-        return OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END
+            return Start(OFFSET_STORED)  # librdkafka falls back to auto.offset.reset
+        return Start(OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END)
     if kafka.start_without_watermark == "committed":
         try:
             (found,) = consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=10)
@@ -69,20 +85,31 @@ def start_offset(
             next_offset=watermark,
             latest_available=high,
             not_read=min(watermark, high) - low,
-            reason="the Kafka partition ends before the store's watermark: a topic deleted "
-            "and created again, or a log cut back; map it to a new plateau topic to keep "
-            "its records",
+            reason=BEHIND_REASON,
         )
     if low > watermark:
-        manifest.record_gap(plateau_topic, tp.partition, watermark, low)
-        log.warning(
-            "offset_gap",
-            topic=tp.topic,
-            partition=tp.partition,
-            next_offset=watermark,
-            earliest_available=low,
-            missing=low - watermark,
-            reason="Kafka's retention removed these records before plateau read them",
-        )
-        return int(low)
-    return watermark
+        removed_by_retention(manifest, plateau_topic, (tp.topic, tp.partition), watermark, low)
+        return Start(int(low))
+    return Start(watermark, behind=high < watermark)
+
+
+def removed_by_retention(
+    manifest: Manifest,
+    plateau_topic: str,
+    source: tuple[str, int],
+    next_offset: int,
+    earliest: int,
+) -> None:
+    """Kafka's retention removed the offsets from `next_offset` up to `earliest` of the
+    Kafka partition `source` before plateau read them: a gap, recorded in the manifest."""
+    topic, partition = source
+    manifest.record_gap(plateau_topic, partition, next_offset, earliest)
+    log.warning(
+        "offset_gap",
+        topic=topic,
+        partition=partition,
+        next_offset=next_offset,
+        earliest_available=earliest,
+        missing=earliest - next_offset,
+        reason="Kafka's retention removed these records before plateau read them",
+    )

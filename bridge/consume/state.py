@@ -13,6 +13,12 @@ class PartitionState:
 
     plateau_topic: str
     next_offset: int  # the next offset to append; earlier ones are duplicates of a re-fetch
+    # next_offset is where the partition continues: False for one without a watermark until
+    # its first records come (it starts wherever auto_offset_reset or the group says).
+    positioned: bool = True
+    # Kafka hands out offsets below next_offset (source_behind_store was logged); cleared
+    # once it reaches next_offset again.
+    behind: bool = False
     paused_reason: str | None = None
     paused_since: float = 0.0
     watermark: int | None = None  # the manifest's next offset: what is durable

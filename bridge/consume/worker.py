@@ -34,7 +34,7 @@ from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
 from bridge.consume.messages import records_of
 from bridge.consume.pauses import REGISTRY, Pauses
-from bridge.consume.positions import start_offset
+from bridge.consume.positions import BEHIND_REASON, removed_by_retention, start_offset
 from bridge.consume.routes import Route, Routes
 from bridge.consume.sealed import Committable, SealListener
 from bridge.consume.snapshot import worker_snapshot
@@ -158,10 +158,50 @@ class Worker:
             # A consumed message without an error always has an offset.
             offsets = cast(list[int], list(map(Message.offset, fetched)))
             fresh = fetched
-            if min(offsets) < state.next_offset:  # a re-fetch overlapping what was appended
+            if min(offsets) < state.next_offset:  # offsets the store holds already
                 fresh = list(itertools.compress(fetched, (o >= state.next_offset for o in offsets)))
+                self._behind_store(key, state, min(offsets))
             if fresh:
+                state.behind = False
+                self._past_removed(key, state, cast(int, fresh[0].offset()))
                 self._land(key, state, fresh)
+                state.positioned = True
+
+    def _behind_store(self, key: Key, state: PartitionState, first: int) -> None:
+        """Kafka handed out offsets below what the store holds: librdkafka started the
+        partition over (auto_offset_reset) when its fetch position fell outside the log,
+        that is the topic was deleted and created again, or its log cut back, while this
+        worker consumed it. Its records below next_offset are not read, as at assignment;
+        said once until Kafka reaches next_offset again."""
+        if state.behind:
+            return
+        state.behind = True
+        self.telemetry.add("errors", ("source_behind_store",))
+        log.error(
+            "source_behind_store",
+            topic=key[0],
+            partition=key[1],
+            next_offset=state.next_offset,
+            first_offset=first,
+            reason=BEHIND_REASON,
+        )
+
+    def _past_removed(self, key: Key, state: PartitionState, offset: int) -> None:
+        """The partition continues at `offset`, past next_offset. Compaction, transaction
+        markers and aborted transactions leave such gaps; but when Kafka's log now starts
+        past next_offset, its retention removed records plateau had not read (librdkafka
+        moved the fetch to the earliest offset left): a gap, recorded as at assignment."""
+        if not state.positioned or offset <= state.next_offset:
+            return
+        low, _ = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+        if low > state.next_offset:
+            removed_by_retention(
+                self.store.manifest,
+                state.plateau_topic,
+                key,
+                state.next_offset,
+                min(low, offset),
+            )
 
     def _advance_past_gaps(self) -> None:
         """Move each partition past offsets Kafka's consumer skipped without delivering a
@@ -182,11 +222,14 @@ class Worker:
         except KafkaException:
             return  # asked again in a second
         for tp in positions:
-            state = active.get((tp.topic, tp.partition))
+            key = (tp.topic, tp.partition)
+            state = active.get(key)
             if state is None or tp.error is not None or tp.offset <= state.next_offset:
                 continue
+            self._past_removed(key, state, tp.offset)
             self.writer.skip(state.plateau_topic, tp.partition, tp.offset)
             state.next_offset = tp.offset
+            state.positioned = True
 
     def _without_errors(self, messages: Sequence[Message]) -> Sequence[Message]:
         errors = list(map(Message.error, messages))
@@ -338,7 +381,7 @@ class Worker:
                 rollups=route.mapping.rollup_policies(),
                 timeout_s=self.config.shutdown_timeout + 10,
             )
-            tp.offset = start_offset(
+            start = start_offset(
                 consumer,
                 tp,
                 watermark,
@@ -346,9 +389,17 @@ class Worker:
                 manifest=self.store.manifest,
                 plateau_topic=route.plateau_topic,
             )
+            tp.offset = start.offset
+            if start.behind:
+                self.telemetry.add("errors", ("source_behind_store",))
+            # Past the watermark when Kafka's retention or another node took the partition
+            # further (a gap recorded already); a logical offset without a watermark.
+            positioned = start.offset >= 0
             self.partitions[(tp.topic, tp.partition)] = PartitionState(
                 route.plateau_topic,
-                watermark or 0,
+                start.offset if positioned else 0,
+                positioned=positioned,
+                behind=start.behind,
                 watermark=watermark,
                 max_age_s=self.config.roll_policy(route.mapping).max_age_s,
             )

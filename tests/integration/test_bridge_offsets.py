@@ -295,3 +295,82 @@ def test_seals_of_a_lost_partition_are_not_committed(
             worker.consumer = real
             real.close()
     assert [[(tp.partition, tp.offset) for tp in c] for c in committed_here] == [[(0, 10)]]
+
+
+def test_a_topic_created_again_while_consumed_is_said_loudly(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """Deleted and created again between two metadata refreshes, the topic is never
+    revoked: the consumer's fetch at the watermark is out of range and librdkafka starts
+    the partition over at its beginning, handing out offsets the store holds. Those
+    records are not read, as at assignment, and not silently."""
+    topic = topic_factory(partitions=1)
+    config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    produce(kafka, topic, [Record(value=b"old-%d" % i, partition=0) for i in range(30)])
+    stop = threading.Event()
+    with open_store(config) as store, capture_logs() as logs:
+        worker = Worker(config, store, stop)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(lambda: _landed(store, topic) == {0: 30})
+            _recreate(kafka, topic)
+            produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(40)])
+            _until(lambda: _landed(store, topic) == {0: 40})
+        finally:
+            stop.set()
+            running.join(60)
+    (event,) = [e for e in logs if e["event"] == "source_behind_store"]
+    assert event["log_level"] == "error"
+    assert (event["topic"], event["next_offset"]) == (topic, 30)
+    values = stored(tmp_path, topic).column("value").to_pylist()
+    assert values == [b"old-%d" % i for i in range(30)] + [b"new-%d" % i for i in range(30, 40)]
+
+
+def _recreate(kafka: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.delete_topics([topic])[topic].result(30)
+    _until(lambda: topic not in admin.list_topics(timeout=10).topics)
+    deadline = time.monotonic() + 30
+    while True:  # the deletion finishes in the background
+        try:
+            create_topic(kafka, topic, 1)
+            return
+        except Exception:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def test_records_removed_by_retention_while_consumed_are_a_recorded_gap(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """Kafka's retention removes records while the worker is behind them (paused here):
+    librdkafka moves the fetch on to the earliest offset left. The gap is recorded and
+    logged as it is when found at assignment."""
+    topic = topic_factory(partitions=1)
+    config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    _produce(kafka, topic, 0, 100)
+    stop = threading.Event()
+    with open_store(config) as store, capture_logs() as logs:
+        worker = Worker(config, store, stop)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(lambda: _landed(store, topic) == {0: 100})
+            worker.writer._disk.floor_bytes = 10**18  # every append refused: paused
+            _produce(kafka, topic, 100, 100)
+            _until(lambda: any(s.paused_reason for s in worker.partitions.values()))
+            admin = AdminClient({"bootstrap.servers": kafka})
+            for future in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+                future.result(timeout=30)
+            worker.writer._disk.floor_bytes = 0
+            _until(lambda: _landed(store, topic) == {0: 200})
+            gaps = store.manifest.gaps(topic)
+        finally:
+            stop.set()
+            running.join(60)
+    assert gaps == [(0, 100, 150)]
+    (event,) = [e for e in logs if e["event"] == "offset_gap"]
+    assert (event["next_offset"], event["earliest_available"], event["missing"]) == (100, 150, 50)
+    offsets = stored(tmp_path, topic).column("offset").to_pylist()
+    assert offsets == list(range(100)) + list(range(150, 200))
