@@ -330,11 +330,11 @@ class ProduceSink(WriterListener):
                     error=ErrorCode.kafka_storage_error,
                     message=f"the records cannot be decoded now ({exc}); retry",
                 )
-            refused = self._refused(state, batch, decoded.poison)
-            if refused is not None:
-                return refused
             rows = decoded.batches
-            letters = self._poison(state, records, decoded.poison)
+            poisoned = self._poison(state, batch, records, decoded.poison)
+            if isinstance(poisoned, Outcome):
+                return poisoned
+            letters = poisoned
         state.reserve(batch.count)
         end = base + batch.count
         producer = None
@@ -379,14 +379,37 @@ class ProduceSink(WriterListener):
         )
 
     def _poison(
-        self, state: ProducedPartition, records: pa.RecordBatch, poison: list[Poison]
-    ) -> Letters | None:
+        self,
+        state: ProducedPartition,
+        batch: ProducedBatch,
+        records: pa.RecordBatch,
+        poison: list[Poison],
+    ) -> Letters | Outcome | None:
+        """Where a batch's poison records go; an Outcome when the batch is refused whole:
+        its topic refuses such batches, or its dead-letter partition does not open (nothing
+        was taken: its letters have nowhere to go)."""
         if not poison:
             return None
+        refused = self._refused(state, batch, poison)
+        if refused is not None:
+            return refused
         mapping = state.mapping
-        self.stats.poison(state.topic, mapping.on_error, len(poison))
         if mapping.on_error == "dlq" and mapping.dlq is not None:
-            return Letters(records, poison, self.owned.dead_letters(mapping.dlq, state.partition))
+            try:
+                dlq = self.owned.dead_letters(mapping.dlq, state.partition)
+            except Exception as exc:
+                log.error(
+                    "topic_open_failed",
+                    topic=mapping.dlq,
+                    partition=state.partition,
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                )
+                code, message = creation_error(mapping.dlq, exc)
+                return Outcome(error=code, message=message)
+            self.stats.poison(state.topic, mapping.on_error, len(poison))
+            return Letters(records, poison, dlq)
+        self.stats.poison(state.topic, mapping.on_error, len(poison))
         for item in poison:
             log.warning(
                 "record_skipped",

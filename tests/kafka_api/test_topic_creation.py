@@ -382,3 +382,44 @@ def test_names_kafka_would_call_colliding_are_separate_topics(tmp_path: Path) ->
         client.close()
     assert stored(tmp_path / "store", "metrics.eu").column("value").to_pylist() == [b"dot"]
     assert stored(tmp_path / "store", "metrics_eu").column("value").to_pylist() == [b"underscore"]
+
+
+def test_a_dead_letter_partition_that_cannot_be_opened_refuses_only_its_batch(
+    tmp_path: Path,
+) -> None:
+    """A dead-letter partition is opened at its first letter; when that fails, the batch
+    with the letters gets the protocol's error (nothing of it lands), and the request's
+    other partitions their answers. The connection closed without one left them
+    unacknowledged, though their records landed."""
+    config = api_config(
+        tmp_path / "store",
+        [
+            {"name": "events", "partitions": 1},
+            {
+                "name": "lenient",
+                "partitions": 1,
+                "format": "json",
+                "on_error": "dlq",
+                "dlq": "lenient-dlq",
+            },
+        ],
+    )
+    mixed = record_batch([b'{"n": 1}', b"bad"])
+    body = produce_body("events", 0, record_batch([b"taken"]))
+    body["topic_data"].append(
+        {"name": "lenient", "partition_data": [{"index": 0, "records": mixed}]}
+    )
+    with listening(config) as (server, bootstrap):
+        client = RawClient(bootstrap)
+        with failing_open(server, "lenient-dlq", STORAGE):
+            answer = client.call(PRODUCE, 9, body)
+        by_topic = {t.name: t.partition_responses[0] for t in answer.responses}
+        assert by_topic["events"].error_code == ErrorCode.none
+        assert by_topic["lenient"].error_code == ErrorCode.kafka_storage_error
+        assert "lenient-dlq" in by_topic["lenient"].error_message
+        retried = client.call(PRODUCE, 9, produce_body("lenient", 0, mixed))
+        assert retried.responses[0].partition_responses[0].error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"taken"]
+    assert stored(tmp_path / "store", "lenient").column("n").to_pylist() == [1]
+    assert stored(tmp_path / "store", "lenient-dlq").column("value").to_pylist() == [b"bad"]
