@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from plateau_spark.replication.target import S3Settings
 
 
+# The only assignor of librdkafka's classic group protocol that assigns incrementally.
+COOPERATIVE = "cooperative-sticky"
+
+
 class KafkaConfig(BaseModel):
     """Where the producers' Kafka is. Extra keys go to librdkafka as they are."""
 
@@ -68,6 +72,15 @@ class KafkaConfig(BaseModel):
                     f"librdkafka property {key!r} must be a scalar (text, a number or a "
                     f"boolean), got a {type(value).__name__}"
                 )
+        strategy = (self.model_extra or {}).get("partition.assignment.strategy")
+        if strategy is not None and str(strategy).strip() != COOPERATIVE:
+            # librdkafka refuses the workers' incremental assignments under an eager
+            # assignor, and only in its own log: nothing would be consumed.
+            raise ValueError(
+                f"partition.assignment.strategy {strategy!r}: plateau's workers hand "
+                "partitions over incrementally (sealing and committing only those revoked), "
+                f"so only {COOPERATIVE} is supported; leave it out"
+            )
         return self
 
     def librdkafka(self) -> dict[str, str]:

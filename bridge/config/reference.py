@@ -119,7 +119,9 @@ def render_reference() -> str:
         lines.append(f"| `{key}` | {kind} | {default} | {description} |")
     lines += [
         "| `kafka.<librdkafka property>` | scalar | | Passed to librdkafka unchanged "
-        "(security.protocol, sasl.\\*, ssl.\\*, fetch tuning). |",
+        "(security.protocol, sasl.\\*, ssl.\\*, fetch tuning, group.protocol); "
+        "partition.assignment.strategy only as cooperative-sticky, which the workers "
+        "need. |",
         "",
         END,
     ]

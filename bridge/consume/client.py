@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from bridge.config.models import Config
+from bridge.config.models import COOPERATIVE, Config
 
 log = structlog.get_logger("plateau.librdkafka")
 
@@ -20,7 +20,7 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
     needs."""
     kafka = config.kafka
     defaults: dict[str, str | int] = {
-        "partition.assignment.strategy": "cooperative-sticky",
+        "partition.assignment.strategy": COOPERATIVE,
         # Regex mappings see topics created later within this interval.
         "topic.metadata.refresh.interval.ms": 10_000,
         "client.id": client_id,
@@ -38,6 +38,10 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
         "isolation.level": kafka.isolation_level,
         **ENFORCED_CONSUMER,
     }
+    if kafka.librdkafka().get("group.protocol") == "consumer":
+        # KIP-848's protocol assigns on the broker (incrementally too) and refuses a client
+        # that names an assignor.
+        del defaults["partition.assignment.strategy"]
     return client_config(config, defaults, enforced)
 
 

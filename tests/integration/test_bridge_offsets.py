@@ -374,3 +374,23 @@ def test_records_removed_by_retention_while_consumed_are_a_recorded_gap(
     assert (event["next_offset"], event["earliest_available"], event["missing"]) == (100, 150, 50)
     offsets = stored(tmp_path, topic).column("offset").to_pylist()
     assert offsets == list(range(100)) + list(range(150, 200))
+
+
+def test_the_consumer_group_protocol_from_the_passthrough_consumes(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """group.protocol: consumer (KIP-848) assigns on the broker, incrementally too: plateau
+    does not set the client-side assignor that protocol refuses."""
+    topic = topic_factory(partitions=2)
+    group = f"g-{topic}"
+    produce(kafka, topic, [Record(value=b"r%d" % i, partition=i % 2) for i in range(20)])
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic}],
+        group=group,
+        kafka_extra={"group.protocol": "consumer"},
+    )
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: 10, 1: 10}, timeout_s=30)
+    assert committed(kafka, group, topic, 2) == {0: 10, 1: 10}

@@ -111,6 +111,13 @@ def test_the_example_config_is_valid() -> None:
         ({"topics": []}, "topics", "at least 1"),
         ({}, "topics", "Field required"),
         ({"kafka": {"colour": "red"}, **MINIMAL}, "kafka", "not a field of kafka"),
+        # An eager assignor would take the workers' incremental assignments for errors and
+        # consume nothing, without a word.
+        (
+            {"kafka": {"partition.assignment.strategy": "range,roundrobin"}, **MINIMAL},
+            "kafka",
+            "partition.assignment.strategy 'range,roundrobin': plateau's workers",
+        ),
         (
             {"storage": {"writer_threads": 0}, **MINIMAL},
             "storage.writer_threads",
