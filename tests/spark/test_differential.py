@@ -20,7 +20,7 @@ from pyspark.sql.streaming import StreamingQuery
 import plateau_core.segment_file
 from plateau_core import RollPolicy, Store, WriterPolicy
 from plateau_core.consolidate import Consolidator
-from plateau_core.policies import ConsolidatePolicy
+from plateau_core.policies import ConsolidatePolicy, IndexPolicy
 from plateau_core.schema import HEADERS_TYPE
 from tests.spark.conftest import write_segments
 from tests.spark.test_source import load
@@ -436,4 +436,92 @@ def test_a_stream_reads_each_row_once_while_segments_are_added_and_consolidated(
     assert query.exception() is None
     landed = [(r.partition, r.offset) for r in spark.read.parquet(str(out)).collect()]
     assert sorted(landed) == sorted(written)
+    store.close()
+
+
+CLASHING = [
+    pa.array(["ann", None, "line\nbreak \x01 é 🙂"]),
+    pa.array([42, None, -(2**63)]),
+    pa.array([2**64 - 1, 0, None], pa.uint64()),
+    pa.array([True, False, None]),
+    pa.array([1.0, 1e16, 1e-5]),
+    pa.array([0.1, -0.0, 5e-324], pa.float32()),
+    pa.array([123456789.123, 1.7976931348623157e308, float("nan")]),
+    pa.array([Decimal("1.50"), Decimal("-0.01"), None], pa.decimal128(10, 2)),
+    pa.array([b"\x00\x01", b"", None]),
+    pa.array([0, -1, 19_000], pa.date32()),
+    pa.array([0, 1_700_000_000_123, -1], pa.timestamp("ms", tz="UTC")),
+    pa.array([0, 1_500, 253_402_300_799], pa.timestamp("s")),
+    pa.array(
+        [{"id": 7, "tags": ["a", 'q"u\\ote'], "at": 0}, None, {"id": None, "tags": [], "at": 1}],
+        pa.struct(
+            [("id", pa.int64()), ("tags", pa.list_(pa.string())), ("at", pa.timestamp("us"))]
+        ),
+    ),
+    pa.array([[1.5, None], [], None], pa.list_(pa.float64())),
+    pa.array([[("k", 1), ("l\t\x01é", None)], [], None], pa.map_(pa.string(), pa.int32())),
+]
+
+
+def test_a_column_whose_stored_types_clash_reads_as_the_readers_json_text(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two workers each inferring a JSON field's type can store it as text in one partition
+    and as a number in another: the connector refused to load the topic, as the reader refused
+    to read it. Both read it as a string column, the other types' values as the same JSON
+    text, and a filter on it finds the values of every segment, bloom filters or not."""
+    store = Store.open(tmp_path / "data")
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        for partition, column in enumerate(CLASHING):
+            policy = IndexPolicy(bloom=("user",))
+            writer.acquire("c", partition, roll=RollPolicy(max_age_s=3600), index=policy)
+            writer.append("c", partition, batch(range(len(column)), extra={"user": column}))
+        writer.flush()
+    finally:
+        writer.close()
+    want = [
+        (p, o, v)
+        for p in range(len(CLASHING))
+        for o, v in enumerate(store.read("c", partitions=[p]).to_table().column("user").to_pylist())
+    ]
+    assert want[6:9] == [(2, 0, "18446744073709551615"), (2, 1, "0"), (2, 2, None)]
+    for pushdown in ("true", "false"):
+        df = load(spark, store, "c", pushdown=pushdown)
+        assert df.schema["user"].dataType.simpleString() == "string"
+        got = sorted(
+            (r.partition, r.offset, r.user)
+            for r in df.select("partition", "offset", "user").collect()
+        )
+        assert got == want
+        for value in (
+            "42",
+            "AAE=",
+            "ann",
+            '{"id":7,"tags":["a","q\\"u\\\\ote"],"at":"1970-01-01T00:00:00.000000"}',
+        ):
+            found = df.where(df.user == value).select("partition", "offset").collect()
+            assert sorted((r.partition, r.offset) for r in found) == [
+                (p, o) for p, o, v in want if v == value
+            ], value
+    store.close()
+
+
+def test_a_column_planned_as_text_reads_a_type_sealed_since_as_text(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A DataFrame loaded while the column was only text meets a segment sealed since that
+    holds it as a number: a new load reads it as text (the types clash), and so does the
+    DataFrame already loaded, instead of failing the query."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "c", 0, [batch(range(2), extra={"user": pa.array(["a", "b"])})], 2)
+    df = load(spark, store, "c")
+    write_segments(store, "c", 1, [batch(range(2), extra={"user": pa.array([1, 2])})], 2)
+    assert sorted(r.user for r in df.select("user").collect()) == ["1", "2", "a", "b"]
+    assert sorted(r.user for r in load(spark, store, "c").select("user").collect()) == [
+        "1",
+        "2",
+        "a",
+        "b",
+    ]
     store.close()

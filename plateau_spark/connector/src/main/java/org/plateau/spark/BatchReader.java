@@ -27,6 +27,7 @@ import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnVector;
@@ -171,7 +172,8 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
           break;
         }
       }
-      if (field != null && !TopicSchema.readable(field, f.dataType())) {
+      if (field != null && !TopicSchema.clashed(f) && !TopicSchema.readable(field, f.dataType())
+          && !clashesSinceLoad(field, f)) {
         file = null;
         throw new TopicSchema.ChangedTypeException(
             "topic '" + plan.options.topic + "', segment " + segment.path() + " (partition "
@@ -184,6 +186,16 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
                 + "streaming query) to read the column as its widened type.");
       }
     }
+  }
+
+  /**
+   * A column planned as text that a segment sealed since holds as another type (but binary, which
+   * text widens to): a new load would read it as text too, the two types clashing.
+   */
+  private static boolean clashesSinceLoad(Field field, StructField planned) {
+    ArrowType.ArrowTypeID id = field.getType().getTypeID();
+    return planned.dataType().equals(DataTypes.StringType)
+        && id != ArrowType.ArrowTypeID.Binary && id != ArrowType.ArrowTypeID.LargeBinary;
   }
 
   private void finish() {

@@ -28,11 +28,15 @@ final class BloomProbes {
     this.probes = probes;
   }
 
-  static BloomProbes of(Predicate[] predicates) {
+  /**
+   * The probes of `predicates`, but on the `clashed` columns: their filters are of the types a
+   * segment stores, not of the text the column reads as (bytes stored as such are read as base64).
+   */
+  static BloomProbes of(Predicate[] predicates, Set<String> clashed) {
     List<Probe> probes = new ArrayList<>();
     for (Predicate p : predicates) {
       Probe probe = probe(p);
-      if (probe != null) {
+      if (probe != null && !clashed.contains(probe.column())) {
         probes.add(probe);
       }
     }

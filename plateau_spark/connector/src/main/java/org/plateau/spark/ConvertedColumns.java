@@ -24,6 +24,7 @@ import org.apache.arrow.vector.types.TimeUnit;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StructField;
@@ -48,6 +49,9 @@ final class ConvertedColumns {
     }
     if (vector instanceof NullVector) {
       return new ConstantColumns.NullColumn(target, vector.getValueCount());
+    }
+    if (target.equals(DataTypes.StringType)) { // a column whose stored types clash
+      return new JsonText.Column(vector);
     }
     if (target instanceof StructType && vector instanceof StructVector) {
       return new StructColumn((StructVector) vector, (StructType) target);

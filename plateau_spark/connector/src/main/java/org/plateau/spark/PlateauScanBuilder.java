@@ -56,7 +56,7 @@ final class PlateauScanBuilder
     List<Predicate> left = new ArrayList<>();
     pushed.clear();
     bounds = Bounds.push(predicates, pushed, left);
-    probes = BloomProbes.of(predicates);
+    probes = BloomProbes.of(predicates, TopicSchema.clashed(full));
     return left.toArray(new Predicate[0]);
   }
 

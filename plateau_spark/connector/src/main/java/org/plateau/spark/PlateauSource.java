@@ -29,7 +29,7 @@ public final class PlateauSource implements TableProvider, DataSourceRegister {
             "topic '" + parsed.topic + "' is not in the plateau store; it has "
                 + (topics.isEmpty() ? "no topics yet" : topics.toString()));
       }
-      return TopicSchema.of(manifest.schemas(parsed.topic));
+      return TopicSchema.of(manifest.schemas(parsed.topic), parsed.topic);
     }
   }
 

@@ -5,8 +5,11 @@ import java.io.IOException;
 import java.nio.channels.Channels;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.TreeSet;
 import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.ArrowType;
@@ -18,8 +21,11 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.Metadata;
+import org.apache.spark.sql.types.MetadataBuilder;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A topic's DataFrame schema: `partition`, then its segment schemas merged the way the store
@@ -28,24 +34,69 @@ import org.apache.spark.sql.types.StructType;
  * and timestamps of every unit become Spark's microseconds.
  */
 final class TopicSchema {
+  /** The metadata key of a column whose stored types clash: those types, as Spark names them. */
+  static final String CLASH = "plateau.clashed_types";
+
+  private static final Logger LOG = LoggerFactory.getLogger(TopicSchema.class);
+
   private TopicSchema() {}
 
-  static StructType of(List<byte[]> segmentSchemas) {
+  /** Whether the planned column is one whose stored types clash: it reads any type as text. */
+  static boolean clashed(StructField column) {
+    return column.metadata().contains(CLASH);
+  }
+
+  /** The columns of `schema` whose stored types clash. */
+  static Set<String> clashed(StructType schema) {
+    Set<String> names = new TreeSet<>();
+    for (StructField f : schema.fields()) {
+      if (clashed(f)) {
+        names.add(f.name());
+      }
+    }
+    return names;
+  }
+
+  /**
+   * The schema; a column whose types cannot be merged (two workers each inferred a JSON field's
+   * type: an int in one partition, a string in another) is a string column marked {@link
+   * #CLASH} with its types, which reads the other types' values as their JSON text ({@link
+   * JsonText}). Each such column is logged as a warning naming `topic`.
+   */
+  static StructType of(List<byte[]> segmentSchemas, String topic) {
     Map<String, StructField> merged = new LinkedHashMap<>();
+    Map<String, Set<String>> types = new LinkedHashMap<>();
+    Set<String> clashed = new LinkedHashSet<>();
     merged.put(Bounds.OFFSET, new StructField(Bounds.OFFSET, DataTypes.LongType, false, Metadata.empty()));
     merged.put(Bounds.TIMESTAMP, new StructField(Bounds.TIMESTAMP, DataTypes.TimestampType, true, Metadata.empty()));
     for (byte[] bytes : segmentSchemas) {
       for (Field field : parse(bytes).getFields()) {
         DataType type = sparkType(field);
-        StructField known = merged.get(field.getName());
+        String name = field.getName();
+        types.computeIfAbsent(name, n -> new TreeSet<>()).add(type.simpleString());
+        StructField known = merged.get(name);
         if (known == null) {
-          merged.put(field.getName(), new StructField(field.getName(), type, true, Metadata.empty()));
-        } else if (!known.name().equals(Bounds.OFFSET) && !known.name().equals(Bounds.TIMESTAMP)) {
-          merged.put(
-              field.getName(),
-              new StructField(field.getName(), merge(field.getName(), known.dataType(), type), true, Metadata.empty()));
+          merged.put(name, new StructField(name, type, true, Metadata.empty()));
+        } else if (!name.equals(Bounds.OFFSET) && !name.equals(Bounds.TIMESTAMP) && !clashed.contains(name)) {
+          DataType widened;
+          try {
+            widened = merge(name, known.dataType(), type);
+          } catch (IllegalArgumentException e) {
+            clashed.add(name);
+            widened = DataTypes.StringType;
+          }
+          merged.put(name, new StructField(name, widened, true, Metadata.empty()));
         }
       }
+    }
+    for (String name : clashed) {
+      String stored = String.join(", ", types.get(name));
+      Metadata marked = new MetadataBuilder().putString(CLASH, stored).build();
+      merged.put(name, new StructField(name, DataTypes.StringType, true, marked));
+      LOG.warn(
+          "topic '{}': column '{}' was stored as {} in different segments, which cannot be "
+              + "merged: it reads as string, the other types' values as their JSON text",
+          topic, name, stored);
     }
     if (merged.containsKey(Bounds.PARTITION)) {
       throw new IllegalArgumentException(
