@@ -9,8 +9,10 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +20,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import structlog
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from structlog.typing import EventDict
 
 from bridge.config import Config, parse_config
 from bridge.errors import LocalKafkaError
@@ -55,28 +59,86 @@ def make_config(
     )
 
 
+SERVE_STOP_WAIT_S = 60.0
+LOG_TAIL = 30  # log events of the process kept to tell how serve ended
+
+
+class _LogTail:
+    """The process's last structlog events (serve's, when it runs in-process): a processor
+    put in front of the configured ones while serve runs."""
+
+    def __init__(self) -> None:
+        self.events: deque[str] = deque(maxlen=LOG_TAIL)
+
+    def __call__(self, _logger: Any, method: str, event_dict: EventDict) -> EventDict:
+        fields = " ".join(f"{k}={v!r}" for k, v in event_dict.items() if k != "event")
+        self.events.append(f"{method} {event_dict.get('event')} {fields}")
+        return event_dict
+
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        processors = structlog.get_config()["processors"]
+        processors.insert(0, self)
+        structlog.configure(processors=processors)
+        try:
+            yield
+        finally:
+            # capture_logs() in the block puts back a copy of the list: remove from that.
+            current = structlog.get_config()["processors"]
+            if self in current:
+                current.remove(self)
+                structlog.configure(processors=current)
+
+
 @contextmanager
 def serving(config: Config, workers: int = 1) -> Iterator[threading.Event]:
-    """`plateau serve` on a thread; stopped (gracefully) when the block ends."""
+    """`plateau serve` on a thread; stopped (gracefully) when the block ends.
+
+    When the block fails, its failure also tells how serve ended (its error or exit code,
+    and the last log events): a serve that died early otherwise shows as a wait that timed
+    out."""
     stop = threading.Event()
     outcome: dict[str, Any] = {}
+    tail = _LogTail()
 
     def run() -> None:
         try:
             outcome["code"] = serve(config, workers, stop)
         except BaseException as exc:
             outcome["error"] = exc
+        outcome["early"] = not stop.is_set()
 
     thread = threading.Thread(target=run, name="serve", daemon=True)
-    thread.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        assert not thread.is_alive(), "serve did not stop within 60 s"
+    with tail.recording():
+        thread.start()
+        try:
+            yield stop
+        except BaseException as failure:
+            stop.set()
+            thread.join(timeout=SERVE_STOP_WAIT_S)
+            failure.add_note(_how_serve_ended(thread, outcome, tail))
+            raise
+        finally:
+            stop.set()
+            thread.join(timeout=SERVE_STOP_WAIT_S)
+    assert not thread.is_alive(), f"serve did not stop within {SERVE_STOP_WAIT_S:.0f} s"
     if "error" in outcome:
         raise outcome["error"]
+
+
+def _how_serve_ended(thread: threading.Thread, outcome: Mapping[str, Any], tail: _LogTail) -> str:
+    if thread.is_alive():
+        ended = f"serve was still running {SERVE_STOP_WAIT_S:.0f} s after it was told to stop"
+    else:
+        when = "on its own, before the block ended" if outcome["early"] else "after the block ended"
+        error = outcome.get("error")
+        ended = (
+            f"serve returned {outcome['code']} {when}"
+            if error is None
+            else f"serve ended {when}, raising:\n" + "".join(traceback.format_exception(error))
+        )
+    events = "\n".join(f"  {line}" for line in tail.events) or "  (none)"
+    return f"{ended}\nlast log events:\n{events}"
 
 
 _LEADERLESS = frozenset(
