@@ -44,6 +44,9 @@ NOTES = (
     "(its Parquet files are rewritten under the same names)",
     "recorded gaps (offsets Kafka had deleted before plateau read them) are not in the files "
     "and are no longer listed",
+    "source topic ids are not in the files: each partition records its Kafka topic's id "
+    "when next assigned, so a source topic deleted and created again before then is not "
+    "said",
     "each watermark is the end of the partition's last readable segment: records after it "
     "that were skipped or sent to the dead-letter topic are read from Kafka again and "
     "handled again by their mapping's on_error",

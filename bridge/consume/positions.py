@@ -25,6 +25,11 @@ BEHIND_REASON = (
     "created again, or a log cut back; its records below next_offset are not read; map it "
     "to a new plateau topic to keep them"
 )
+RECREATED_REASON = (
+    "the Kafka topic is not the one the store's watermark was recorded for (its topic id "
+    "changed: deleted and created again, or the mapping names another topic now); its "
+    "records below next_offset are not read; map it to a new plateau topic to keep them"
+)
 
 
 class Start(NamedTuple):
@@ -33,6 +38,8 @@ class Start(NamedTuple):
 
     offset: int
     behind: bool = False
+    # The topic id differs from the one recorded with the watermark (also logged).
+    recreated: bool = False
 
 
 def start_offset(
@@ -43,13 +50,18 @@ def start_offset(
     kafka: KafkaConfig,
     manifest: Manifest,
     plateau_topic: str,
+    topic_id: str | None = None,
 ) -> Start:
     """The offset to seek `tp` to: the manifest's watermark, or where Kafka's retention
     left the partition when it removed records plateau had not read (a gap, recorded in
     the manifest). A partition without a watermark starts per the configuration. With
     `start_without_watermark: committed` (stores on several nodes), a partition back from
     another node starts where that node's seals took the group's committed offset: its
-    records since are in that node's store."""
+    records since are in that node's store.
+
+    `topic_id` is the Kafka topic's id now (None: unknown); recorded, it tells a topic
+    created again while plateau was stopped from the one the watermark belongs to."""
+    recorded = _recorded_instead(manifest, plateau_topic, tp, topic_id)
     if watermark is None:
         if kafka.start_without_watermark == "committed":
             return Start(OFFSET_STORED)  # librdkafka falls back to auto.offset.reset
@@ -74,23 +86,46 @@ def start_offset(
             manifest.record_gap(plateau_topic, tp.partition, watermark, found.offset)
             watermark = int(found.offset)
     low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
-    if high < watermark:
-        # The partition ends before what the store already holds of it: the topic was
-        # deleted and created again (its offsets start over), or its log was cut back. Its
-        # records below the watermark take offsets the store has, and are not read.
+    recreated: dict[str, str] = {}
+    if recorded is not None:
+        source, recorded_id = recorded
+        recreated = {"recorded_topic_id": recorded_id, "topic_id": str(topic_id)}
+        if source != tp.topic:
+            recreated["recorded_topic"] = source
+    if high < watermark or recreated:
+        # The partition ends before what the store already holds of it, or it is another
+        # topic than the one the watermark was recorded for: the topic was deleted and
+        # created again (its offsets start over), or its log was cut back. Its records
+        # below the watermark take offsets the store has, and are not read.
         log.error(
             "source_behind_store",
             topic=tp.topic,
             partition=tp.partition,
             next_offset=watermark,
             latest_available=high,
-            not_read=min(watermark, high) - low,
-            reason=BEHIND_REASON,
+            not_read=max(0, min(watermark, high) - low),
+            **recreated,
+            reason=RECREATED_REASON if recreated else BEHIND_REASON,
         )
     if low > watermark:
         removed_by_retention(manifest, plateau_topic, (tp.topic, tp.partition), watermark, low)
-        return Start(int(low))
-    return Start(watermark, behind=high < watermark)
+        return Start(int(low), recreated=bool(recreated))
+    return Start(watermark, behind=high < watermark, recreated=bool(recreated))
+
+
+def _recorded_instead(
+    manifest: Manifest, plateau_topic: str, tp: TopicPartition, topic_id: str | None
+) -> tuple[str, str] | None:
+    """Record `topic_id` as the partition's source; returns the (topic, id) recorded before
+    when it differs. A partition without one recorded (a manifest from before topic ids
+    were kept, a new partition) takes the current id without an alarm."""
+    if topic_id is None:
+        return None
+    recorded = manifest.source_topic(plateau_topic, tp.partition)
+    if recorded == (tp.topic, topic_id):
+        return None
+    manifest.record_source_topic(plateau_topic, tp.partition, tp.topic, topic_id)
+    return recorded
 
 
 def removed_by_retention(

@@ -39,6 +39,7 @@ from bridge.consume.routes import Route, Routes
 from bridge.consume.sealed import Committable, SealListener
 from bridge.consume.snapshot import worker_snapshot
 from bridge.consume.state import PartitionState, WorkerStats
+from bridge.consume.topic_ids import TopicIds
 from bridge.errors import BridgeError
 from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ops.telemetry import WorkerTelemetry
@@ -112,6 +113,7 @@ class Worker:
             logger=librdkafka_logger(),
         )
         self._pauses = Pauses(self.consumer, self.writer, self._wake, self.stats, self.telemetry)
+        self._topic_ids = TopicIds(config, f"plateau-{name}")
 
     def subscriptions(self) -> list[str]:
         return [
@@ -185,6 +187,11 @@ class Worker:
             first_offset=first,
             reason=BEHIND_REASON,
         )
+        # The topic now consumed is the one the watermark continues: a later assignment
+        # compares with its id, and does not say this again.
+        topic_id = self._topic_ids.of([key[0]]).get(key[0])
+        if topic_id is not None:
+            self.store.manifest.record_source_topic(state.plateau_topic, key[1], key[0], topic_id)
 
     def _past_removed(self, key: Key, state: PartitionState, offset: int) -> None:
         """The partition continues at `offset`, past next_offset. Compaction, transaction
@@ -371,6 +378,7 @@ class Worker:
     # --- rebalance callbacks --------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        topic_ids = self._topic_ids.of({tp.topic for tp in partitions})
         for tp in partitions:
             route = self._routes.route(tp.topic)
             watermark = self.writer.acquire(
@@ -388,9 +396,10 @@ class Worker:
                 kafka=self.config.kafka,
                 manifest=self.store.manifest,
                 plateau_topic=route.plateau_topic,
+                topic_id=topic_ids.get(tp.topic),
             )
             tp.offset = start.offset
-            if start.behind:
+            if start.behind or start.recreated:
                 self.telemetry.add("errors", ("source_behind_store",))
             # Past the watermark when Kafka's retention or another node took the partition
             # further (a gap recorded already); a logical offset without a watermark.

@@ -26,6 +26,7 @@ from plateau_core.manifest.models import (
     SchemaRow,
     SegmentRow,
     SegmentState,
+    SourceTopicRow,
 )
 from plateau_core.manifest.records import (
     PartitionCommit,
@@ -264,6 +265,29 @@ class Manifest(SegmentReads):
                     detected_at=now_ms(),
                 )
             )
+
+    def source_topic(self, topic: str, partition: int) -> tuple[str, str] | None:
+        """(Kafka topic, its topic id) recorded for a consumed partition, if any."""
+        with self._read() as session:
+            row = session.get(SourceTopicRow, (topic, partition))
+            return None if row is None else (row.source, row.topic_id)
+
+    def record_source_topic(self, topic: str, partition: int, source: str, topic_id: str) -> None:
+        """Record the Kafka topic (and its id) a consumed partition comes from now."""
+        with self._write() as session:
+            row = session.get(SourceTopicRow, (topic, partition))
+            if row is None:
+                session.add(
+                    SourceTopicRow(
+                        topic=topic,
+                        partition=partition,
+                        source=source,
+                        topic_id=topic_id,
+                        recorded_at=now_ms(),
+                    )
+                )
+            else:
+                row.source, row.topic_id, row.recorded_at = source, topic_id, now_ms()
 
     def gaps(self, topic: str) -> list[tuple[int, int, int]]:
         """(partition, from_offset, to_offset) of every recorded gap of a topic."""

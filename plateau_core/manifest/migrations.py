@@ -84,6 +84,10 @@ def _v7_segment_ids_never_reused(conn: Connection) -> None:
     conn.exec_driver_sql("DROP TABLE segments_before_v7")
 
 
+def _v8_source_topics(conn: Connection) -> None:
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables["source_topics"]])
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
     Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
@@ -94,6 +98,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         7, "segments.id: AUTOINCREMENT on SQLite, never reused", _v7_segment_ids_never_reused
     ),
+    Migration(8, "source_topics: the Kafka topic id each partition comes from", _v8_source_topics),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -142,6 +142,20 @@ class GapRow(Base):
     detected_at: Mapped[int] = mapped_column(BigInteger)
 
 
+class SourceTopicRow(Base):
+    """The Kafka topic a consumed partition comes from, and that topic's id (KIP-516) when
+    it was last assigned: a topic deleted and created again has a new id, though its
+    offsets may look like the old topic's."""
+
+    __tablename__ = "source_topics"
+
+    topic: Mapped[str] = mapped_column(String(249), primary_key=True)  # the plateau topic
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source: Mapped[str] = mapped_column(String(249))
+    topic_id: Mapped[str] = mapped_column(String(32))
+    recorded_at: Mapped[int] = mapped_column(BigInteger)
+
+
 class ProducedTopicRow(Base):
     """A topic producers write to plateau's Kafka API, and its partition count (which only
     grows). Topics from the configuration are recorded here too, so the count a producer saw

@@ -237,3 +237,23 @@ def _segments_sql(store: Store) -> list[str]:
             text("SELECT sql FROM sqlite_master WHERE tbl_name = 'segments' AND sql IS NOT NULL")
         )
         return sorted(row[0] for row in found)
+
+
+def test_a_manifest_from_before_source_topic_ids_gains_them(store: Store) -> None:
+    """Upgraded from schema version 7, a partition has no source topic recorded; one is
+    recorded, and replaced by the next."""
+    fill_segments(store, 0, 1)
+    with store.manifest.engine.begin() as conn:
+        conn.execute(text("DROP TABLE source_topics"))
+        conn.execute(text("DELETE FROM schema_version WHERE version >= 8"))
+    upgraded = Manifest(store.manifest.url)
+    try:
+        assert upgraded.schema_version == LATEST
+        assert upgraded.source_topic("t", 0) is None
+        upgraded.record_source_topic("t", 0, "events", "MrmuyUDSRD-Xy-2jBX5CJA")
+        upgraded.record_source_topic("t", 0, "events", "pB3JlcxQRbS9cUZ8mDukVQ")
+        assert upgraded.source_topic("t", 0) == ("events", "pB3JlcxQRbS9cUZ8mDukVQ")
+        assert upgraded.source_topic("t", 1) is None
+        assert store.read("t", partitions=[0]).to_table().num_rows == 10
+    finally:
+        upgraded.close()

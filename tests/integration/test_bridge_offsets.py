@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
+from sqlalchemy import text
 from structlog.testing import capture_logs
 
+from bridge.config.models import Config
 from bridge.consume.state import PartitionState
 from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
@@ -325,6 +329,11 @@ def test_a_topic_created_again_while_consumed_is_said_loudly(
     assert (event["topic"], event["next_offset"]) == (topic, 30)
     values = stored(tmp_path, topic).column("value").to_pylist()
     assert values == [b"old-%d" % i for i in range(30)] + [b"new-%d" % i for i in range(30, 40)]
+    # The new topic's id is recorded: the next start does not say it again.
+    produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(40, 45)])
+    logs, errors = _run_until_landed(config, topic, {0: 45})
+    assert [e for e in logs if e["event"] == "source_behind_store"] == []
+    assert errors == 0
 
 
 def _recreate(kafka: str, topic: str) -> None:
@@ -394,3 +403,75 @@ def test_the_consumer_group_protocol_from_the_passthrough_consumes(
     with serving(config):
         wait_landed(tmp_path, topic, {0: 10, 1: 10}, timeout_s=30)
     assert committed(kafka, group, topic, 2) == {0: 10, 1: 10}
+
+
+def _topic_id(kafka: str, topic: str) -> str:
+    admin = AdminClient({"bootstrap.servers": kafka})
+    found = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+    return str(found.topic_id)
+
+
+def _run_until_landed(
+    config: Config, plateau_topic: str, offsets: dict[int, int]
+) -> tuple[list[dict[str, Any]], float]:
+    """One worker from start until the store holds `offsets`: its log events and its
+    plateau_errors_total{kind="source_behind_store"}."""
+    stop = threading.Event()
+    with open_store(config) as store, capture_logs() as logs:
+        worker = Worker(config, store, stop)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(lambda: _landed(store, plateau_topic) == offsets)
+        finally:
+            stop.set()
+            running.join(60)
+    return logs, worker.telemetry.counter("errors", ("source_behind_store",))
+
+
+def test_a_topic_created_again_while_stopped_is_said_loudly(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """Deleted and created again while plateau was stopped, the new topic holding more
+    records than the store by the time it starts: its offsets cannot be told from the old
+    topic's, its topic id can. Said once, and its records below the watermark are not read,
+    as when the new topic is behind the store."""
+    topic = topic_factory(partitions=1)
+    plateau_topic = f"r-{topic}"
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": f"regex:{re.escape(topic)}", "name": "r-{source}"}],
+        group=f"g-{topic}",
+    )
+    produce(kafka, topic, [Record(value=b"old-%d" % i, partition=0) for i in range(30)])
+    _run_until_landed(config, plateau_topic, {0: 30})
+    old_id = _topic_id(kafka, topic)
+    _recreate(kafka, topic)
+    new_id = _topic_id(kafka, topic)
+    assert new_id != old_id
+    produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(40)])
+
+    logs, errors = _run_until_landed(config, plateau_topic, {0: 40})
+    (event,) = [e for e in logs if e["event"] == "source_behind_store"]
+    assert event["log_level"] == "error"
+    assert (event["topic"], event["partition"], event["next_offset"]) == (topic, 0, 30)
+    assert (event["recorded_topic_id"], event["topic_id"]) == (old_id, new_id)
+    assert errors == 1
+    values = stored(tmp_path, plateau_topic).column("value").to_pylist()
+    assert values == [b"old-%d" % i for i in range(30)] + [b"new-%d" % i for i in range(30, 40)]
+
+    # The new topic's id is recorded: the next start does not say it again.
+    produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(40, 45)])
+    logs, errors = _run_until_landed(config, plateau_topic, {0: 45})
+    assert [e for e in logs if e["event"] == "source_behind_store"] == []
+    assert errors == 0
+    # A manifest from before topic ids were recorded takes the current one, without an alarm.
+    with open_store(config) as store, store.manifest.engine.begin() as conn:
+        conn.execute(text("DELETE FROM source_topics"))
+    produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(45, 50)])
+    logs, errors = _run_until_landed(config, plateau_topic, {0: 50})
+    assert [e for e in logs if e["event"] == "source_behind_store"] == []
+    assert errors == 0
+    with open_store(config) as store:
+        assert store.manifest.source_topic(plateau_topic, 0) == (topic, new_id)
