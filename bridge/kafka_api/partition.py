@@ -17,13 +17,18 @@ import asyncio
 import bisect
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from kio.schema.errors import ErrorCode
 
 from bridge.config.topics import TopicMapping
 from bridge.ingest.decode import Decoder, Poison
 from plateau_core import Append
 from plateau_core.producers import Check, ProducerBatch, ProducerState, check
+
+if TYPE_CHECKING:
+    from bridge.kafka_api.sink import Outcome
 
 
 @dataclass
@@ -44,6 +49,9 @@ class Pending:
     recorded in one manifest transaction, or none of it."""
 
     source: Append
+    base: int  # the first offset handed out to it
+    outcome: Outcome  # its request's answer for the partition
+    before: ProducerState | None = None  # its producer's state before it was remembered
     letters: Letters | None = None
 
 
@@ -81,6 +89,7 @@ class Ticket:
 class Waiter:
     end: int  # exclusive: the offset the watermark must reach
     ticket: Ticket
+    outcome: Outcome | None = None
 
 
 class ProducedPartition:
@@ -149,16 +158,42 @@ class ProducedPartition:
         self.next_offset += count
         return base
 
-    def durable(self, end: int, ticket: Ticket) -> None:
-        """Count `ticket` off once every offset below `end` is durable (now, if it is)."""
+    def durable(self, end: int, ticket: Ticket, outcome: Outcome | None = None) -> None:
+        """Count `ticket` off once every offset below `end` is durable (now, if it is);
+        `outcome` is the answer that waits for it, refused if those offsets are taken back."""
         if end <= self.durable_to:
             return
         ticket.need()
         if not self._waiters or self._waiters[-1].end <= end:
             # Offsets are handed out in order, so this is the common case.
-            self._waiters.append(Waiter(end, ticket))
+            self._waiters.append(Waiter(end, ticket, outcome))
         else:
-            bisect.insort(self._waiters, Waiter(end, ticket), key=_end)
+            bisect.insort(self._waiters, Waiter(end, ticket, outcome), key=_end)
+
+    def take_back(self, dropped: list[Pending], code: ErrorCode, message: str) -> None:
+        """The writer took none of `dropped`, the partition's stalled batches: their offsets
+        are handed out again and their producers go back to where they were, so a batch sent
+        again lands once; every answer waiting for those offsets (theirs, and a duplicate's
+        sent meanwhile) gets `code` and is counted off."""
+        if not dropped:
+            return
+        for pending in reversed(dropped):
+            producer = pending.source.producer
+            if producer is not None:
+                if pending.before is None:
+                    self.producers.pop(producer.producer_id, None)
+                else:
+                    self.producers[producer.producer_id] = pending.before
+            self.append_times.pop(pending.base, None)
+        self.next_offset = dropped[0].base
+        kept = bisect.bisect_right(self._waiters, self.next_offset, key=_end)
+        gone, self._waiters = self._waiters[kept:], self._waiters[:kept]
+        for pending in dropped:
+            _refuse(pending.outcome, code, message)
+        for waiter in gone:
+            if waiter.outcome is not None:
+                _refuse(waiter.outcome, code, message)
+            waiter.ticket.met()
 
     def is_durable(self, end: int) -> bool:
         return end <= self.durable_to
@@ -195,3 +230,8 @@ _APPEND_TIMES_KEPT = 4096  # a producer's last five batches, for many producers
 
 def _end(waiter: Waiter) -> int:
     return waiter.end
+
+
+def _refuse(outcome: Outcome, code: ErrorCode, message: str) -> None:
+    if outcome.error is ErrorCode.none:
+        outcome.error, outcome.message = code, message

@@ -240,6 +240,12 @@ class KafkaApiServer:
             log.warning("kafka_connection_closed", peer=conn.peer, reason=reason)
         except (ConnectionError, ssl.SSLError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:
+            # A fault handling one request ends its connection only; left to the task, it
+            # was logged as "closed by client" and the error nowhere until collected.
+            reason = f"{type(exc).__name__}: {exc}"
+            self.stats.closed_connections["internal_error"] += 1
+            log.exception("kafka_connection_failed", peer=conn.peer, error=reason)
         finally:
             answers.put(None)
             with contextlib.suppress(Exception):

@@ -79,6 +79,19 @@ def creation_error(topic: str, exc: BaseException) -> tuple[ErrorCode, str]:
     return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
 
 
+def append_error(exc: BaseException) -> tuple[ErrorCode, str]:
+    """The protocol's answer for a batch the writer refused for anything but memory: records
+    the store cannot take as they are (UNKNOWN_SERVER_ERROR, which clients do not retry),
+    the store failing (KAFKA_STORAGE_ERROR, which they retry), or anything else. File names
+    are not told; the log's produce_append_failed has them."""
+    if isinstance(exc, InvalidInputError):
+        return ErrorCode.unknown_server_error, f"the store refused the records: {exc}"
+    why = f"the records could not be stored ({type(exc).__name__})"
+    if isinstance(exc, (OSError, PlateauError, SQLAlchemyError)):
+        return ErrorCode.kafka_storage_error, f"{why}; plateau's log has the detail"
+    return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
+
+
 class ProduceSink(WriterListener):
     def __init__(
         self,
@@ -285,23 +298,7 @@ class ProduceSink(WriterListener):
                 batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
             )
             if verdict.verdict is Verdict.DUPLICATE:
-                base = verdict.base_offset or 0
-                self.stats.duplicates += 1
-                log.info(
-                    "produce_duplicate",
-                    topic=topic,
-                    partition=partition,
-                    producer_id=batch.producer_id,
-                    sequence=batch.base_sequence,
-                    base_offset=base,
-                )
-                end = base + batch.count
-                state.durable(end, ticket)
-                return Outcome(
-                    base_offset=base,
-                    log_append_time_ms=state.append_times.get(base, -1),
-                    durable=[(state, end)],
-                )
+                return self._duplicate(state, batch, verdict.base_offset or 0, ticket)
             if verdict.verdict is not Verdict.NEW:
                 code = (
                     ErrorCode.invalid_producer_epoch
@@ -337,7 +334,7 @@ class ProduceSink(WriterListener):
             letters = poisoned
         state.reserve(batch.count)
         end = base + batch.count
-        producer = None
+        producer = before = None
         if batch.idempotent:
             producer = ProducerBatch(
                 batch.producer_id,
@@ -346,19 +343,42 @@ class ProduceSink(WriterListener):
                 batch.last_sequence,
                 base,
             )
+            before = state.producers.get(batch.producer_id)
             state.remember(producer)
             if log_append:
                 state.appended(base, appended_ms)
         # advance_to: offsets of the batch that land nowhere here (poison) are passed over
         # in the same transaction as its rows, its producer batch and its dead letters.
         source = Append(topic, partition, rows, producer, end, urgent)
-        pending = Pending(source, letters)
         outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
-        state.durable(end, ticket)
+        pending = Pending(source, base, outcome, before, letters)
+        state.durable(end, ticket, outcome)
         outcome.durable.append((state, end))
         self.stats.produced(topic, batch.count, batch.size)
         state.stalled.append(pending)
         self._gathered[state.key] = state
+        return outcome
+
+    def _duplicate(
+        self, state: ProducedPartition, batch: ProducedBatch, base: int, ticket: Ticket
+    ) -> Outcome:
+        """The answer to a batch sent again: the offsets it got the first time, once durable."""
+        self.stats.duplicates += 1
+        log.info(
+            "produce_duplicate",
+            topic=state.topic,
+            partition=state.partition,
+            producer_id=batch.producer_id,
+            sequence=batch.base_sequence,
+            base_offset=base,
+        )
+        end = base + batch.count
+        outcome = Outcome(
+            base_offset=base,
+            log_append_time_ms=state.append_times.get(base, -1),
+            durable=[(state, end)],
+        )
+        state.durable(end, ticket, outcome)
         return outcome
 
     def _refused(
@@ -427,35 +447,51 @@ class ProduceSink(WriterListener):
         self._gathered.clear()
         if not states:
             return []
-        appends: list[Append] = []
+        # A dead-letter partition's own batches still stalled hold offsets below where the
+        # letters bound for it go: they join the group, ahead of the letters.
+        for state in states:
+            for pending in state.stalled:
+                dlq = None if pending.letters is None else pending.letters.dlq
+                if dlq is not None and dlq.stalled and dlq not in states:
+                    states.append(dlq)
+        sources = [pending.source for state in states for pending in state.stalled]
+        letters: list[Append] = []
         dlq_at: dict[tuple[str, int], int] = {}  # dead letters of several batches in one group
         for state in states:
             for pending in state.stalled:
-                appends += self._appends(state, pending, dlq_at)
+                letters += self._letters(state, pending, dlq_at)
         try:
-            seq = self.writer.append_group(appends)
-        except BackpressureError:
-            # Partition by partition, as far as the writer takes them; the rest stalls.
+            seq = self.writer.append_group(sources + letters)
+        except Exception as exc:
+            if not isinstance(exc, BackpressureError):
+                log.warning(
+                    "produce_group_refused",
+                    partitions=len(states),
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                )
+            # Partition by partition, as far as the writer takes them; the rest stalls, and
+            # a partition whose batch the writer refuses for anything but memory answers it.
             return [landed for state in states if not (landed := self._drain(state)).done()]
         for state in states:
             self._landed(state, state.stalled, seq)
             state.stalled = []
+            self._resolve_landed(state)
         return []
 
-    def _appends(
+    def _letters(
         self, state: ProducedPartition, pending: Pending, dlq_at: dict[tuple[str, int], int]
     ) -> list[Append]:
-        """A pending batch's appends: its rows, and its dead letters at the offsets they
-        will take (`dlq_at`: where the group's earlier letters leave each DLQ partition)."""
+        """A pending batch's dead letters, at the offsets they will take (`dlq_at`: where
+        the group's earlier letters leave each DLQ partition)."""
         letters = pending.letters
         if letters is None:
-            return [pending.source]
+            return []
         dlq = letters.dlq
         at = dlq_at.get(dlq.key, dlq.next_offset)
         dlq_at[dlq.key] = at + len(letters.poison)
         rows = dead_letters(letters.records, letters.poison, state.key, at)
-        urgent = pending.source.urgent
-        return [pending.source, Append(dlq.topic, dlq.partition, (rows,), urgent=urgent)]
+        return [Append(dlq.topic, dlq.partition, (rows,), urgent=pending.source.urgent)]
 
     def _landed(self, state: ProducedPartition, landed: list[Pending], seq: int | None) -> None:
         """`landed`, the partition's oldest stalled batches, are in the writer (in journal
@@ -468,17 +504,25 @@ class ProduceSink(WriterListener):
             assert end is not None
             self._unjournaled.append((seq, state, end))
 
-    def _drain(self, state: ProducedPartition) -> asyncio.Future[None]:
+    def _drain(
+        self, state: ProducedPartition, draining: frozenset[tuple[str, int]] = frozenset()
+    ) -> asyncio.Future[None]:
         """Hand the partition's stalled batches to the writer in order, as far as it takes
-        them; the future resolves when all are appended."""
+        them; the future resolves when none is left (appended, or refused and answered).
+        `draining`: the partitions whose drain waits for this one's."""
         self._gathered.pop(state.key, None)
+        draining |= {state.key}
         while state.stalled:
             pending = state.stalled[0]
+            dlq = None if pending.letters is None else pending.letters.dlq
+            if dlq is not None and dlq.stalled and dlq.key not in draining:
+                # Its own batches first: their offsets are below the letters'.
+                self._drain(dlq, draining)
+                if dlq.stalled:
+                    return self._stalled(state)
             try:
-                seq = self.writer.append_group(self._appends(state, pending, {}))
+                seq = self.writer.append_group([pending.source, *self._letters(state, pending, {})])
             except BackpressureError as exc:
-                if state.landed is None:
-                    state.landed = self.loop.create_future()
                 log.info(
                     "produce_throttled",
                     topic=exc.topic,
@@ -486,15 +530,56 @@ class ProduceSink(WriterListener):
                     reason=exc.reason,
                     detail=exc.detail,
                 )
-                return state.landed
+                return self._stalled(state)
+            except Exception as exc:
+                self._refuse_stalled(state, exc)
+                break
             self._landed(state, [pending], seq)
             state.stalled.pop(0)
-        landed, state.landed = state.landed, None
+        landed = self._resolve_landed(state)
         if landed is None:
             landed = self.loop.create_future()
-        if not landed.done():
             landed.set_result(None)
         return landed
+
+    def _stalled(self, state: ProducedPartition) -> asyncio.Future[None]:
+        if state.landed is None:
+            state.landed = self.loop.create_future()
+        return state.landed
+
+    def _resolve_landed(self, state: ProducedPartition) -> asyncio.Future[None] | None:
+        landed, state.landed = state.landed, None
+        if landed is not None and not landed.done():
+            landed.set_result(None)
+        return landed
+
+    def _refuse_stalled(self, state: ProducedPartition, exc: Exception) -> None:
+        """The writer refused the partition's oldest stalled batch, for something other than
+        memory, before taking any of it: that batch and those behind it (their offsets follow
+        its) are answered with an error and their offsets taken back. Left stalled, they
+        were retried before every later batch of the partition and failed it the same way,
+        and landed unacknowledged once the cause went: a producer's retry stored twice."""
+        dropped, state.stalled = state.stalled, []
+        code, message = append_error(exc)
+        first = dropped[0]
+        log.error(
+            "produce_append_failed",
+            topic=state.topic,
+            partition=state.partition,
+            offset=first.base,
+            batches=len(dropped),
+            answered=code.name,
+            error=str(exc),
+            error_type=type(exc).__name__,
+        )
+        self.stats.errors[("Produce", code.name)] += 1
+        behind = f"an earlier batch of {state.topic}[{state.partition}] was refused; retry"
+        for pending in dropped[1:]:
+            # Refused for their place only (retriable): the producer sends them again.
+            self.stats.errors[("Produce", ErrorCode.kafka_storage_error.name)] += 1
+            pending.outcome.error = ErrorCode.kafka_storage_error
+            pending.outcome.message = behind
+        state.take_back(dropped, code, message)
 
     def retry_stalled(self) -> None:
         self.land()

@@ -15,6 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from bridge.kafka_api.partition import Pending
+from bridge.kafka_api.sink import Outcome
 from plateau_core import Append, Store
 from tests.kafka_api.support import (
     RawClient,
@@ -606,6 +607,6 @@ def test_a_batch_still_stalled_when_the_listener_stops_is_left_to_its_producer(
         sink = server.sink
         assert sink is not None
         state = sink.partitions[("events", 0)]
-    state.stalled.append(Pending(Append("events", 0, advance_to=5)))
+    state.stalled.append(Pending(Append("events", 0, advance_to=5), 0, Outcome()))
     sink._capacity_freed()
     assert len(state.stalled) == 1
