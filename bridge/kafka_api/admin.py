@@ -74,12 +74,13 @@ class AdminHandler:
     async def metadata(
         self, body: Any, version: int, auto_create: bool, allowed: Callable[[str], bool]
     ) -> dict[str, Any]:
+        known = [*self.topics.partitions, *self.topics.unopened]
         if body.topics is None or (version == 0 and not body.topics):
             # As Kafka lists them under ACLs: a user sees the topics it may write, and
             # learns nothing of the others.
-            names = sorted(t for t in self.topics.partitions if allowed(t))
+            names = sorted(t for t in known if allowed(t))
         else:
-            by_id = {topic_id(t): t for t in self.topics.partitions}
+            by_id = {topic_id(t): t for t in known}
             names = [
                 t.name if getattr(t, "name", None) else by_id.get(t.topic_id, "")
                 for t in body.topics
@@ -87,7 +88,9 @@ class AdminHandler:
         allow = auto_create and getattr(body, "allow_auto_topic_creation", True)
         refused: dict[str, ErrorCode] = {}
         for name in names:
-            if allow and allowed(name) and name not in self.topics.partitions:
+            # A topic whose partitions did not open at start is opened again, created or not.
+            create = allow or name in self.topics.unopened
+            if create and allowed(name) and name not in self.topics.partitions:
                 try:
                     await self.sink.create_topic(name, None, "metadata")
                 except Exception as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import structlog
+from sqlalchemy.exc import SQLAlchemyError
 
 from bridge.config.models import Config
 from bridge.config.topics import RollConfig
@@ -14,12 +15,19 @@ from bridge.ingest.decode import decoder_for
 from bridge.kafka_api.partition import ProducedPartition
 from bridge.kafka_api.topics import ProducedTopics
 from plateau_core import Store, Writer
-from plateau_core.errors import InvalidInputError
+from plateau_core.errors import (
+    InvalidInputError,
+    ManifestUnusableError,
+    PartitionLockedError,
+)
 from plateau_core.journal_replay import replay
 from plateau_core.policies import RollPolicy
 from plateau_core.schema import merged_schema
 
 log = structlog.get_logger(__name__)
+
+# Failures of the whole store, not of one topic's partitions.
+_OF_THE_STORE = (SQLAlchemyError, PartitionLockedError, ManifestUnusableError)
 
 # Produced partitions seal this often unless their topic sets roll.max_age. With
 # durability: segment, acks=all waits for the seal, so this bounds the acknowledgement
@@ -45,14 +53,33 @@ class OwnedPartitions:
 
     def open(self) -> None:
         """Acquire every partition of every produced topic (recovering each folder), replay
-        what the journal holds that was not sealed, then make their states."""
-        produced = sorted(self.topics.partitions.items())
-        for topic, count in produced:
-            for partition in range(count):
-                self._own(topic, partition)
+        what the journal holds that was not sealed, then make their states.
+
+        A topic created through the API whose partitions do not open is left unopened
+        (`ProducedTopics.unopened`) for a later request to try again: one broken folder
+        stopped the listener, and every other topic with it. A configured topic, and a
+        failure of the store (the manifest, a partition another writer holds), still
+        stop the start; so does the journal holding records of an unopened topic, which
+        cannot be replayed anywhere else."""
+        for topic, count in sorted(self.topics.partitions.items()):
+            try:
+                for partition in range(count):
+                    self._own(topic, partition)
+            except Exception as exc:
+                if self.topics.configured(topic) or isinstance(exc, _OF_THE_STORE):
+                    raise
+                log.error(
+                    "topic_open_failed",
+                    topic=topic,
+                    partitions=count,
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                    retried="by the next request naming it",
+                )
+                self.topics.unopen(topic)
         if self.writer.journal is not None:
             replay(self.writer, self._own, timeout_s=max(self.config.shutdown_timeout, 60.0))
-        for topic, count in produced:
+        for topic, count in sorted(self.topics.partitions.items()):
             self.open_topic(topic, count)
 
     def open_topic(self, topic: str, count: int) -> None:

@@ -116,9 +116,10 @@ class ProduceHandler:
         """One partition's answer; `stalled` gathers what the writer did not take yet of
         the batches handed over on the way."""
         topic, partition = key
+        topics = self.sink.topics
         if (
-            self.api.auto_create_topics
-            and topic not in self.sink.topics.partitions
+            (self.api.auto_create_topics or topic in topics.unopened)
+            and topic not in topics.partitions
             and body.transactional_id is None
             and allowed(topic)
         ):

@@ -224,8 +224,11 @@ class ProduceSink(WriterListener):
         await asyncio.gather(*self._creating.values(), return_exceptions=True)
 
     async def _create(self, topic: str, partitions: int | None, created_by: str) -> int:
+        # A topic whose partitions did not open at start is opened with the count it has.
+        unopened = self.topics.unopened.get(topic)
+
         def prepare() -> tuple[int, list[ProducedPartition]]:
-            count = self.topics.record(topic, partitions, created_by)
+            count = self.topics.record(topic, partitions or unopened, created_by)
             return count, self.owned.prepare(topic, count)
 
         try:
@@ -237,7 +240,10 @@ class ProduceSink(WriterListener):
             raise
         self.owned.publish(states)
         self.topics.add(topic, count)
-        log.info("topic_created", topic=topic, partitions=count, created_by=created_by)
+        if unopened is None:
+            log.info("topic_created", topic=topic, partitions=count, created_by=created_by)
+        else:
+            log.info("topic_opened", topic=topic, partitions=count, opened_by=created_by)
         return count
 
     def close(self, timeout_s: float) -> None:

@@ -27,7 +27,10 @@ class ProducedTopics:
         self._manifest = manifest
         self._mappings = {m.name: m for m in config.produced if m.name is not None}
         self._config = config
-        self.partitions: dict[str, int] = {}
+        self.partitions: dict[str, int] = {}  # the topics producers can write
+        # Topics created through the API whose partitions did not open at start: a request
+        # naming one opens them again (`unopen`, `add`).
+        self.unopened: dict[str, int] = {}
         for name, mapping in self._mappings.items():
             wanted = mapping.partitions or api.default_partitions
             self.partitions[name] = manifest.ensure_produced_topic(name, wanted, "config")
@@ -65,3 +68,7 @@ class ProducedTopics:
 
     def add(self, topic: str, count: int) -> None:
         self.partitions[topic] = count
+        self.unopened.pop(topic, None)
+
+    def unopen(self, topic: str) -> None:
+        self.unopened[topic] = self.partitions.pop(topic)

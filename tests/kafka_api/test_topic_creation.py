@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import select
+import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -423,3 +424,63 @@ def test_a_dead_letter_partition_that_cannot_be_opened_refuses_only_its_batch(
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"taken"]
     assert stored(tmp_path / "store", "lenient").column("n").to_pylist() == [1]
     assert stored(tmp_path / "store", "lenient-dlq").column("value").to_pylist() == [b"bad"]
+
+
+def test_a_created_topic_whose_partitions_do_not_open_at_start_leaves_the_rest_serving(
+    tmp_path: Path,
+) -> None:
+    """A topic created through the API whose folder is broken when the listener starts is
+    answered KAFKA_STORAGE_ERROR, the other topics as usual, and the next request naming
+    it opens it once the folder is mended. The listener did not start at all."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        assert create_topics(client, [creatable("fresh", 2)], 10_000)["fresh"].error_code == (
+            ErrorCode.none
+        )
+        first = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"before"])))
+        assert first.responses[0].partition_responses[0].error_code == ErrorCode.none
+        client.close()
+    broken = tmp_path / "store" / "topics" / "fresh" / "1"
+    shutil.rmtree(broken)
+    broken.write_bytes(b"not a folder")
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        events = client.call(PRODUCE, 9, produce_body("events", 0, record_batch([b"e"])))
+        assert events.responses[0].partition_responses[0].error_code == ErrorCode.none
+        refused = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"x"])))
+        assert refused.responses[0].partition_responses[0].error_code == (
+            ErrorCode.kafka_storage_error
+        )
+        listed = client.call(
+            METADATA,
+            12,
+            {
+                "topics": None,
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        codes = {t.name: t.error_code for t in listed.topics}
+        assert codes == {"events": ErrorCode.none, "fresh": ErrorCode.kafka_storage_error}
+        broken.unlink()
+        again = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"after"])))
+        (answer,) = again.responses[0].partition_responses
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 1)
+        client.close()
+    assert stored(tmp_path / "store", "fresh").column("value").to_pylist() == [b"before", b"after"]
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"e"]
+
+
+def test_a_configured_topic_whose_partitions_do_not_open_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    """The config names it: the operator learns at once, as before."""
+    config = api_config(tmp_path / "store")
+    with listening(config):
+        pass
+    broken = tmp_path / "store" / "topics" / "events" / "1"
+    shutil.rmtree(broken)
+    broken.write_bytes(b"not a folder")
+    with pytest.raises(FileExistsError), listening(config):
+        pass
