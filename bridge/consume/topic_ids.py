@@ -21,13 +21,14 @@ NO_ID = str(Uuid(0, 0))
 
 
 class TopicIds:
-    """Asks the cluster for topic ids; the admin client is made on first use and kept."""
+    """Asks the cluster for topic ids, with an admin client made for each question: kept
+    between assignments, it would hold connections, and its log lines (served only by its
+    poll) would pile up meanwhile."""
 
     def __init__(self, config: Config, client_id: str) -> None:
         self._settings: dict[str, str | int | float | bool] = {
             **client_config(config, {"client.id": client_id})
         }
-        self._admin: AdminClient | None = None
 
     def of(self, topics: Collection[str]) -> dict[str, str]:
         """The id of each topic the cluster describes; a topic it cannot describe now (its
@@ -35,9 +36,8 @@ class TopicIds:
         if not topics:
             return {}
         try:
-            if self._admin is None:
-                self._admin = AdminClient(self._settings, logger=librdkafka_logger())
-            futures = self._admin.describe_topics(
+            admin = AdminClient(self._settings, logger=librdkafka_logger())
+            futures = admin.describe_topics(
                 TopicCollection(sorted(topics)), request_timeout=ASK_TIMEOUT_S
             )
         except (KafkaException, ValueError) as exc:
@@ -52,4 +52,5 @@ class TopicIds:
                 continue
             if described.topic_id is not None and str(described.topic_id) != NO_ID:
                 found[topic] = str(described.topic_id)
+        admin.poll(0)  # its log lines, to the logger
         return found
