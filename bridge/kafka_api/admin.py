@@ -75,22 +75,25 @@ class AdminHandler:
         self, body: Any, version: int, auto_create: bool, allowed: Callable[[str], bool]
     ) -> dict[str, Any]:
         known = [*self.topics.partitions, *self.topics.unopened]
+        # The topics asked for, in order: (name, the id it was asked by, None: by name).
+        asked: list[tuple[str | None, uuid.UUID | None]]
         if body.topics is None or (version == 0 and not body.topics):
             # As Kafka lists them under ACLs: a user sees the topics it may write, and
             # learns nothing of the others.
-            names = sorted(t for t in known if allowed(t))
+            asked = [(t, None) for t in sorted(known) if allowed(t)]
         else:
             by_id = {topic_id(t): t for t in known}
-            names = [
-                t.name if getattr(t, "name", None) else by_id.get(t.topic_id, "")
+            asked = [
+                (t.name, None) if t.name is not None else (by_id.get(t.topic_id), t.topic_id)
                 for t in body.topics
             ]
         allow = auto_create and getattr(body, "allow_auto_topic_creation", True)
         refused: dict[str, ErrorCode] = {}
-        for name in names:
-            # A topic whose partitions did not open at start is opened again, created or not.
-            create = allow or name in self.topics.unopened
-            if create and allowed(name) and name not in self.topics.partitions:
+        for name, by_id_of in asked:
+            # A topic whose partitions did not open at start is opened again, created or not;
+            # none is created for an id (Kafka's rule).
+            create = by_id_of is None and (allow or name in self.topics.unopened)
+            if create and name is not None and allowed(name) and name not in self.topics.partitions:
                 try:
                     await self.sink.create_topic(name, None, "metadata")
                 except Exception as exc:
@@ -98,10 +101,7 @@ class AdminHandler:
                     refused[name], message = creation_error(name, exc)
                     log.warning("topic_refused", topic=name, error=message)
         topics = [
-            self._topic_metadata(name, refused.get(name))
-            if allowed(name)
-            else {"name": name, "error_code": ErrorCode.topic_authorization_failed}
-            for name in names
+            self._asked(name, by_id_of, version, allowed, refused) for name, by_id_of in asked
         ]
         return {
             "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
@@ -109,6 +109,30 @@ class AdminHandler:
             "controller_id": NODE_ID,
             "topics": topics,
         }
+
+    def _asked(
+        self,
+        name: str | None,
+        by_id: uuid.UUID | None,
+        version: int,
+        allowed: Callable[[str], bool],
+        refused: dict[str, ErrorCode],
+    ) -> dict[str, Any]:
+        """One topic's Metadata answer. Asked by an id (v10 and later), Kafka answers one it
+        does not know UNKNOWN_TOPIC_ID, and one not allowed TOPIC_AUTHORIZATION_FAILED,
+        without a name; before v12 a name is not optional, and ids are refused."""
+        if by_id is not None and (version < 12 or name is None or not allowed(name)):
+            if version < 12:
+                error = ErrorCode.invalid_request
+            elif name is None:
+                error = ErrorCode.unknown_topic_id
+            else:
+                error = ErrorCode.topic_authorization_failed
+            return {"name": "" if version < 12 else None, "topic_id": by_id, "error_code": error}
+        assert name is not None
+        if not allowed(name):
+            return {"name": name, "error_code": ErrorCode.topic_authorization_failed}
+        return self._topic_metadata(name, refused.get(name))
 
     def _topic_metadata(self, name: str, refused: ErrorCode | None) -> dict[str, Any]:
         if refused is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +317,44 @@ def test_unknown_topics_and_partitions(tmp_path: Path) -> None:
         assert len(by_name["events"].partitions) == 2
         assert [b.port for b in metadata.brokers] == [int(bootstrap.rsplit(":", 1)[1])]
         client.close()
+
+
+def test_metadata_by_topic_id_answers_an_unknown_id_as_kafka_does(tmp_path: Path) -> None:
+    """Metadata v12 names topics by id: a known id gets its topic, an unknown one
+    UNKNOWN_TOPIC_ID with no name, and nothing is created for it. It was answered as a
+    topic named "", and with auto_create_topics, INVALID_TOPIC_EXCEPTION."""
+    config = api_config(tmp_path / "store", auto_create_topics=True)
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        client = RawClient(bootstrap)
+        listed = client.call(
+            METADATA,
+            12,
+            {
+                "topics": [{"name": "events"}],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        known = listed.topics[0].topic_id
+        unknown = uuid.uuid4()
+        by_id = client.call(
+            METADATA,
+            12,
+            {
+                "topics": [{"topic_id": unknown, "name": None}, {"topic_id": known, "name": None}],
+                "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        client.close()
+        topics = server.sink.topics.partitions
+    answered = [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in by_id.topics]
+    assert answered == [
+        (None, unknown, ErrorCode.unknown_topic_id, 0),
+        ("events", known, ErrorCode.none, 2),
+    ]
+    assert sorted(topics) == ["events"]
 
 
 def test_undecodable_records_per_on_error(tmp_path: Path) -> None:
