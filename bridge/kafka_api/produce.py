@@ -250,6 +250,18 @@ class ProduceHandler:
                             message="the store did not take the records within the timeout",
                         )
                         break
+                except Exception as exc:
+                    # `append` changes nothing before it can no longer fail: this partition
+                    # is refused, and the request's others are answered as usual.
+                    log.exception(
+                        "produce_failed", topic=topic, partition=partition, error=str(exc)
+                    )
+                    outcome = Outcome(
+                        ErrorCode.unknown_server_error,
+                        message=f"the records could not be taken ({type(exc).__name__}); "
+                        "plateau's log has the detail",
+                    )
+                    break
             if first is None:
                 first = outcome
             else:

@@ -205,3 +205,44 @@ def test_dead_letters_land_after_their_topics_own_stalled_records(tmp_path: Path
         own.close()
         lenient.close()
     assert stored_values(tmp_path / "store", "errors", 0) == [b"own", b"bad", b"more"]
+
+
+def test_a_fault_taking_one_partitions_batch_answers_that_partition_only(tmp_path: Path) -> None:
+    """A batch whose decoding fails unforeseen is answered UNKNOWN_SERVER_ERROR, and the
+    request's other partitions as usual. The request's exception closed the connection
+    unanswered after the partitions before it had landed: their retry stored them twice."""
+    config = api_config(
+        tmp_path / "store",
+        [
+            {"name": "events", "partitions": 1},
+            {"name": "strict", "partitions": 1, "format": "json"},
+        ],
+    )
+    with listening(config) as (server, bootstrap):
+        sink = server.sink
+        assert sink is not None
+        state = sink.partitions[("strict", 0)]
+        decode = state.decoder.decode
+
+        def unforeseen(records: Any) -> Any:
+            raise RuntimeError("unforeseen")
+
+        state.decoder.decode = unforeseen  # type: ignore[method-assign]
+        body = produce_body("events", 0, record_batch([b"a"]))
+        body["topic_data"].append(
+            {"name": "strict", "partition_data": [{"index": 0, "records": record_batch([b"{}"])}]}
+        )
+        client = RawClient(bootstrap)
+        first = answers(client.call(PRODUCE, 9, body))
+        assert first[("events", 0)].error_code == ErrorCode.none
+        assert first[("strict", 0)].error_code == ErrorCode.unknown_server_error
+        state.decoder.decode = decode  # type: ignore[method-assign]
+        again = answers(
+            client.call(PRODUCE, 9, produce_body("strict", 0, record_batch([b'{"n": 1}'])))
+        )
+        assert (again[("strict", 0)].error_code, again[("strict", 0)].base_offset) == (
+            ErrorCode.none,
+            0,
+        )
+        client.close()
+    assert stored_values(tmp_path / "store", "events", 0) == [b"a"]
