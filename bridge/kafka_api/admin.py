@@ -14,8 +14,9 @@ from typing import Any, NamedTuple
 import structlog
 from kio.schema.errors import ErrorCode
 
+from bridge.kafka_api.failures import creation_error
 from bridge.kafka_api.protocol import api_versions
-from bridge.kafka_api.sink import ProduceSink, creation_error
+from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.topics import TopicNameError
 
 log = structlog.get_logger(__name__)
@@ -95,7 +96,7 @@ class AdminHandler:
             create = by_id_of is None and (allow or name in self.topics.unopened)
             if create and name is not None and allowed(name) and name not in self.topics.partitions:
                 try:
-                    await self.sink.create_topic(name, None, "metadata")
+                    await self.sink.creation.create(name, None, "metadata")
                 except Exception as exc:
                     # This topic's answer: the request's others still get theirs.
                     refused[name], message = creation_error(name, exc)
@@ -201,7 +202,7 @@ class AdminHandler:
             if body.validate_only:
                 answers.append(Created(partitions=wanted or self.sink.api.default_partitions))
             else:
-                answers.append(self.sink.start_creation(topic.name, wanted, "create_topics"))
+                answers.append(self.sink.creation.start(topic.name, wanted, "create_topics"))
         creating = [a for a in answers if isinstance(a, asyncio.Future)]
         timeout_s = body.timeout.total_seconds()
         if creating and timeout_s > 0:
@@ -228,7 +229,7 @@ class AdminHandler:
     def _refusal(self, topic: Any) -> Created | None:
         """Why CreateTopics does not create `topic`, or None."""
         name = topic.name
-        if name in self.topics.partitions or self.sink.creating(name):
+        if name in self.topics.partitions or self.sink.creation.creating(name):
             return Created(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         if topic.replication_factor not in (-1, 1):
             return Created(

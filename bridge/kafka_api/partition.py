@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from kio.schema.errors import ErrorCode
@@ -27,8 +26,18 @@ from bridge.ingest.decode import Decoder, Poison
 from plateau_core import Append
 from plateau_core.producers import Check, ProducerBatch, ProducerState, check
 
-if TYPE_CHECKING:
-    from bridge.kafka_api.sink import Outcome
+
+@dataclass
+class Outcome:
+    """What a produce of one batch to one partition came to."""
+
+    error: ErrorCode = ErrorCode.none
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    message: str | None = None
+    record_errors: list[tuple[int, str]] = field(default_factory=list)
+    # What must be durable before acks=all is answered: (partition, offset it must reach).
+    durable: list[tuple[ProducedPartition, int]] = field(default_factory=list)
 
 
 @dataclass

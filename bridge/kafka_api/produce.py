@@ -28,8 +28,9 @@ from bridge.kafka_api.batches import (
     read_batch,
     split_batches,
 )
-from bridge.kafka_api.partition import Ticket
-from bridge.kafka_api.sink import Outcome, ProduceSink, ThrottledError, creation_error
+from bridge.kafka_api.failures import creation_error
+from bridge.kafka_api.partition import Outcome, Ticket
+from bridge.kafka_api.sink import ProduceSink, ThrottledError
 
 log = structlog.get_logger(__name__)
 
@@ -125,7 +126,7 @@ class ProduceHandler:
         ):
             stalled += self.sink.land()  # nothing gathered waits for the partitions to open
             try:
-                await self.sink.create_topic(topic, None, "produce")
+                await self.sink.creation.create(topic, None, "produce")
             except Exception as exc:
                 # This partition's answer: the request's others still get theirs.
                 code, message = creation_error(topic, exc)

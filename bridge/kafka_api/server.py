@@ -149,7 +149,7 @@ class KafkaApiServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5)
             # A topic still being opened: its partitions are released with the others.
-            await sink.created()
+            await sink.creation.created()
             await loop.run_in_executor(None, sink.close, self.config.shutdown_timeout)
             self._status.write({**self._status_body(), "stopped": True})
             log.info(

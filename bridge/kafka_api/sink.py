@@ -14,12 +14,10 @@ import collections
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import pyarrow as pa
 import structlog
 from kio.schema.errors import ErrorCode
-from sqlalchemy.exc import SQLAlchemyError
 
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
@@ -27,15 +25,17 @@ from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
+from bridge.kafka_api.creation import TopicCreation
 from bridge.kafka_api.dead_letters import dead_letters
+from bridge.kafka_api.failures import creation_error, refuse_stalled
 from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.owned import OwnedPartitions
-from bridge.kafka_api.partition import Letters, Pending, ProducedPartition, Ticket
+from bridge.kafka_api.partition import Letters, Outcome, Pending, ProducedPartition, Ticket
 from bridge.kafka_api.stats import SinkStats
-from bridge.kafka_api.topics import ProducedTopics, TopicNameError
+from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
 from plateau_core import Append, Store
-from plateau_core.errors import BackpressureError, InvalidInputError, PlateauError
+from plateau_core.errors import BackpressureError
 from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment, WriterListener
 from plateau_core.policies import JOURNAL_MIN_BYTES, WriterPolicy
@@ -51,45 +51,6 @@ class ThrottledError(Exception):
         super().__init__(f"{topic}[{partition}]: {reason}")
         self.key = (topic, partition)
         self.reason = reason
-
-
-@dataclass
-class Outcome:
-    """What a produce of one batch to one partition came to."""
-
-    error: ErrorCode = ErrorCode.none
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    message: str | None = None
-    record_errors: list[tuple[int, str]] = field(default_factory=list)
-    # What must be durable before acks=all is answered: (partition, offset it must reach).
-    durable: list[tuple[ProducedPartition, int]] = field(default_factory=list)
-
-
-def creation_error(topic: str, exc: BaseException) -> tuple[ErrorCode, str]:
-    """The protocol's answer for a topic whose creation failed: a name refused, the store
-    unable to open its partitions (KAFKA_STORAGE_ERROR, which clients retry: the disk or the
-    manifest may come back), or anything else. The client is not told file names or SQL;
-    the log's topic_open_failed has them."""
-    if isinstance(exc, (TopicNameError, InvalidInputError)):
-        return ErrorCode.invalid_topic_exception, str(exc)
-    why = f"the partitions of topic {topic!r} could not be opened ({type(exc).__name__})"
-    if isinstance(exc, (OSError, PlateauError, SQLAlchemyError)):
-        return ErrorCode.kafka_storage_error, f"{why}; plateau's log has the detail"
-    return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
-
-
-def append_error(exc: BaseException) -> tuple[ErrorCode, str]:
-    """The protocol's answer for a batch the writer refused for anything but memory: records
-    the store cannot take as they are (UNKNOWN_SERVER_ERROR, which clients do not retry),
-    the store failing (KAFKA_STORAGE_ERROR, which they retry), or anything else. File names
-    are not told; the log's produce_append_failed has them."""
-    if isinstance(exc, InvalidInputError):
-        return ErrorCode.unknown_server_error, f"the store refused the records: {exc}"
-    why = f"the records could not be stored ({type(exc).__name__})"
-    if isinstance(exc, (OSError, PlateauError, SQLAlchemyError)):
-        return ErrorCode.kafka_storage_error, f"{why}; plateau's log has the detail"
-    return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
 
 
 class ProduceSink(WriterListener):
@@ -144,7 +105,7 @@ class ProduceSink(WriterListener):
         self._gathered: dict[tuple[str, int], ProducedPartition] = {}
         self._capacity = asyncio.Event()
         self._closed = False
-        self._creating: dict[str, asyncio.Future[int]] = {}  # topics whose partitions open
+        self.creation = TopicCreation(self.topics, self.owned, loop)
         self.consolidator = consolidator_for(config, store, self.writer)
         self.consolidator.start(storage.consolidate_interval)
 
@@ -182,69 +143,6 @@ class ProduceSink(WriterListener):
         if rows:
             log.info("producer_states_expired", rows=rows, silent_s=expiry)
         return rows
-
-    async def create_topic(self, topic: str, partitions: int | None, created_by: str) -> int:
-        """Record a new topic and open its partitions; returns its partition count once
-        producers can write it. The partitions are acquired on a thread: thousands of them
-        take seconds, and every other connection waits for the event loop meanwhile.
-        Requests creating the same topic meanwhile wait for the first one's creation.
-        Raises TopicNameError for a name that cannot be created, and what opening the
-        partitions raised (`creation_error` answers it)."""
-        count = self.topics.partitions.get(topic)
-        if count is not None:
-            return count
-        # Shielded: a request that goes away does not cancel the creation others wait for.
-        return await asyncio.shield(self.start_creation(topic, partitions, created_by))
-
-    def start_creation(
-        self, topic: str, partitions: int | None, created_by: str
-    ) -> asyncio.Future[int]:
-        """The creation of a topic that is not open yet, started now unless it is under way;
-        it goes on whether anyone waits for it or not. Raises TopicNameError."""
-        creating = self._creating.get(topic)
-        if creating is None:
-            self.topics.check_name(topic)
-            creating = asyncio.ensure_future(self._create(topic, partitions, created_by))
-            self._creating[topic] = creating
-            creating.add_done_callback(lambda done: self._created(topic, done))
-        return creating
-
-    def _created(self, topic: str, done: asyncio.Future[int]) -> None:
-        self._creating.pop(topic, None)
-        # Retrieved here: a request answered before the creation ended does not wait for
-        # it, and its failure is logged (topic_open_failed) already.
-        if not done.cancelled():
-            done.exception()
-
-    def creating(self, topic: str) -> bool:
-        return topic in self._creating
-
-    async def created(self) -> None:
-        """Wait for the topics being created to be open (or to have failed)."""
-        await asyncio.gather(*self._creating.values(), return_exceptions=True)
-
-    async def _create(self, topic: str, partitions: int | None, created_by: str) -> int:
-        # A topic whose partitions did not open at start is opened with the count it has.
-        unopened = self.topics.unopened.get(topic)
-
-        def prepare() -> tuple[int, list[ProducedPartition]]:
-            count = self.topics.record(topic, partitions or unopened, created_by)
-            return count, self.owned.prepare(topic, count)
-
-        try:
-            count, states = await self.loop.run_in_executor(None, prepare)
-        except Exception as exc:
-            log.error(
-                "topic_open_failed", topic=topic, error=str(exc), error_type=type(exc).__name__
-            )
-            raise
-        self.owned.publish(states)
-        self.topics.add(topic, count)
-        if unopened is None:
-            log.info("topic_created", topic=topic, partitions=count, created_by=created_by)
-        else:
-            log.info("topic_opened", topic=topic, partitions=count, opened_by=created_by)
-        return count
 
     def close(self, timeout_s: float) -> None:
         """Seal what is buffered and let every partition go."""
@@ -538,7 +436,7 @@ class ProduceSink(WriterListener):
                 )
                 return self._stalled(state)
             except Exception as exc:
-                self._refuse_stalled(state, exc)
+                refuse_stalled(state, exc, self.stats)
                 break
             self._landed(state, [pending], seq)
             state.stalled.pop(0)
@@ -558,34 +456,6 @@ class ProduceSink(WriterListener):
         if landed is not None and not landed.done():
             landed.set_result(None)
         return landed
-
-    def _refuse_stalled(self, state: ProducedPartition, exc: Exception) -> None:
-        """The writer refused the partition's oldest stalled batch, for something other than
-        memory, before taking any of it: that batch and those behind it (their offsets follow
-        its) are answered with an error and their offsets taken back. Left stalled, they
-        were retried before every later batch of the partition and failed it the same way,
-        and landed unacknowledged once the cause went: a producer's retry stored twice."""
-        dropped, state.stalled = state.stalled, []
-        code, message = append_error(exc)
-        first = dropped[0]
-        log.error(
-            "produce_append_failed",
-            topic=state.topic,
-            partition=state.partition,
-            offset=first.base,
-            batches=len(dropped),
-            answered=code.name,
-            error=str(exc),
-            error_type=type(exc).__name__,
-        )
-        self.stats.errors[("Produce", code.name)] += 1
-        behind = f"an earlier batch of {state.topic}[{state.partition}] was refused; retry"
-        for pending in dropped[1:]:
-            # Refused for their place only (retriable): the producer sends them again.
-            self.stats.errors[("Produce", ErrorCode.kafka_storage_error.name)] += 1
-            pending.outcome.error = ErrorCode.kafka_storage_error
-            pending.outcome.message = behind
-        state.take_back(dropped, code, message)
 
     def retry_stalled(self) -> None:
         self.land()

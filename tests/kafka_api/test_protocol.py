@@ -15,8 +15,7 @@ import crc32c
 import pytest
 from kio.schema.errors import ErrorCode
 
-from bridge.kafka_api.partition import Pending
-from bridge.kafka_api.sink import Outcome
+from bridge.kafka_api.partition import Outcome, Pending
 from plateau_core import Append, Store
 from tests.kafka_api.support import (
     RawClient,

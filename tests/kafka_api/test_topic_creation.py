@@ -148,7 +148,7 @@ def test_a_topic_being_created_when_the_listener_stops_is_let_go_with_the_rest(
             admin = AdminClient({"bootstrap.servers": bootstrap})
             admin.create_topics([NewTopic("big", 2)])
             stopping = threading.Thread(target=server.stop, daemon=True)
-            while server.sink.creating("big") is False:
+            while server.sink.creation.creating("big") is False:
                 threading.Event().wait(0.01)
             stopping.start()
             # The writer must not close before the topic is open: given the time to,
@@ -360,7 +360,7 @@ def test_create_topics_answers_by_its_timeout_and_goes_on_creating(tmp_path: Pat
             assert at_once["next"].error_code == ErrorCode.request_timed_out
             assert "big" not in server.sink.topics.partitions
             release.set()
-            while server.sink.creating("big") or server.sink.creating("next"):
+            while server.sink.creation.creating("big") or server.sink.creation.creating("next"):
                 threading.Event().wait(0.01)
         assert server.sink.topics.partitions["big"] == 3
         assert server.sink.topics.partitions["next"] == 1

@@ -1,0 +1,88 @@
+"""Topics created through the Kafka API (CreateTopics, Metadata or a produce with
+auto_create_topics): recorded in the manifest and their partitions opened on a thread, one
+creation per topic however many requests ask for it meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from bridge.kafka_api.owned import OwnedPartitions
+from bridge.kafka_api.partition import ProducedPartition
+from bridge.kafka_api.topics import ProducedTopics
+
+log = structlog.get_logger(__name__)
+
+
+class TopicCreation:
+    """The creations under way, on the listener's event loop."""
+
+    def __init__(
+        self, topics: ProducedTopics, owned: OwnedPartitions, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.topics = topics
+        self.owned = owned
+        self.loop = loop
+        self._pending: dict[str, asyncio.Future[int]] = {}  # topics whose partitions open
+
+    async def create(self, topic: str, partitions: int | None, created_by: str) -> int:
+        """Record a new topic and open its partitions; returns its partition count once
+        producers can write it. The partitions are acquired on a thread: thousands of them
+        take seconds, and every other connection waits for the event loop meanwhile.
+        Requests creating the same topic meanwhile wait for the first one's creation.
+        Raises TopicNameError for a name that cannot be created, and what opening the
+        partitions raised (`creation_error` answers it)."""
+        count = self.topics.partitions.get(topic)
+        if count is not None:
+            return count
+        # Shielded: a request that goes away does not cancel the creation others wait for.
+        return await asyncio.shield(self.start(topic, partitions, created_by))
+
+    def start(self, topic: str, partitions: int | None, created_by: str) -> asyncio.Future[int]:
+        """The creation of a topic that is not open yet, started now unless it is under way;
+        it goes on whether anyone waits for it or not. Raises TopicNameError."""
+        creating = self._pending.get(topic)
+        if creating is None:
+            self.topics.check_name(topic)
+            creating = asyncio.ensure_future(self._create(topic, partitions, created_by))
+            self._pending[topic] = creating
+            creating.add_done_callback(lambda done: self._created(topic, done))
+        return creating
+
+    def _created(self, topic: str, done: asyncio.Future[int]) -> None:
+        self._pending.pop(topic, None)
+        # Retrieved here: a request answered before the creation ended does not wait for
+        # it, and its failure is logged (topic_open_failed) already.
+        if not done.cancelled():
+            done.exception()
+
+    def creating(self, topic: str) -> bool:
+        return topic in self._pending
+
+    async def created(self) -> None:
+        """Wait for the topics being created to be open (or to have failed)."""
+        await asyncio.gather(*self._pending.values(), return_exceptions=True)
+
+    async def _create(self, topic: str, partitions: int | None, created_by: str) -> int:
+        # A topic whose partitions did not open at start is opened with the count it has.
+        unopened = self.topics.unopened.get(topic)
+
+        def prepare() -> tuple[int, list[ProducedPartition]]:
+            count = self.topics.record(topic, partitions or unopened, created_by)
+            return count, self.owned.prepare(topic, count)
+
+        try:
+            count, states = await self.loop.run_in_executor(None, prepare)
+        except Exception as exc:
+            log.error(
+                "topic_open_failed", topic=topic, error=str(exc), error_type=type(exc).__name__
+            )
+            raise
+        self.owned.publish(states)
+        self.topics.add(topic, count)
+        if unopened is None:
+            log.info("topic_created", topic=topic, partitions=count, created_by=created_by)
+        else:
+            log.info("topic_opened", topic=topic, partitions=count, opened_by=created_by)
+        return count
