@@ -28,13 +28,14 @@ from confluent_kafka import (
 )
 
 from bridge.config.models import Config
+from bridge.consume.assignment import Assignment
 from bridge.consume.batches import Key, before, by_partition, describe, from_offset
 from bridge.consume.client import consumer_settings, dead_letter_settings, librdkafka_logger
 from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
 from bridge.consume.messages import records_of
 from bridge.consume.pauses import REGISTRY, Pauses
-from bridge.consume.positions import BEHIND_REASON, removed_by_retention, start_offset
+from bridge.consume.positions import BEHIND_REASON, removed_by_retention
 from bridge.consume.routes import Route, Routes
 from bridge.consume.sealed import Committable, SealListener
 from bridge.consume.snapshot import worker_snapshot
@@ -59,8 +60,6 @@ log = structlog.get_logger(__name__)
 # 100,000 records at the rates where a worker's CPU matters, so batches stay full there.
 POLL_WAIT_S = 0.1
 PAUSED_POLL_WAIT_S = 0.05
-# The longest wait between two attempts to set up an assigned partition (doubling from 1 s).
-SET_UP_RETRY_MAX_S = 30.0
 
 
 class PoisonStopError(BridgeError):
@@ -104,8 +103,6 @@ class Worker:
         self._consolidator = consolidator_for(config, store, self.writer, self.telemetry)
         self._routes = Routes(config, store.manifest)
         self.partitions: dict[Key, PartitionState] = {}
-        # Assigned partitions whose setup failed: (when to try again, attempts so far).
-        self._waiting: dict[Key, tuple[float, int]] = {}
         self._dead_letters = DeadLetters(dead_letter_settings(config))
         callbacks: dict[str, Any] = {
             "on_commit": self._on_commit,
@@ -118,6 +115,18 @@ class Worker:
         )
         self._pauses = Pauses(self.consumer, self.writer, self._wake, self.stats, self.telemetry)
         self._topic_ids = TopicIds(config, f"plateau-{name}")
+        self._assignment = Assignment(
+            config,
+            name,
+            manifest=store.manifest,
+            writer=self.writer,
+            routes=self._routes,
+            partitions=self.partitions,
+            pauses=self._pauses,
+            telemetry=self.telemetry,
+            topic_ids=self._topic_ids,
+            commit_revoked=lambda keys: self._commit_sealed(only=keys, sync=True),
+        )
 
     def subscriptions(self) -> list[str]:
         return [
@@ -132,9 +141,9 @@ class Worker:
         """Consume until `stop` is set; then seal, commit and close within the deadline."""
         self.consumer.subscribe(
             self.subscriptions(),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+            on_assign=self._assignment.on_assign,
+            on_revoke=self._assignment.on_revoke,
+            on_lost=self._assignment.on_lost,
         )
         log.info("worker_started", worker=self.name, subscriptions=self.subscriptions())
         self._consolidator.start(self.config.storage.consolidate_interval)
@@ -151,7 +160,7 @@ class Worker:
                 if time.monotonic() >= self._gaps_due:
                     self._gaps_due = time.monotonic() + 1.0
                     self._advance_past_gaps()
-                    self._set_up_waiting()
+                    self._assignment.set_up_waiting(self.consumer)
                 if self._status.due():
                     self._status.write(self.snapshot())
         finally:
@@ -379,143 +388,6 @@ class Worker:
             return
         for tp in offsets:
             log.debug("offsets_committed", topic=tp.topic, partition=tp.partition, offset=tp.offset)
-
-    # --- rebalance callbacks --------------------------------------------------------------
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        topic_ids = self._topic_ids.of({tp.topic for tp in partitions})
-        lock_wait_s = self.config.shutdown_timeout + 10
-        for tp in partitions:
-            self._set_up(consumer, tp, topic_ids.get(tp.topic), lock_wait_s)
-        # Every partition is assigned, those not set up too: librdkafka would assign them
-        # anyway, at the group's committed offset. Those wait paused until set up.
-        consumer.incremental_assign(partitions)
-        # librdkafka keeps a partition's pause across an unassign and a new assignment: one
-        # paused for backpressure before it was revoked would otherwise never be fetched
-        # again, while its fresh state here says it is not paused.
-        consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
-        waiting = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
-        waiting = [tp for tp in waiting if (tp.topic, tp.partition) in self._waiting]
-        if waiting:
-            consumer.pause(waiting)
-
-    def _set_up(
-        self, consumer: Consumer, tp: TopicPartition, topic_id: str | None, lock_wait_s: float
-    ) -> bool:
-        """Take an assigned partition's lock and find where it starts (tp.offset); False
-        when that failed: nothing of it is held then, and it is set up again later."""
-        key = (tp.topic, tp.partition)
-        acquired: str | None = None
-        try:
-            route = self._routes.route(tp.topic)
-            watermark = self.writer.acquire(
-                route.plateau_topic,
-                tp.partition,
-                roll=self.config.roll_policy(route.mapping),
-                index=route.mapping.index.policy(),
-                rollups=route.mapping.rollup_policies(),
-                timeout_s=lock_wait_s,
-            )
-            acquired = route.plateau_topic
-            start = start_offset(
-                consumer,
-                tp,
-                watermark,
-                kafka=self.config.kafka,
-                manifest=self.store.manifest,
-                plateau_topic=route.plateau_topic,
-                topic_id=topic_id,
-            )
-        except Exception as exc:  # the worker goes on; this partition waits, paused
-            if acquired is not None:
-                self.writer.release(acquired, tp.partition, seal=False)
-            attempts = self._waiting.get(key, (0.0, 0))[1] + 1
-            retry_in_s = min(SET_UP_RETRY_MAX_S, 2.0 ** (attempts - 1))
-            self._waiting[key] = (time.monotonic() + retry_in_s, attempts)
-            self.telemetry.add("errors", ("partition_setup_failed",))
-            log.error(
-                "partition_setup_failed",
-                topic=tp.topic,
-                partition=tp.partition,
-                error=str(exc),
-                error_type=type(exc).__name__,
-                attempts=attempts,
-                retry_in_s=retry_in_s,
-                worker=self.name,
-            )
-            return False
-        self._waiting.pop(key, None)
-        tp.offset = start.offset
-        if start.behind or start.recreated:
-            self.telemetry.add("errors", ("source_behind_store",))
-        # Past the watermark when Kafka's retention or another node took the partition
-        # further (a gap recorded already); a logical offset without a watermark.
-        positioned = start.offset >= 0
-        self.partitions[key] = PartitionState(
-            route.plateau_topic,
-            start.offset if positioned else 0,
-            positioned=positioned,
-            behind=start.behind,
-            watermark=watermark,
-            max_age_s=self.config.roll_policy(route.mapping).max_age_s,
-        )
-        log.info(
-            "partition_assigned",
-            topic=tp.topic,
-            partition=tp.partition,
-            plateau_topic=route.plateau_topic,
-            next_offset=watermark,
-            worker=self.name,
-        )
-        return True
-
-    def _set_up_waiting(self) -> None:
-        """Set up again the assigned partitions that failed to, once their backoff is over;
-        each then starts over from where its setup says, as at assignment."""
-        now = time.monotonic()
-        due = [key for key, (at, _) in self._waiting.items() if at <= now]
-        if not due:
-            return
-        topic_ids = self._topic_ids.of({topic for topic, _ in due})
-        for topic, partition in due:
-            tp = TopicPartition(topic, partition)
-            if not self._set_up(self.consumer, tp, topic_ids.get(topic), 0.0):
-                continue
-            # Assigned again at its start: what the consumer fetched of it meanwhile (at
-            # the committed offset, before the pause took) is dropped.
-            self.consumer.incremental_unassign([TopicPartition(topic, partition)])
-            self.consumer.incremental_assign([tp])
-            self.consumer.resume([TopicPartition(topic, partition)])
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        keys = {(tp.topic, tp.partition) for tp in partitions}
-        for topic, partition in sorted(keys):
-            state = self.partitions.pop((topic, partition), None)
-            if state is None:
-                self._waiting.pop((topic, partition), None)
-                continue
-            self._pauses.end(state)
-            try:
-                self.writer.release(
-                    state.plateau_topic, partition, timeout_s=self.config.shutdown_timeout
-                )
-            except FlushTimeoutError as exc:
-                self.telemetry.add("errors", ("revoke_flush_timeout",))
-                log.error("revoke_flush_timeout", topic=topic, partition=partition, error=str(exc))
-                self.writer.release(state.plateau_topic, partition, seal=False)
-            log.info("partition_revoked", topic=topic, partition=partition, worker=self.name)
-        self._commit_sealed(only=keys, sync=True)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._waiting.pop((tp.topic, tp.partition), None)
-            state = self.partitions.pop((tp.topic, tp.partition), None)
-            if state is not None:
-                self._pauses.end(state)
-                self.writer.release(state.plateau_topic, tp.partition, seal=False)
-            log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
-        # Nothing is committed for lost partitions: another member owns them now; their
-        # sealed segments (and seals still running) are dropped by the next _commit_sealed.
 
     def snapshot(self) -> dict[str, Any]:
         """This worker's partitions, offsets, pauses and counters, as JSON-able data."""

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from structlog.testing import capture_logs
 
-import bridge.consume.worker as worker_module
+import bridge.consume.assignment as assignment_module
 from bridge.config.models import Config
 from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
@@ -117,7 +117,7 @@ def test_kafka_not_answering_at_assignment_leaves_the_partition_free_to_set_up_a
         _until(lambda: "error" in outcome or _landed(store, topic) == {0: 20, 1: 20})
     _produce_more(kafka, topic, 2, 40, 80)
     _set_committed(kafka, group, topic, {1: 35})
-    real = worker_module.start_offset
+    real = assignment_module.start_offset
     calls: list[int] = []
 
     def timing_out(consumer: Any, tp: Any, watermark: int | None, **kwargs: Any) -> Any:
@@ -126,7 +126,7 @@ def test_kafka_not_answering_at_assignment_leaves_the_partition_free_to_set_up_a
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get watermarks"))
         return real(consumer, tp, watermark, **kwargs)
 
-    monkeypatch.setattr(worker_module, "start_offset", timing_out)
+    monkeypatch.setattr(assignment_module, "start_offset", timing_out)
     with capture_logs() as logs, _running(config) as (store, _, outcome):
         _until(lambda: "error" in outcome or _landed(store, topic) == {0: 40, 1: 40})
         assert "error" not in outcome, outcome
