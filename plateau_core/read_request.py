@@ -25,6 +25,12 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def to_epoch_ms(value: datetime | int | None, name: str) -> int | None:
+    """A time bound as epoch milliseconds, rounded up (a naive datetime is UTC).
+
+    Raises:
+        InvalidInputError: `value` is neither a datetime nor an integer within 64 bits;
+            the message names it `name`.
+    """
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -89,6 +95,10 @@ def _columns(value: object) -> tuple[str, ...] | None:
 
 @dataclass(frozen=True)
 class ReadRequest:
+    """One read, checked: offset bounds [start_offset, end_offset) and time bounds
+    [time_start, time_end) in epoch ms, None where unbounded. Made by `build` from what a
+    caller passed, or `whole` for every row."""
+
     topic: str
     partitions: tuple[int, ...] | None
     start_offset: int | None
@@ -126,6 +136,13 @@ class ReadRequest:
         where: Where = (),
         order_by: OrderBy = "offset",
     ) -> ReadRequest:
+        """The request `Store.read` was given, checked and in the engine's units.
+
+        Raises:
+            InvalidInputError: An argument is malformed: order or order_by not one of
+                theirs, a negative or non-integer limit, a float or out-of-range offset, a
+                time that is no datetime or epoch ms, partitions or columns not a list.
+        """
         if order not in ("asc", "desc"):
             raise InvalidInputError(f"order must be 'asc' or 'desc', got {order!r}")
         if order_by not in ("offset", "timestamp"):
@@ -184,6 +201,11 @@ class ReadRequest:
         )
 
     def mask(self, batch: pa.RecordBatch) -> pa.Array | None:
+        """The rows of `batch` the request keeps (None: no filter applies).
+
+        Raises:
+            InvalidInputError: A `where` value cannot be compared with its column's type.
+        """
         conditions = []
         offsets = batch.column(OFFSET)
         # Typed scalars: a plain int would be converted again for every batch.

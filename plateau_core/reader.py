@@ -47,7 +47,9 @@ class ReadResult:
 
     The segment list is fixed when the result is made; retention leaves those files in
     place for its grace period, so a reader that starts within it sees all of them.
-    `opened` lists the segment files actually opened, in order.
+    `opened` lists the segment files actually opened, in order. `schema` is every schema
+    the topic ever had, merged (a column whose types clash reads as JSON text), narrowed to
+    the columns asked for; every batch is conformed to it.
     """
 
     def __init__(self, store: StoreHandle, request: ReadRequest, *, prune: bool = True) -> None:
@@ -139,6 +141,16 @@ class ReadResult:
         return pa.schema([merged.field(c) for c in self.request.columns if c in merged.names])
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
+        """The rows, batch by batch, in the order asked for; each segment is checked against
+        its recorded checksums before its first row is returned.
+
+        Raises:
+            SegmentUnavailableError: A segment file of the snapshot is missing or does not
+                decode; its rows are never silently left out.
+            SegmentCorruptError: A segment's bytes disagree with its manifest row; it is
+                quarantined, so the next read plans without it.
+            InvalidInputError: A `where` value cannot be compared with its column's type.
+        """
         remaining = self.request.limit
         if remaining == 0:
             return
@@ -184,17 +196,21 @@ class ReadResult:
 
     @property
     def opened(self) -> list[str]:
+        """Paths (relative to the data folder) of the segment files opened so far."""
         return self.scan.opened
 
     @property
     def batches_read(self) -> int:
+        """Record batches decoded so far."""
         return self.scan.batches_read
 
     @property
     def batches_skipped(self) -> int:
+        """Record batches the segments' footer index ruled out without reading them."""
         return self.scan.batches_skipped
 
     def to_table(self) -> pa.Table:
+        """Every row at once, with `schema`; raises as iterating does."""
         return pa.Table.from_batches(list(self), schema=self.schema)
 
 
@@ -234,6 +250,11 @@ def segment_batches(
     Before the first batch is returned, the file's size, its head and tail and every batch
     about to be decoded are checked against the row's checksums: a corrupt segment raises
     SegmentCorruptError and yields nothing. Batches the index skips are not read at all.
+    Unlike ReadResult, it quarantines nothing.
+
+    Raises:
+        SegmentUnavailableError: The file cannot be opened or a batch does not decode.
+        SegmentCorruptError: The file disagrees with the row's size or checksums.
     """
     unavailable = (
         f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "

@@ -39,7 +39,23 @@ class Store:
 
         `location` is the data folder; the manifest defaults to SQLite at
         `{data_dir}/manifest.db`. Given only a SQLite `manifest_url`, the data folder is
-        the one holding that database file.
+        the one holding that database file. Pending manifest migrations are applied.
+
+        Args:
+            location: The data folder (created owner-only if missing).
+            manifest_url: A SQLAlchemy URL of the manifest (PostgreSQL needs
+                `plateau[postgres]`).
+
+        Returns:
+            The open store; close it (or use it as a context manager) when done.
+
+        Raises:
+            InvalidInputError: Neither argument was given, a server manifest came without a
+                data folder, or (with a data folder) the URL is not a database URL.
+            ManifestUnusableError: The manifest is missing, new, damaged or being rebuilt
+                while segment files exist: opening it would lose them as orphans.
+            PlateauError: The manifest database cannot be reached, needs a driver that is
+                not installed, or is of a newer plateau.
         """
         if location is None:
             if manifest_url is None:
@@ -61,6 +77,7 @@ class Store:
         return cls(data_dir, manifest)
 
     def close(self) -> None:
+        """Close the manifest's database connections."""
         self.manifest.close()
 
     def __enter__(self) -> Store:
@@ -72,12 +89,20 @@ class Store:
     # --- what is stored ---------------------------------------------------------------------
 
     def topics(self) -> list[str]:
+        """Every topic with a watermark (written to, or skipped over), sorted."""
         return self.manifest.topics()
 
     def spans(self, topic: str | None = None) -> list[PartitionSpan]:
+        """Each partition's watermark, replicated offset and what its readable segments
+        cover, ordered by topic and partition (`topic`: that topic's only).
+
+        Raises:
+            InvalidInputError: `topic` is not a valid topic name.
+        """
         return self.manifest.spans(None if topic is None else validate_topic(topic))
 
     def segment_path(self, segment: SegmentRecord) -> Path:
+        """Where the file of a manifest row is."""
         return self.data_dir / segment.path
 
     def footprint_bytes(self) -> int:
@@ -108,12 +133,38 @@ class Store:
         `where` keeps rows whose column equals a value (`{"request_id": "r-1"}`) or one of a
         list (`{"service": ["api", "web"]}`); a null equals nothing. Segments whose promoted
         statistics or bloom filters rule every value out are not opened (`ReadResult.pruned`).
-        Raises InvalidInputError naming the column for a value of the wrong kind.
 
         `order_by="timestamp"` returns the rows in timestamp order across segments and
         partitions (`order` says which way); with a `limit` it reads the newest (or oldest)
         segments first and stops once the limit's rows are certain (ORDER BY timestamp DESC
         LIMIT k). The default, "offset", returns each segment's rows in offset order.
+
+        Args:
+            topic: The topic to read; one without segments reads as no rows.
+            partitions: Partition numbers to read (None: all).
+            start_offset: First offset kept (inclusive).
+            end_offset: Offset where the rows stop (exclusive).
+            time_start: Earliest timestamp kept (inclusive): a datetime (naive is UTC) or
+                epoch milliseconds.
+            time_end: Timestamp where the rows stop (exclusive), as `time_start`.
+            columns: The columns returned (None: all).
+            limit: At most this many rows.
+            order: "asc" or "desc" (the reverse order).
+            where: Equality or IN conditions on the topic's own columns.
+            order_by: "offset" or "timestamp", as above.
+
+        Returns:
+            A ReadResult over the segments recorded now: iterate it for RecordBatches or
+            call `to_table()`; segment files are opened only then, and a segment that
+            cannot be read raises SegmentUnavailableError (SegmentCorruptError when its
+            bytes changed) instead of being skipped.
+
+        Raises:
+            InvalidInputError: An argument is malformed (topic name, offsets, times,
+                partitions, columns, limit, order), a `where` condition is (a value not a
+                string, bytes or number, an empty list, a column the bounds filter), or
+                `columns` names a column the topic never had; the message names it. A
+                `where` value its column's type cannot hold is refused once rows are read.
         """
         from plateau_core.read_request import ReadRequest  # noqa: PLC0415
         from plateau_core.reader import ReadResult  # noqa: PLC0415
@@ -143,7 +194,18 @@ class Store:
     ) -> Writer:
         """A writer of this store. `journal`: appends are journaled before they are sealed
         (data_dir/journal, one writer at a time); replay what an earlier one left with
-        `plateau_core.journal_replay.replay` before appending."""
+        `plateau_core.journal_replay.replay` before appending.
+
+        Args:
+            policy: Memory budget, threads, compression, fsync (default WriterPolicy()).
+            listener: Told of seals, failed seals, freed capacity and watermark moves, on
+                writer threads.
+            journal: Journal appends before they are sealed, as above.
+
+        Returns:
+            A Writer owning no partition yet: `acquire` the partitions it writes, and
+            `close` it when done.
+        """
         from plateau_core.journal import JOURNAL_DIR, Journal  # noqa: PLC0415
         from plateau_core.journaled_writer import JournaledWriter  # noqa: PLC0415
         from plateau_core.writer import Writer  # noqa: PLC0415
