@@ -27,6 +27,7 @@ class BackgroundTask:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread and wait (up to 30 s) for the pass it is in to end."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)

@@ -1,4 +1,5 @@
-"""Policies as frozen dataclasses, validated when built."""
+"""Policies as frozen dataclasses, validated when built: a value out of its range raises
+InvalidInputError naming the field."""
 
 from __future__ import annotations
 

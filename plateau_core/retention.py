@@ -31,6 +31,9 @@ WATCH_INTERVAL_S = 0.1
 
 @dataclass
 class RetentionReport:
+    """What one pass did: segments it marked deleting (their files stay for the deletion
+    grace), by why, and those whose grace ended and are now gone."""
+
     marked: list[SegmentRecord] = field(default_factory=list)  # by a topic's own policy
     forced: list[SegmentRecord] = field(default_factory=list)  # unreplicated, by a hard limit
     global_marked: list[SegmentRecord] = field(default_factory=list)  # by a store-wide limit
@@ -38,6 +41,7 @@ class RetentionReport:
 
     @property
     def marked_bytes(self) -> int:
+        """Bytes of the segments marked by this pass, for whatever reason."""
         return sum(s.size_bytes for s in [*self.marked, *self.global_marked, *self.forced])
 
 
@@ -61,6 +65,19 @@ class Retention(BackgroundTask):
         resolve: Callable[[str], RetentionPolicy | None] | None = None,
         observer: Callable[[RetentionReport], None] | None = None,
     ) -> None:
+        """Retention of `store`; nothing runs until `run()` or `start()`.
+
+        Args:
+            store: The store whose segments are retired.
+            default: The policy of a topic neither `topics` nor `resolve` names (default:
+                no limit).
+            topics: Policies by topic name.
+            limits: Store-wide limits: bytes, free disk, and the deletion grace.
+            disk_free: Free bytes now (default: the data folder's filesystem).
+            resolve: The policy of a topic not in `topics` (None: the default's).
+            observer: Told of every pass's report (metrics); an error it raises is raised
+                by `run()`, after the pass.
+        """
         self.store = store
         self.default = default or RetentionPolicy()
         self.topics = dict(topics or {})
@@ -83,7 +100,17 @@ class Retention(BackgroundTask):
     # --- one pass ---------------------------------------------------------------------------
 
     def run(self, now: int | None = None) -> RetentionReport:
-        """One retention pass; `now` is epoch ms (tests pass their own clock)."""
+        """One retention pass; `now` is epoch ms (tests pass their own clock).
+
+        Finishes deletions whose grace ended, marks what the topics' policies and then the
+        store-wide limits retire (oldest first, by newest record), and with no deletion
+        grace deletes those at once. Unreplicated segments of topics that require
+        replication go only when a store-wide limit leaves nothing else: they are logged as
+        errors and counted in `forced_total`. Passes run one at a time.
+
+        Returns:
+            What the pass marked and deleted.
+        """
         with self._lock:
             stamp = now_ms() if now is None else now
             report = RetentionReport()
