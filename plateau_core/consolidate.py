@@ -62,6 +62,8 @@ class Merge:
 
 @dataclass
 class ConsolidationReport:
+    """What one consolidation pass did."""
+
     merged: list[Merge] = field(default_factory=list)
     conflicts: int = 0  # runs that changed while being merged: left as they were
     deferred: int = 0  # runs left for a later pass: merging them would cross min_free_disk
@@ -69,6 +71,7 @@ class ConsolidationReport:
 
     @property
     def segments_removed(self) -> int:
+        """How many fewer segments the merges left."""
         return sum(m.segments - 1 for m in self.merged)
 
 
@@ -168,6 +171,19 @@ class Consolidator(BackgroundTask):
         return found
 
     def run(self, now: int | None = None) -> ConsolidationReport:
+        """One pass over every topic with a policy; `now` is epoch ms (tests pass their own
+        clock). A partition is skipped while its guard (or its lock, held by a writer)
+        says no.
+
+        Returns:
+            The runs merged, those left because they changed meanwhile (`conflicts`), and
+            those left for the disk floor (`deferred`).
+
+        Raises:
+            SegmentUnavailableError: A file of a run cannot be read; the pass stops there,
+                and what it merged before stays merged.
+            SegmentCorruptError: A file of a run disagrees with its checksums; as above.
+        """
         stamp = now_ms() if now is None else now
         report = ConsolidationReport()
         for topic, policy in sorted(self.policies().items()):

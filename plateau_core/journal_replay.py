@@ -37,7 +37,9 @@ def replay(
     records that was. `acquire(topic, partition)` makes the writer own a partition a group
     names that it does not own yet. Raises JournalCorruptError when the journal cannot be
     read back whole, or a group overlaps what is sealed (then the manifest and the journal
-    disagree, and neither is changed)."""
+    disagree, and neither is changed), FlushTimeoutError when the replayed records are not
+    sealed within `timeout_s` (the journal keeps them for the next replay), and what
+    `acquire` raises (PartitionLockedError)."""
     journal = writer.journal
     if journal is None:
         return 0

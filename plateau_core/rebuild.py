@@ -137,6 +137,20 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
     Until the last file is recorded, `manifest.rebuilding` in data_dir marks the manifest
     incomplete and every opener refuses it; run again after an interruption, the rebuild
     starts over (on a database server, dropping the tables the interrupted one filled).
+
+    Args:
+        data_dir: The data folder whose `topics/` are read.
+        manifest_url: The manifest to fill (default: SQLite at `{data_dir}/manifest.db`);
+            a server database must hold no manifest yet.
+
+    Returns:
+        What was recorded, quarantined, retired or set aside per partition, and what could
+        not be rebuilt (`notes`); `lines()` is the text for people.
+
+    Raises:
+        RebuildRefusedError: There is no data folder, a partition's writer lock is held
+            (serve running), the server database already holds a manifest, or the name an
+            SQLite file would be moved aside to is taken (run again a second later).
     """
     root = Path(data_dir).expanduser().resolve()
     if not root.is_dir():

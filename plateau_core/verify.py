@@ -196,6 +196,15 @@ def verify_store(
     With `quarantine`, a bad segment is moved to the quarantined state (excluded from reads,
     logged as `segment_quarantined`). Nothing is deleted: orphans and temp files are left to
     recovery, which removes them when their partition is acquired.
+
+    Args:
+        store: The store to check; it may be written meanwhile.
+        deep: Also decode every batch and compare it with its row (see check_segment).
+        quarantine: Quarantine the bad segments found.
+
+    Returns:
+        The report; what SQLite's integrity check finds in the manifest is listed in its
+        `manifest_problems`, not raised.
     """
     report = VerifyReport(data_dir=str(store.data_dir), deep=deep)
     report.manifest_problems = store.manifest.integrity_check()
@@ -280,7 +289,11 @@ def _partition_files(data_dir: Path) -> Iterator[str]:
 def verify_at_start(store: StoreHandle, *, full: bool) -> VerifyReport | None:
     """What serve runs before its workers start: the manifest's own integrity check always,
     and with `full` every segment's checksums (bad ones are quarantined). Returns the report
-    of the full check."""
+    of the full check (None without `full`).
+
+    Raises:
+        ManifestUnusableError: The manifest fails SQLite's integrity check.
+    """
     problems = store.manifest.integrity_check()
     if problems:
         raise ManifestUnusableError(
