@@ -52,8 +52,9 @@ class Store:
         Raises:
             InvalidInputError: Neither argument was given, a server manifest came without a
                 data folder, or (with a data folder) the URL is not a database URL.
-            ManifestUnusableError: The manifest is missing, new, damaged or being rebuilt
-                while segment files exist: opening it would lose them as orphans.
+            ManifestUnusableError: A rebuild-manifest did not finish, the manifest is
+                damaged, or it is missing or new while segment files exist (opening it would
+                lose them as orphans).
             PlateauError: The manifest database cannot be reached, needs a driver that is
                 not installed, or is of a newer plateau.
         """

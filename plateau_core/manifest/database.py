@@ -49,6 +49,7 @@ class ManifestDatabase:
 
     @property
     def is_sqlite(self) -> bool:
+        """Whether the manifest is an SQLite file (not on a database server)."""
         return self._sqlite
 
     def integrity_check(self) -> list[str]:
@@ -62,6 +63,7 @@ class ManifestDatabase:
         return [] if rows == ["ok"] else rows
 
     def close(self) -> None:
+        """Close the database connections."""
         self.engine.dispose()
         self._read_engine.dispose()
 

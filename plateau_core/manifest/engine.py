@@ -85,4 +85,5 @@ def enable_wal(cursor: Any, timeout_s: float) -> None:
 
 
 def sqlite_url(path: Path) -> str:
+    """The SQLAlchemy URL of an SQLite database file."""
     return f"sqlite:///{path}"

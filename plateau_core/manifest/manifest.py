@@ -237,6 +237,8 @@ class Manifest(SegmentReads):
             return None if state is None else SegmentState(state)
 
     def watermark(self, topic: str, partition: int) -> int | None:
+        """The partition's next offset to ingest (none below it is ingested again); None
+        when the partition was never written."""
         with self._read() as session:
             row = session.get(PartitionRow, (topic, partition))
             return None if row is None else row.next_offset
@@ -255,6 +257,9 @@ class Manifest(SegmentReads):
             return bool(found)
 
     def record_gap(self, topic: str, partition: int, from_offset: int, to_offset: int) -> None:
+        """Record offsets [from_offset, to_offset) this store will never hold (Kafka deleted
+        them before plateau read them, or another node's store holds them). The watermark
+        does not move."""
         with self._write() as session:
             session.add(
                 GapRow(
@@ -300,10 +305,13 @@ class Manifest(SegmentReads):
             return [(p, lo, hi) for p, lo, hi in rows]
 
     def topics(self) -> list[str]:
+        """Every topic with a watermark, sorted."""
         with self._read() as session:
             return list(session.scalars(select(PartitionRow.topic).distinct().order_by("topic")))
 
     def spans(self, topic: str | None = None) -> list[PartitionSpan]:
+        """Each partition's watermark, replicated offset and what its readable segments
+        cover, by topic and partition (`topic`: that topic's only)."""
         readable = [s.value for s in READABLE_STATES]
         seg = SegmentRow
         counts = (
@@ -352,6 +360,8 @@ class Manifest(SegmentReads):
             ]
 
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
+        """Every schema the topic's segments were ever written with, by fingerprint, oldest
+        first (kept after its segments are gone)."""
         # Here rather than at the top: reading spans and watermarks (`plateau status`) must
         # not pay for loading Arrow.
         from pyarrow import ipc, py_buffer  # noqa: PLC0415
@@ -365,6 +375,8 @@ class Manifest(SegmentReads):
     # --- state transitions -----------------------------------------------------------------
 
     def quarantine(self, segment_id: int, problem: str) -> bool:
+        """sealed/replicated → quarantined, noting `problem`; returns whether it moved (False
+        when retention or an earlier check moved it first)."""
         return self._transition(
             [segment_id],
             (SegmentState.SEALED, SegmentState.REPLICATED),

@@ -22,6 +22,13 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
     open leaves no manifest behind that a second open would take for a real one. A manifest
     that rebuild-manifest did not finish is refused for the same reason: it lacks the files
     the rebuild had not reached.
+
+    Raises:
+        InvalidInputError: `url` is not a database URL.
+        ManifestUnusableError: A rebuild-manifest did not finish, the manifest is damaged,
+            or it is missing or new while `data_dir` holds segment files.
+        PlateauError: The database cannot be reached or opened, needs a driver that is not
+            installed, or is of a newer plateau.
     """
     if (data_dir / REBUILD_MARKER).exists():
         raise ManifestUnusableError(

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def now_ms() -> int:
+    """The wall clock in epoch milliseconds, as the manifest records times."""
     return int(time.time() * 1000)
 
 
@@ -86,6 +87,7 @@ class SegmentRecord:
 
     @property
     def stats(self) -> SegmentStats:
+        """The row's facts about its file (offsets, times, size, schema, checksums)."""
         return SegmentStats(
             start_offset=self.start_offset,
             end_offset=self.end_offset,
