@@ -37,14 +37,14 @@ from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import Kept
 from bridge.logs import configure_logging
 from bridge.serve import tune_gc
-from plateau_core import RollPolicy, SealedSegment, Store, WriterListener, WriterPolicy
+from plateau_core import NoListener, RollPolicy, SealedSegment, Store, WriterPolicy
 from plateau_core.policies import Compression
 from plateau_core.schema import normalize_batch
 
 # --- the worker's path, stage by stage -----------------------------------------------------------
 
 
-class _Sealed(WriterListener):
+class _Sealed(NoListener):
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.segments: list[SealedSegment] = []

@@ -52,10 +52,10 @@ from pyarrow import ipc
 from plateau_core import (
     BackpressureError,
     MiB,
+    NoListener,
     RollPolicy,
     SealedSegment,
     Store,
-    WriterListener,
     WriterPolicy,
 )
 from plateau_core.policies import COMPRESSIONS
@@ -69,7 +69,7 @@ RSS_HEADROOM = 200 * MB
 # --- one case, in a child process ------------------------------------------------------------
 
 
-class SealCounter(WriterListener):
+class SealCounter(NoListener):
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.segments: list[SealedSegment] = []

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         PlateauError,
         SealError,
     )
-    from plateau_core.listener import SealedSegment, WriterListener, WriterStats
+    from plateau_core.listener import NoListener, SealedSegment, WriterListener, WriterStats
     from plateau_core.manifest import PartitionSpan, SegmentRecord, SegmentState
     from plateau_core.policies import MiB, RetentionPolicy, RollPolicy, StoreLimits, WriterPolicy
     from plateau_core.reader import ReadResult, SegmentCorruptError, SegmentUnavailableError
@@ -63,6 +63,7 @@ _HOMES = {
     "Retention": "retention",
     "RetentionReport": "retention",
     "Store": "store",
+    "NoListener": "listener",
     "SealedSegment": "listener",
     "Writer": "writer",
     "WriterListener": "listener",
@@ -77,6 +78,7 @@ __all__ = [
     "ManifestConflictError",
     "ManifestUnusableError",
     "MiB",
+    "NoListener",
     "PartitionLockedError",
     "PartitionSpan",
     "PlateauError",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import structlog
 
@@ -28,8 +29,8 @@ class SealedSegment:
     seconds: float
 
 
-class WriterListener:
-    """Hooks the owner of a Writer overrides; they run on writer threads, keep them short."""
+class WriterListener(Protocol):
+    """What the owner of a Writer is told; the hooks run on writer threads, keep them short."""
 
     def on_sealed(self, segment: SealedSegment) -> None:
         """A segment is durable and in the manifest."""
@@ -45,6 +46,26 @@ class WriterListener:
 
     def on_journaled(self, seq: int) -> None:
         """Every append group numbered up to `seq` is durable in the writer's journal."""
+
+
+class NoListener:
+    """A WriterListener that hears nothing: a writer's default, and a base for doubles that
+    care about a few hooks."""
+
+    def on_sealed(self, segment: SealedSegment) -> None:
+        pass
+
+    def on_seal_failed(self, topic: str, partition: int, error: Exception) -> None:
+        pass
+
+    def on_capacity(self) -> None:
+        pass
+
+    def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
+        pass
+
+    def on_journaled(self, seq: int) -> None:
+        pass
 
 
 def tell(hook: Callable[..., None], *args: object) -> None:

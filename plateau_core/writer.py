@@ -32,7 +32,7 @@ from plateau_core.errors import (
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
-from plateau_core.listener import TopicPartition, WriterListener, WriterStats, tell
+from plateau_core.listener import NoListener, TopicPartition, WriterListener, WriterStats, tell
 from plateau_core.names import partition_dir, validate_topic
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
@@ -63,7 +63,7 @@ class Writer:
     ) -> None:
         self.store = store
         self.policy = policy or WriterPolicy()
-        self.listener = listener or WriterListener()
+        self.listener: WriterListener = listener or NoListener()
         self._write_segment = write  # tests inject failing or slow writers here
         self.journal: Journal | None = None  # see JournaledWriter
         self._cond = threading.Condition()

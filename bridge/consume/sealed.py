@@ -7,14 +7,15 @@ import queue
 import threading
 
 from bridge.ops.telemetry import WorkerTelemetry
-from plateau_core import SealedSegment, WriterListener
+from plateau_core import SealedSegment
 
 Committable = tuple[str, int, int]  # (plateau topic, partition, offset to commit)
 
 
-class SealListener(WriterListener):
-    """Queues what may be committed to Kafka, for the worker thread to commit: the ends of
-    sealed segments, and watermarks moved over skipped records."""
+class SealListener:
+    """The worker's WriterListener: queues what may be committed to Kafka, for the worker
+    thread to commit: the ends of sealed segments, and watermarks moved over skipped
+    records."""
 
     def __init__(
         self,
@@ -44,3 +45,6 @@ class SealListener(WriterListener):
 
     def on_advanced(self, topic: str, partition: int, next_offset: int) -> None:
         self.sealed.put((topic, partition, next_offset))
+
+    def on_journaled(self, seq: int) -> None:
+        pass  # the worker's writer keeps no journal: Kafka is its durable buffer

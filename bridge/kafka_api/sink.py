@@ -37,7 +37,7 @@ from bridge.store import consolidator_for
 from plateau_core import Append, Store
 from plateau_core.errors import BackpressureError
 from plateau_core.lazy import Item
-from plateau_core.listener import SealedSegment, WriterListener
+from plateau_core.listener import SealedSegment
 from plateau_core.policies import JOURNAL_MIN_BYTES, WriterPolicy
 from plateau_core.producers import ProducerBatch, Verdict
 
@@ -53,7 +53,7 @@ class ThrottledError(Exception):
         self.reason = reason
 
 
-class ProduceSink(WriterListener):
+class ProduceSink:
     def __init__(
         self,
         config: Config,

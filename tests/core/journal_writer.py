@@ -15,13 +15,13 @@ import structlog
 
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
 from plateau_core.journal_replay import replay
-from plateau_core.listener import WriterListener
+from plateau_core.listener import NoListener
 from tests.support import append_group_patiently, batch
 
 ROWS = 40
 
 
-class Acks(WriterListener):
+class Acks(NoListener):
     """Prints `seq` lines as groups become durable: what a producer would be told."""
 
     def __init__(self) -> None:

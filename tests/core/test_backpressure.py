@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from plateau_core import BackpressureError, RollPolicy, Store, WriterListener, WriterPolicy
+from plateau_core import BackpressureError, NoListener, RollPolicy, Store, WriterPolicy
 from tests.support import GatedDisk, append_patiently, batch
 
 
-class CapacityProbe(WriterListener):
+class CapacityProbe(NoListener):
     def __init__(self) -> None:
         self.capacity = threading.Event()
 

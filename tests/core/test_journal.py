@@ -24,7 +24,7 @@ from plateau_core.errors import BackpressureError, FlushTimeoutError
 from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal, _write_all
 from plateau_core.journal_codec import JournalCorruptError
 from plateau_core.journal_replay import replay
-from plateau_core.listener import WriterListener
+from plateau_core.listener import NoListener
 from plateau_core.producers import ProducerBatch
 from plateau_core.schema import normalized
 from plateau_core.slog import Prepared
@@ -283,7 +283,7 @@ def test_one_journal_per_folder(tmp_path: Path) -> None:
         journal.close(everything_sealed=True)
 
 
-class Journaled(WriterListener):
+class Journaled(NoListener):
     def __init__(self) -> None:
         self.durable = -1
         self.changed = threading.Condition()

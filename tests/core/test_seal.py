@@ -15,11 +15,11 @@ from plateau_core import (
     FlushTimeoutError,
     InvalidInputError,
     ManifestConflictError,
+    NoListener,
     RollPolicy,
     SealedSegment,
     Store,
     Writer,
-    WriterListener,
     WriterPolicy,
 )
 from plateau_core.policies import IndexPolicy
@@ -29,7 +29,7 @@ from plateau_core.verify import verify_store
 from tests.support import batch
 
 
-class Recorder(WriterListener):
+class Recorder(NoListener):
     def __init__(self, store: Store) -> None:
         self.store = store
         self.sealed: list[SealedSegment] = []
@@ -295,7 +295,7 @@ def test_a_seal_whose_outcome_is_unknown_stays_exact_through_a_failed_write(
     assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2, 3]
 
 
-class RaisesOnce(WriterListener):
+class RaisesOnce(NoListener):
     """A listener whose hooks fail the first time each is called."""
 
     def __init__(self) -> None:
@@ -349,7 +349,7 @@ def test_seals_of_many_partitions_share_a_small_pool(store: Store) -> None:
     assert len(store.manifest.segments("t")) == 32
 
 
-class Advances(WriterListener):
+class Advances(NoListener):
     def __init__(self) -> None:
         self.advanced: list[tuple[str, int, int]] = []
 
