@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from plateau_core.errors import (
+        REFUSAL_REASONS,
         BackpressureError,
         FlushTimeoutError,
         InvalidInputError,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         ManifestUnusableError,
         PartitionLockedError,
         PlateauError,
+        RefusalReason,
         SealError,
     )
     from plateau_core.listener import NoListener, SealedSegment, WriterListener, WriterStats
@@ -48,6 +50,8 @@ _HOMES = {
     "ManifestUnusableError": "errors",
     "PartitionLockedError": "errors",
     "PlateauError": "errors",
+    "REFUSAL_REASONS": "errors",
+    "RefusalReason": "errors",
     "SealError": "errors",
     "PartitionSpan": "manifest",
     "SegmentRecord": "manifest",
@@ -71,6 +75,7 @@ _HOMES = {
 }
 
 __all__ = [
+    "REFUSAL_REASONS",
     "Append",
     "BackpressureError",
     "FlushTimeoutError",
@@ -83,6 +88,7 @@ __all__ = [
     "PartitionSpan",
     "PlateauError",
     "ReadResult",
+    "RefusalReason",
     "Retention",
     "RetentionPolicy",
     "RetentionReport",

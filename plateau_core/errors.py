@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
+# Why the writer refused an append (BackpressureError.reason). The values are metric labels
+# and log fields that alerts may select on: they do not change.
+RefusalReason = Literal["partition_busy", "memory_budget", "disk_full"]
+REFUSAL_REASONS: tuple[RefusalReason, ...] = get_args(RefusalReason)
+
 
 class PlateauError(Exception):
     """Root of the errors plateau_core raises on purpose."""
@@ -35,16 +42,16 @@ class PartitionLockedError(PlateauError):
 class BackpressureError(PlateauError):
     """An append was refused before anything changed; pause and retry when accepting() says so.
 
-    `reason` is one of "partition_busy" (its buffer is full while its previous seal is still
-    being written), "memory_budget" (the store-wide budget of buffered plus in-flight bytes
-    is reached) or "disk_full" (free disk is below min_free_disk).
+    `reason` (a RefusalReason) is "partition_busy" (its buffer is full while its previous
+    seal is still being written), "memory_budget" (the store-wide budget of buffered plus
+    in-flight bytes is reached) or "disk_full" (free disk is below min_free_disk).
     """
 
-    def __init__(self, topic: str, partition: int, reason: str, detail: str) -> None:
+    def __init__(self, topic: str, partition: int, reason: RefusalReason, detail: str) -> None:
         super().__init__(f"{topic}[{partition}] refused ({reason}): {detail}")
         self.topic = topic
         self.partition = partition
-        self.reason = reason
+        self.reason: RefusalReason = reason
         self.detail = detail
 
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from typing import Final
 
 import structlog
 from confluent_kafka import Consumer, TopicPartition
 
 from bridge.consume.batches import Key
-from bridge.consume.state import PartitionState, WorkerStats
+from bridge.consume.state import PartitionState, PauseReason, WorkerStats
 from bridge.ops.telemetry import WorkerTelemetry
 from plateau_core import Writer
 
 log = structlog.get_logger(__name__)
 
-REGISTRY = "schema_registry"  # the pause reason while the schema registry cannot be reached
+REGISTRY: Final = "schema_registry"  # the pause reason while the schema registry cannot be reached
 
 
 class Pauses:
@@ -40,7 +41,9 @@ class Pauses:
         self.stats = stats
         self.telemetry = telemetry
 
-    def pause(self, key: Key, state: PartitionState, offset: int, reason: str, detail: str) -> None:
+    def pause(
+        self, key: Key, state: PartitionState, offset: int, reason: PauseReason, detail: str
+    ) -> None:
         tp = TopicPartition(key[0], key[1], offset)
         self.consumer.pause([tp])
         self.consumer.seek(tp)

@@ -5,6 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
+
+from plateau_core import REFUSAL_REASONS, RefusalReason
+
+# Why a partition is paused: the writer refused an append, or the schema registry cannot be
+# asked. Metric labels and log fields: the values do not change.
+PauseReason = RefusalReason | Literal["schema_registry"]
+PAUSE_REASONS: tuple[PauseReason, ...] = (*REFUSAL_REASONS, "schema_registry")
 
 
 @dataclass
@@ -19,7 +27,7 @@ class PartitionState:
     # Kafka hands out offsets below next_offset (source_behind_store was logged); cleared
     # once it reaches next_offset again.
     behind: bool = False
-    paused_reason: str | None = None
+    paused_reason: PauseReason | None = None
     paused_since: float = 0.0
     watermark: int | None = None  # the manifest's next offset: what is durable
     committed: int | None = None  # the last offset Kafka confirmed as committed
@@ -34,6 +42,6 @@ class WorkerStats:
 
     records: int = 0
     poison: int = 0
-    pauses: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    pauses: dict[PauseReason, int] = field(default_factory=lambda: defaultdict(int))
     resumes: int = 0
     commits: int = 0

@@ -24,13 +24,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from bridge.config.models import Config
+from bridge.consume.state import PAUSE_REASONS
 from bridge.ops.api_metrics import kafka_api_families, poison_counts
 from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, Histogram, Labels, parse_dump
 from bridge.ops.worker_status import read_run
 from plateau_core import Retention, RetentionReport, SegmentState, Store
-
-PAUSE_REASONS = ("partition_busy", "memory_budget", "disk_full", "schema_registry")
 
 _COUNTER_HELP = {
     "records_ingested": "Records appended to plateau (decoded, not yet necessarily sealed).",

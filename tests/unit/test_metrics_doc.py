@@ -11,6 +11,7 @@ import yaml
 from prometheus_client.core import Metric
 
 from bridge.config import Config, parse_config
+from bridge.consume.state import PAUSE_REASONS
 from bridge.ops.metrics import ServeCollector, ServeCounters, registry
 from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, WorkerTelemetry
@@ -177,6 +178,16 @@ def test_operations_doc_lists_exactly_the_exported_metrics(exported: dict[str, M
     table = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `(plateau_[a-z_]+)` \|", table, re.MULTILINE))
     assert documented == _exported_names(exported)
+
+
+def test_operations_doc_names_exactly_the_pause_reasons() -> None:
+    """The reason label's values are what alerts select on: the documented ones are the
+    typed ones, and those are the ones they always were."""
+    text = (DOCS / "operations.md").read_text()
+    paragraph = text.split("Pause reasons: ", 1)[1].split("\n\n", 1)[0]
+    documented = re.findall(r"`([a-z_]+)` \(", paragraph)
+    assert documented == list(PAUSE_REASONS)
+    assert PAUSE_REASONS == ("partition_busy", "memory_budget", "disk_full", "schema_registry")
 
 
 def test_alert_rules_use_exported_metrics(exported: dict[str, Metric]) -> None:
