@@ -105,6 +105,24 @@ class Writer:
 
         Waits up to `timeout_s` for another writer (a previous owner still flushing) to let
         go, then recovers the partition's folder against the manifest.
+
+        Args:
+            topic: The topic; its folder is created if missing.
+            partition: The partition number.
+            roll: When its buffer becomes a segment (default RollPolicy()).
+            index: Bloom filters its segments keep (default: none).
+            rollups: Aggregates sealed with its segments into derived topics.
+            timeout_s: How long to wait for its lock.
+
+        Returns:
+            The offset the partition's appends start at or after (its watermark); None
+            when nothing was ever written there.
+
+        Raises:
+            InvalidInputError: The topic name or partition number is not valid.
+            PartitionLockedError: Another writer (process or handle) still holds it after
+                `timeout_s`.
+            PlateauError: This writer owns it already.
         """
         key = (validate_topic(topic), partition)
         with self._cond:
@@ -139,7 +157,21 @@ class Writer:
     def release(
         self, topic: str, partition: int, *, seal: bool = True, timeout_s: float = 30.0
     ) -> None:
-        """Give a partition up: seal what is buffered first (revoke) or drop it (lost)."""
+        """Give a partition up: seal what is buffered first (revoke) or drop it (lost).
+
+        A partition not owned here is left alone. When a seal of it is still running after
+        `timeout_s`, its lock is kept until that seal ends, so a next owner waits in
+        `acquire` rather than recovering the folder under it.
+
+        Args:
+            seal: Seal the buffer first; False drops it (a lost partition: its next owner
+                goes on from the watermark).
+            timeout_s: How long to wait for that seal, then for a seal already running.
+
+        Raises:
+            FlushTimeoutError: With `seal`, the buffer was not sealed in time; the
+                partition stays owned, its records buffered.
+        """
         key = (topic, partition)
         if seal:
             self.flush([key], timeout_s=timeout_s)
@@ -214,6 +246,7 @@ class Writer:
         log.info("partition_lock_released", topic=key[0], partition=key[1])
 
     def owned(self) -> list[TopicPartition]:
+        """The partitions this writer owns, sorted."""
         with self._cond:
             return sorted(self._logs)
 
@@ -235,15 +268,27 @@ class Writer:
         records are durable, so the partition seals as soon as no seal of it is in flight
         (records arriving meanwhile join the next seal: a group commit).
 
-        BackpressureError: pause the partition and retry once `accepting()` is true again.
-        InvalidInputError: the batch itself is wrong (the message names the field).
+        Raises:
+            BackpressureError: Refused for now (its `reason` says why): pause the partition
+                and retry the same batch once `accepting()` is true again.
+            InvalidInputError: The batch itself is wrong (the message names the field), its
+                offsets do not follow those already accepted, or the partition is not
+                acquired by this writer.
         """
         self.append_group([Append(topic, partition, (batch,), producer, urgent=urgent)])
 
     def skip(self, topic: str, partition: int, next_offset: int) -> None:
         """Offsets below `next_offset` not appended were handled elsewhere (skipped, sent to
         a dead-letter topic). The watermark moves over them with the partition's next seal
-        (at once when nothing is buffered), so a restart does not read them again."""
+        (at once when nothing is buffered), so a restart does not read them again.
+
+        Never refused for backpressure. The listener's `on_advanced` says when the move is
+        recorded.
+
+        Raises:
+            InvalidInputError: `next_offset` is not an offset, or the partition is not
+                acquired by this writer.
+        """
         self.append_group([Append(topic, partition, advance_to=next_offset)])
 
     def append_group(self, appends: Sequence[Append], *, journal: bool = True) -> int | None:
@@ -252,7 +297,11 @@ class Writer:
         anything (BackpressureError, InvalidInputError), as `append` does.
 
         A JournaledWriter returns the group's number in its journal: the listener's
-        `on_journaled` says when it is durable. `journal=False`: a replay of the journal."""
+        `on_journaled` says when it is durable. `journal=False`: a replay of the journal.
+
+        Returns:
+            The group's journal number; None without a journal (or with `journal=False`).
+        """
         prepared = [[prepare(item) for item in a.batches if item.num_rows] for a in appends]
         nbytes = sum(p.nbytes for batches in prepared for p in batches)
         with self._cond:
@@ -298,13 +347,18 @@ class Writer:
         return seq
 
     def next_offset(self, topic: str, partition: int) -> int:
-        """The offset an append to this owned partition must start at or after."""
+        """The offset an append to this owned partition must start at or after.
+
+        Raises:
+            InvalidInputError: The partition is not acquired by this writer.
+        """
         with self._cond:
             last = self._owned(topic, partition).last_offset
         return 0 if last is None else last + 1
 
     def accepting(self, topic: str, partition: int) -> bool:
-        """Whether an append to this partition would likely be accepted now."""
+        """Whether an append to this partition would likely be accepted now (False for a
+        partition not owned here)."""
         with self._cond:
             slog = self._logs.get((topic, partition))
             if slog is None:
@@ -324,8 +378,13 @@ class Writer:
     ) -> None:
         """Seal everything buffered now for these partitions (all owned ones by default).
 
-        Returns once all of it is recorded in the manifest; raises FlushTimeoutError
-        naming the partitions still unsealed at the deadline.
+        Returns once all of it is recorded in the manifest and the listener was told.
+        Partitions not owned here are passed over. A seal that fails is retried, with
+        backoff, until the deadline.
+
+        Raises:
+            FlushTimeoutError: Some partitions were still unsealed at the deadline (its
+                `pending` names them); their records stay buffered and are sealed later.
         """
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -345,7 +404,14 @@ class Writer:
                 self._cond.wait(min(remaining, self._groups.wait_s(0.05)))
 
     def close(self, *, timeout_s: float = 30.0) -> None:
-        """Seal what is buffered, release every partition, stop the threads."""
+        """Seal what is buffered, release every partition, stop the threads. A second
+        call does nothing.
+
+        Raises:
+            FlushTimeoutError: Not everything was sealed within `timeout_s`. The writer is
+                closed all the same: what was not sealed is dropped (unacknowledged, so read
+                again from the source; a journal keeps it for its replay).
+        """
         if self._closed:
             return
         try:
@@ -369,6 +435,8 @@ class Writer:
         return {key: since for key, since in found.items() if since is not None}
 
     def stats(self) -> WriterStats:
+        """Buffered and in-flight bytes and rows, seals running, and the partitions whose
+        last seal failed (with its error), now."""
         with self._cond:
             return WriterStats(
                 partitions=len(self._logs),
