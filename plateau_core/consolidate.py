@@ -51,6 +51,8 @@ Guard = Callable[[str, int], contextlib.AbstractContextManager[bool]]
 
 @dataclass(frozen=True)
 class Merge:
+    """One run of segments replaced by one segment holding offsets [start, end)."""
+
     topic: str
     partition: int
     start_offset: int

@@ -61,6 +61,8 @@ NOTES = (
 
 @dataclass(frozen=True)
 class RebuiltPartition:
+    """What was recorded of one partition, and its watermark now."""
+
     topic: str
     partition: int
     segments: int
@@ -82,6 +84,8 @@ class SkippedFile:
 
 @dataclass
 class RebuildReport:
+    """What `rebuild_manifest` recorded, skipped and moved, and what it could not rebuild."""
+
     data_dir: str
     manifest_url: str
     moved_aside: list[str] = field(default_factory=list)
@@ -95,9 +99,11 @@ class RebuildReport:
 
     @property
     def segments(self) -> int:
+        """Segments recorded as readable."""
         return sum(p.segments for p in self.partitions)
 
     def lines(self) -> list[str]:
+        """The report for people."""
         # Printed for a person: the URL's password stays out of it.
         shown = shown_url(self.manifest_url)
         out = [f"rebuilt the manifest of {self.data_dir} ({shown})"]

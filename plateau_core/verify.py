@@ -113,6 +113,8 @@ def _deep_check(path: Path, record: SegmentRecord) -> str | None:
 
 @dataclass(frozen=True)
 class SegmentProblem:
+    """A segment whose file disagrees with its row, and what is wrong."""
+
     topic: str
     partition: int
     start_offset: int
@@ -140,6 +142,7 @@ class VerifyReport:
 
     @property
     def problem_count(self) -> int:
+        """Everything listed that needs an operator's look."""
         return (
             len(self.problems)
             + len(self.quarantined)
@@ -151,9 +154,11 @@ class VerifyReport:
 
     @property
     def clean(self) -> bool:
+        """No problem of any kind."""
         return self.problem_count == 0
 
     def as_dict(self) -> dict[str, object]:
+        """The report as plain data (for JSON), with `clean`."""
         return {**asdict(self), "clean": self.clean}
 
     def lines(self) -> list[str]:
