@@ -81,6 +81,8 @@ def consolidator_for(
             telemetry.add("consolidated_segments", (merge.topic,), merge.segments - 1)
         if report.conflicts:
             telemetry.add("errors", ("consolidation_conflict",), report.conflicts)
+        if report.unreadable:
+            telemetry.add("errors", ("consolidation_unreadable",), report.unreadable)
         if report.failed:
             telemetry.add("errors", ("consolidation_failed",))
 

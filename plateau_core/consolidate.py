@@ -36,8 +36,14 @@ from plateau_core.manifest.records import SegmentFile
 from plateau_core.names import consolidated_name, partition_dir
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import Compression, ConsolidatePolicy, IndexPolicy
+from plateau_core.quarantine import quarantine
 from plateau_core.read_request import ReadRequest
-from plateau_core.reader import ScanCounters, segment_batches
+from plateau_core.reader import (
+    ScanCounters,
+    SegmentCorruptError,
+    SegmentUnavailableError,
+    segment_batches,
+)
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 
@@ -69,6 +75,7 @@ class ConsolidationReport:
     merged: list[Merge] = field(default_factory=list)
     conflicts: int = 0  # runs that changed while being merged: left as they were
     deferred: int = 0  # runs left for a later pass: merging them would cross min_free_disk
+    unreadable: int = 0  # runs left because a file did not read (a corrupt one is quarantined)
     failed: bool = False  # the pass stopped on an error (what was merged before it stays)
 
     @property
@@ -175,16 +182,13 @@ class Consolidator(BackgroundTask):
     def run(self, now: int | None = None) -> ConsolidationReport:
         """One pass over every topic with a policy; `now` is epoch ms (tests pass their own
         clock). A partition is skipped while its guard (or its lock, held by a writer)
-        says no.
+        says no. A run with a file that does not read is left as it is (a corrupt file is
+        quarantined, as a read quarantines it) and the pass goes on with the other runs.
 
         Returns:
-            The runs merged, those left because they changed meanwhile (`conflicts`), and
-            those left for the disk floor (`deferred`).
-
-        Raises:
-            SegmentUnavailableError: A file of a run cannot be read; the pass stops there,
-                and what it merged before stays merged.
-            SegmentCorruptError: A file of a run disagrees with its checksums; as above.
+            The runs merged, those left because they changed meanwhile (`conflicts`), those
+            left for the disk floor (`deferred`) and those with a file that did not read
+            (`unreadable`).
         """
         stamp = now_ms() if now is None else now
         report = ConsolidationReport()
@@ -246,7 +250,12 @@ class Consolidator(BackgroundTask):
         self, topic: str, partition: int, run: list[SegmentRecord], report: ConsolidationReport
     ) -> None:
         first, last = run[0], run[-1]
-        table = pa.Table.from_batches(list(self._rows(run)))
+        try:
+            table = pa.Table.from_batches(list(self._rows(run)))
+        except SegmentUnavailableError as exc:
+            # One bad file must not stop the merges of every other run, pass after pass.
+            self._unreadable(run, exc, report)
+            return
         name = consolidated_name(first.start_offset, last.end_offset)
         path, stats = self._write(
             partition_dir(self.store.data_dir, topic, partition),
@@ -296,6 +305,26 @@ class Consolidator(BackgroundTask):
             records=stats.record_count,
             bytes_before=done.bytes_before,
             bytes_after=done.bytes_after,
+        )
+
+    def _unreadable(
+        self, run: list[SegmentRecord], exc: SegmentUnavailableError, report: ConsolidationReport
+    ) -> None:
+        """A file of `run` did not read: the run stays as it is. A corrupt one is
+        quarantined, as a read quarantines it, so the next pass plans without it; a missing
+        or unopenable one is left to verify (it may be a disk coming back)."""
+        report.unreadable += 1
+        first, last = run[0], run[-1]
+        if isinstance(exc, SegmentCorruptError):
+            quarantine(self.store.manifest, exc.segment, exc.problem, found_by="consolidation")
+        log.error(
+            "consolidation_run_unreadable",
+            topic=first.topic,
+            partition=first.partition,
+            start_offset=first.start_offset,
+            end_offset=last.end_offset,
+            error=str(exc),
+            error_type=type(exc).__name__,
         )
 
     def _rows(self, run: list[SegmentRecord]) -> Iterator[pa.RecordBatch]:

@@ -323,3 +323,38 @@ def test_a_merge_that_would_cross_the_disk_floor_waits(small: Store) -> None:
     assert len(small.manifest.segments("logs", states=tuple(SegmentState))) == SEGMENTS
     free["bytes"] = floor + run_bytes  # room for the merged file: the next pass merges
     assert [m.segments for m in consolidator.run().merged] == [SEGMENTS]
+
+
+def test_a_corrupt_file_is_quarantined_and_the_other_runs_are_merged(store: Store) -> None:
+    """A run with a corrupt file stayed as it was and stopped the pass, every pass: no other
+    topic was merged again until something else quarantined the file."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        for topic in ("a", "b"):
+            writer.acquire(topic, 0, roll=RollPolicy(max_rows=ROWS, max_age_s=3600))
+            for i in range(4):
+                append_patiently(writer, topic, 0, _batch(i * ROWS))
+        writer.flush()
+    finally:
+        writer.close()
+    damaged = store.manifest.segments("a")[1]
+    assert damaged.checksums is not None
+    position, length, _ = damaged.checksums.batches[-1]
+    path = store.segment_path(damaged)
+    raw = bytearray(path.read_bytes())
+    raw[position + length // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    consolidator = Consolidator(store, {"a": NOW_POLICY, "b": NOW_POLICY}, fsync=False)
+
+    first = consolidator.run()
+
+    assert (first.unreadable, [(m.topic, m.segments) for m in first.merged]) == (1, [("b", 4)])
+    states = {
+        s.start_offset: s.state for s in store.manifest.segments("a", states=tuple(SegmentState))
+    }
+    assert states[damaged.start_offset] == SegmentState.QUARANTINED
+    second = consolidator.run()  # plans around the quarantined file
+    assert second.unreadable == 0
+    assert sorted((m.start_offset, m.end_offset) for m in second.merged) == [(2 * ROWS, 4 * ROWS)]
+    offsets = store.read("a", columns=["offset"]).to_table().column("offset").to_pylist()
+    assert offsets == [*range(ROWS), *range(2 * ROWS, 4 * ROWS)]
