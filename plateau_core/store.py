@@ -7,11 +7,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy.engine import make_url
-
 from plateau_core.errors import InvalidInputError
 from plateau_core.listener import WriterListener
 from plateau_core.manifest import Manifest, PartitionSpan, SegmentRecord, open_manifest, sqlite_url
+from plateau_core.manifest.urls import parsed_url
 from plateau_core.names import MANIFEST_FILE, validate_topic
 from plateau_core.policies import WriterPolicy
 
@@ -61,7 +60,7 @@ class Store:
         if location is None:
             if manifest_url is None:
                 raise InvalidInputError("Store.open needs a data folder or a manifest URL")
-            url = make_url(manifest_url)
+            url = parsed_url(manifest_url)
             if url.get_backend_name() != "sqlite" or not url.database:
                 raise InvalidInputError(
                     f"with a {url.get_backend_name()} manifest, give the data folder too"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DatabaseError, DBAPIError
 
-from plateau_core.errors import InvalidInputError, ManifestUnusableError, PlateauError
+from plateau_core.errors import ManifestUnusableError, PlateauError
 from plateau_core.manifest.manifest import Manifest
-from plateau_core.manifest.urls import shown_url
+from plateau_core.manifest.urls import parsed_url
 from plateau_core.names import REBUILD_MARKER, has_segment_files
 
 
@@ -35,13 +35,7 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
             data_dir,
             "is incomplete: a plateau rebuild-manifest was interrupted (or is still running)",
         )
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise InvalidInputError(
-            f"the manifest URL {shown_url(url)!r} is not a database URL "
-            "(sqlite:///path, postgresql://user@host:port/db)"
-        ) from None
+    parsed = parsed_url(url)
     database = parsed.database
     if (
         parsed.get_backend_name() == "sqlite"

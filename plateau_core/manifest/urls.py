@@ -1,9 +1,12 @@
-"""Database URLs as they may be shown in messages and logs: without their password."""
+"""Database URLs: parsed with an error that names what is wrong, and shown in messages and
+logs without their password."""
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+
+from plateau_core.errors import InvalidInputError
 
 
 def shown_url(url: str) -> str:
@@ -23,3 +26,18 @@ def shown_url(url: str) -> str:
     if colon < 0:
         return url
     return f"{url[: colon + 1]}***{url[at:]}"
+
+
+def parsed_url(url: str) -> URL:
+    """`url` parsed.
+
+    Raises:
+        InvalidInputError: It is not a database URL (the message shows it without its
+            password)."""
+    try:
+        return make_url(url)
+    except ArgumentError:
+        raise InvalidInputError(
+            f"the manifest URL {shown_url(url)!r} is not a database URL "
+            "(sqlite:///path, postgresql://user@host:port/db)"
+        ) from None

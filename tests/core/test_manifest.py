@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from plateau_core import PlateauError, SegmentState, Store, WriterPolicy
+from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest, sqlite_url
 from plateau_core.manifest.migrations import LATEST, current_version
 from plateau_core.manifest.models import SegmentRow
@@ -147,6 +148,14 @@ def test_a_manifest_that_cannot_be_opened_is_named(tmp_path: Path, url: str, say
     with pytest.raises(PlateauError, match=says) as raised:
         Store.open(tmp_path / "data", manifest_url=url)
     assert "manifest" in str(raised.value)
+    assert "hunter2" not in str(raised.value)
+
+
+def test_a_manifest_url_alone_that_does_not_parse_is_named() -> None:
+    """Given only a manifest URL, Store.open parses it itself (for the data folder): a
+    driver's ArgumentError came through instead of an error naming the URL."""
+    with pytest.raises(InvalidInputError, match="not a database URL") as raised:
+        Store.open(manifest_url="postgresql:/plateau:hunter2@db/plateau")
     assert "hunter2" not in str(raised.value)
     assert "ter2" not in str(raised.value)
     assert raised.value.__cause__ is None or "hunter2" not in str(raised.value.__cause__)
