@@ -31,8 +31,9 @@ from confluent_kafka import Consumer, Message
 from ingest_ceiling import POLL_BATCH, GcTimer, check, cpu_s, thread_cpu
 
 from bridge.config import parse_config
+from bridge.consume.build import build_worker
 from bridge.consume.messages import header_array, kafka_timestamps, records_of
-from bridge.consume.worker import Worker, by_partition
+from bridge.consume.worker import by_partition
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import Kept
 from bridge.logs import configure_logging
@@ -255,7 +256,7 @@ def worker(
                     return
                 time.sleep(0.05)
 
-    runner = Worker(config, store, stop)
+    runner = build_worker(config, store, stop)
     if not gc_default:
         tune_gc()
     started = time.monotonic()

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from bridge.config.models import Config
-from bridge.consume.worker import PoisonStopError, Worker
+from bridge.consume.build import build_worker
+from bridge.consume.worker import PoisonStopError
 from bridge.logs import configure_logging
 from bridge.ops.endpoint import MetricsEndpoint
 from bridge.ops.metrics import ServeCollector, ServeCounters, registry
@@ -167,7 +168,7 @@ def run_worker(
 ) -> int:
     tune_gc()
     try:
-        Worker(config, store, stop, name=name, run=run).run()
+        build_worker(config, store, stop, name=name, run=run).run()
     except PoisonStopError as exc:
         log.error("worker_stopped_on_poison", worker=name, error=str(exc))
         return EXIT_POISON

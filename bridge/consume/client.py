@@ -1,11 +1,14 @@
-"""Kafka client settings shared by the worker, its dead-letter producer, `check` and `status`."""
+"""Kafka client settings shared by the worker, its dead-letter producer, `check` and `status`;
+the worker's consumer."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypedDict
 
 import structlog
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bridge.config.models import COOPERATIVE, Config
 
@@ -43,6 +46,25 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
         # that names an assignor.
         del defaults["partition.assignment.strategy"]
     return client_config(config, defaults, enforced)
+
+
+class ConsumerCallbacks(TypedDict):
+    """What librdkafka calls back on the worker's thread (from consume()). A Consumer takes
+    them only when it is created, so the worker hands them to its ConsumerFactory."""
+
+    on_commit: Callable[[KafkaError | None, list[TopicPartition]], None]
+    error_cb: Callable[[KafkaError], None]
+    stats_cb: Callable[[str], None]
+
+
+ConsumerFactory = Callable[[ConsumerCallbacks], Consumer]
+
+
+def new_consumer(config: Config, client_id: str, callbacks: ConsumerCallbacks) -> Consumer:
+    """A worker's Kafka consumer (consumer_settings), calling back `callbacks`."""
+    return Consumer(
+        {**consumer_settings(config, client_id), **callbacks}, logger=librdkafka_logger()
+    )
 
 
 def dead_letter_settings(config: Config) -> dict[str, str | int]:

@@ -20,7 +20,6 @@ from typing import Any, cast
 import pyarrow as pa
 import structlog
 from confluent_kafka import (
-    Consumer,
     KafkaError,
     KafkaException,
     Message,
@@ -30,28 +29,27 @@ from confluent_kafka import (
 from bridge.config.models import Config
 from bridge.consume.assignment import Assignment
 from bridge.consume.batches import Key, before, by_partition, describe, from_offset
-from bridge.consume.client import consumer_settings, dead_letter_settings, librdkafka_logger
+from bridge.consume.client import ConsumerFactory
 from bridge.consume.dlq import DeadLetters
 from bridge.consume.health import ClientHealth
 from bridge.consume.messages import records_of
 from bridge.consume.pauses import REGISTRY, Pauses
 from bridge.consume.positions import BEHIND_REASON, removed_by_retention
 from bridge.consume.routes import Route, Routes
-from bridge.consume.sealed import Committable, SealListener
+from bridge.consume.sealed import Committable
 from bridge.consume.snapshot import worker_snapshot
 from bridge.consume.state import PartitionState, WorkerStats
 from bridge.consume.topic_ids import TopicIds
 from bridge.errors import BridgeError
 from bridge.ingest.decode import Poison, RegistryUnavailableError
 from bridge.ops.telemetry import WorkerTelemetry
-from bridge.ops.worker_status import StatusFile, new_run_id
+from bridge.ops.worker_status import StatusFile
 from bridge.store import consolidator_for
 from plateau_core import (
     BackpressureError,
     FlushTimeoutError,
     Store,
     Writer,
-    WriterPolicy,
 )
 
 log = structlog.get_logger(__name__)
@@ -67,63 +65,64 @@ class PoisonStopError(BridgeError):
 
 
 class Worker:
+    """Consumes its subscriptions into `writer` until `stop` is set.
+
+    It is given what it talks to (build_worker in bridge/consume/build.py wires them): the
+    writer, whose listener puts the offsets the worker may commit on `sealed` and sets
+    `wake` when room frees; the dead-letter sink; the status file and telemetry it reports
+    to; and `consumer`, called once with the worker's callbacks, which librdkafka takes
+    only when a consumer is created.
+    """
+
     def __init__(
         self,
         config: Config,
         store: Store,
         stop: threading.Event,
         *,
+        consumer: ConsumerFactory,
+        writer: Writer,
+        sealed: queue.SimpleQueue[Committable],
+        wake: threading.Event,
+        dead_letters: DeadLetters,
+        status: StatusFile,
+        telemetry: WorkerTelemetry,
         name: str = "worker-0",
-        run: str | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.stop = stop
         self.name = name
         self.stats = WorkerStats()
-        self.telemetry = WorkerTelemetry()
-        self._status = StatusFile(config.storage.data_dir, name, run or new_run_id())
-        previous = self._status.previous()
-        if previous is not None:  # restarted by the supervisor: counters carry on
-            self.telemetry.load(previous.get("telemetry", {}))
-        self.health = ClientHealth(name, config.kafka.bootstrap_servers, self.telemetry)
+        self.telemetry = telemetry
+        self._status = status
+        self.health = ClientHealth(name, config.kafka.bootstrap_servers, telemetry)
         self._gaps_due = 0.0
-        self._sealed: queue.SimpleQueue[Committable] = queue.SimpleQueue()
-        self._wake = threading.Event()
-        storage = config.storage
-        self.writer: Writer = store.writer(
-            WriterPolicy(
-                memory_budget_bytes=storage.memory_budget,
-                writer_threads=storage.writer_threads,
-                compression=storage.compression,
-                min_free_disk_bytes=storage.min_free_disk or 0,
-            ),
-            SealListener(self._sealed, self._wake, self.telemetry),
-        )
-        self._consolidator = consolidator_for(config, store, self.writer, self.telemetry)
+        self._sealed = sealed
+        self._wake = wake
+        self.writer = writer
+        self._consolidator = consolidator_for(config, store, writer, telemetry)
         self._routes = Routes(config, store.manifest)
         self.partitions: dict[Key, PartitionState] = {}
-        self._dead_letters = DeadLetters(dead_letter_settings(config))
-        callbacks: dict[str, Any] = {
-            "on_commit": self._on_commit,
-            "error_cb": self.health.on_error,
-            "stats_cb": self.health.on_stats,
-        }
-        self.consumer = Consumer(
-            {**consumer_settings(config, f"plateau-{name}"), **callbacks},
-            logger=librdkafka_logger(),
+        self._dead_letters = dead_letters
+        self.consumer = consumer(
+            {
+                "on_commit": self._on_commit,
+                "error_cb": self.health.on_error,
+                "stats_cb": self.health.on_stats,
+            }
         )
-        self._pauses = Pauses(self.consumer, self.writer, self._wake, self.stats, self.telemetry)
+        self._pauses = Pauses(self.consumer, writer, wake, self.stats, telemetry)
         self._topic_ids = TopicIds(config, f"plateau-{name}")
         self._assignment = Assignment(
             config,
             name,
             manifest=store.manifest,
-            writer=self.writer,
+            writer=writer,
             routes=self._routes,
             partitions=self.partitions,
             pauses=self._pauses,
-            telemetry=self.telemetry,
+            telemetry=telemetry,
             topic_ids=self._topic_ids,
             commit_revoked=lambda keys: self._commit_sealed(only=keys, sync=True),
         )

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 import bridge.consume.assignment as assignment_module
 from bridge.config.models import Config
+from bridge.consume.build import build_worker
 from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
 from bridge.store import open_store
@@ -43,7 +44,7 @@ def _running(config: Config) -> Iterator[tuple[Store, Worker, dict[str, Any]]]:
     stop = threading.Event()
     outcome: dict[str, Any] = {}
     with open_store(config) as store:
-        worker = Worker(config, store, stop)
+        worker = build_worker(config, store, stop)
 
         def run() -> None:
             try:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
 
-from bridge.consume.worker import Worker
+from bridge.consume.build import build_worker
 from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError
 from bridge.ingest.records import ERROR_HEADERS
@@ -150,7 +150,7 @@ def test_a_dead_letter_topic_that_refuses_keeps_the_watermark_before_the_poison(
     )
     with open_store(config) as store:
         with pytest.raises(BridgeError, match="dead"):
-            Worker(config, store, threading.Event()).run()
+            build_worker(config, store, threading.Event()).run()
         assert (store.manifest.watermark(topic, 0) or 0) <= 5
     assert sorted(stored(tmp_path, topic).column("n").to_pylist()) == [0, 1, 2, 3, 4]
     assert sum(end_offsets(kafka, dlq).values()) == 0

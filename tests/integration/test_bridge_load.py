@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from bridge.consume.worker import Worker
+from bridge.consume.build import build_worker
 from bridge.demo.producer import Record, produce
 from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
@@ -80,7 +80,7 @@ def test_tiny_memory_budget_and_slow_writer_pause_without_loss(
     )
     store = Store.open(tmp_path)
     stop = threading.Event()
-    worker = Worker(config, store, stop)
+    worker = build_worker(config, store, stop)
     worker.writer._write_segment = SlowDisk(0.05)
     peak = 0
     thread = threading.Thread(target=worker.run, name="worker")

@@ -16,8 +16,8 @@ from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from bridge.config.models import Config
+from bridge.consume.build import build_worker
 from bridge.consume.state import PartitionState
-from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
 from bridge.local_kafka.topics import create_topic
 from bridge.store import open_store
@@ -153,7 +153,7 @@ def test_a_partition_paused_then_revoked_is_fetched_again_when_assigned_back(
     )
     stop = threading.Event()
     with open_store(config) as store:
-        worker = Worker(config, store, stop)
+        worker = build_worker(config, store, stop)
         running = threading.Thread(target=worker.run, daemon=True)
         running.start()
         try:
@@ -229,7 +229,7 @@ def test_a_topic_created_again_behind_the_store_is_said_loudly(
     produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(10)])
     stop = threading.Event()
     with open_store(config) as store, capture_logs() as logs:
-        worker = Worker(config, store, stop)
+        worker = build_worker(config, store, stop)
         running = threading.Thread(target=worker.run, daemon=True)
         running.start()
         try:
@@ -279,16 +279,14 @@ def test_seals_of_a_lost_partition_are_not_committed(
     finish afterwards are not committed, which could move the group's offset back."""
     topic = topic_factory(partitions=2)
     config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    committed_here: list[list[TopicPartition]] = []
+
+    class Recorder:
+        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+            committed_here.append(offsets)
+
     with open_store(config) as store:
-        worker = Worker(config, store, threading.Event())
-        committed_here: list[list[TopicPartition]] = []
-
-        class Recorder:
-            def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
-                committed_here.append(offsets)
-
-        real = worker.consumer
-        worker.consumer = Recorder()  # type: ignore[assignment]
+        worker = build_worker(config, store, threading.Event(), consumer=lambda _: Recorder())  # type: ignore[arg-type,return-value]
         try:
             plateau_topic = worker._routes.route(topic).plateau_topic
             worker.partitions[(topic, 0)] = PartitionState(plateau_topic, 0)
@@ -296,8 +294,7 @@ def test_seals_of_a_lost_partition_are_not_committed(
             worker._sealed.put((plateau_topic, 1, 20))  # lost meanwhile
             worker._commit_sealed()
         finally:
-            worker.consumer = real
-            real.close()
+            worker.writer.close()
     assert [[(tp.partition, tp.offset) for tp in c] for c in committed_here] == [[(0, 10)]]
 
 
@@ -313,7 +310,7 @@ def test_a_topic_created_again_while_consumed_is_said_loudly(
     produce(kafka, topic, [Record(value=b"old-%d" % i, partition=0) for i in range(30)])
     stop = threading.Event()
     with open_store(config) as store, capture_logs() as logs:
-        worker = Worker(config, store, stop)
+        worker = build_worker(config, store, stop)
         running = threading.Thread(target=worker.run, daemon=True)
         running.start()
         try:
@@ -361,7 +358,7 @@ def test_records_removed_by_retention_while_consumed_are_a_recorded_gap(
     _produce(kafka, topic, 0, 100)
     stop = threading.Event()
     with open_store(config) as store, capture_logs() as logs:
-        worker = Worker(config, store, stop)
+        worker = build_worker(config, store, stop)
         running = threading.Thread(target=worker.run, daemon=True)
         running.start()
         try:
@@ -418,7 +415,7 @@ def _run_until_landed(
     plateau_errors_total{kind="source_behind_store"}."""
     stop = threading.Event()
     with open_store(config) as store, capture_logs() as logs:
-        worker = Worker(config, store, stop)
+        worker = build_worker(config, store, stop)
         running = threading.Thread(target=worker.run, daemon=True)
         running.start()
         try:

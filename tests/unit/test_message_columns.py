@@ -18,8 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bridge.config import parse_config
+from bridge.consume.build import build_worker
 from bridge.consume.messages import header_array, kafka_timestamps, records_of
-from bridge.consume.worker import Worker, by_partition
+from bridge.consume.worker import by_partition
 from bridge.errors import BridgeError
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import ENVELOPE, Kept
@@ -117,7 +118,7 @@ def test_worker_sets_consumer_errors_aside_and_stops_on_fatal_ones(tmp_path: Pat
         }
     )
     with Store.open(tmp_path) as store:
-        worker = Worker(config, store, threading.Event())
+        worker = build_worker(config, store, threading.Event())
         try:
             eof = message(offset=3, value=None, error=KafkaError(KafkaError._PARTITION_EOF))
             ok = [message(offset=1), message(offset=2)]
