@@ -215,17 +215,7 @@ def test_a_topic_created_again_behind_the_store_is_said_loudly(
     produce(kafka, topic, [Record(value=b"old-%d" % i, partition=0) for i in range(30)])
     with serving(config):
         wait_landed(tmp_path, topic, {0: 30})
-    admin = AdminClient({"bootstrap.servers": kafka})
-    admin.delete_topics([topic])[topic].result(30)
-    _until(lambda: topic not in admin.list_topics(timeout=10).topics)
-    deadline = time.monotonic() + 30
-    while True:  # the deletion finishes in the background
-        try:
-            create_topic(kafka, topic, 1)
-            break
-        except Exception:
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+    _recreate(kafka, topic)
     produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(10)])
     stop = threading.Event()
     with open_store(config) as store, capture_logs() as logs:

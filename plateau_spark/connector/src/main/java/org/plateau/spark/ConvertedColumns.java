@@ -65,7 +65,8 @@ final class ConvertedColumns {
     return new ScalarColumn(vector, target);
   }
 
-  private abstract static class Wrapped extends BaseColumn {
+  /** A column over one Arrow vector, whose nulls are the vector's. */
+  abstract static class Wrapped extends BaseColumn {
     final ValueVector vector;
 
     Wrapped(ValueVector vector, DataType type) {

@@ -44,27 +44,9 @@ final class JsonText {
   private JsonText() {}
 
   /** A segment's column read as text: its values' JSON text, nulls null. */
-  static final class Column extends BaseColumn {
-    private final ValueVector vector;
-
+  static final class Column extends ConvertedColumns.Wrapped {
     Column(ValueVector vector) {
-      super(DataTypes.StringType);
-      this.vector = vector;
-    }
-
-    @Override
-    public boolean hasNull() {
-      return vector.getNullCount() > 0;
-    }
-
-    @Override
-    public int numNulls() {
-      return vector.getNullCount();
-    }
-
-    @Override
-    public boolean isNullAt(int rowId) {
-      return vector.isNull(rowId);
+      super(vector, DataTypes.StringType);
     }
 
     @Override
