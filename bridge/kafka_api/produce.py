@@ -237,6 +237,10 @@ class ProduceHandler:
                     outcome = self.sink.append(topic, partition, batch, ticket, urgent=urgent)
                     break
                 except ThrottledError:
+                    # What this request handed over so far goes to the writer first, and
+                    # the answer waits for it: `ready` hands it over too, but no one would
+                    # hold the request for what the writer did not take of it.
+                    stalled += self.sink.land()
                     started = time.monotonic()
                     ready = await self.sink.ready((topic, partition), deadline - started)
                     waited = time.monotonic() - started

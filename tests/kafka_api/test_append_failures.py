@@ -246,3 +246,60 @@ def test_a_fault_taking_one_partitions_batch_answers_that_partition_only(tmp_pat
         )
         client.close()
     assert stored_values(tmp_path / "store", "events", 0) == [b"a"]
+
+
+def test_a_batch_stalled_while_its_request_waits_for_another_partition_holds_the_answer(
+    tmp_path: Path,
+) -> None:
+    """acks=1: a request whose first partition's batch stalls for the writer's memory while
+    the request waits for its second partition to be taken is answered once the first is
+    taken too. It was answered as stored at once, and when the writer then refused the
+    batch its offsets went to the next batch: records acknowledged and never stored."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        sink = server.sink
+        assert sink is not None
+        refusing = Refusing(server, "events", 0)
+        refusing.refusal = lambda: BackpressureError("events", 0, "memory_budget", "full")
+        writer = sink.writer
+        accepting = writer.accepting
+        roomy = threading.Event()
+        taken = threading.Event()
+
+        def accepting_second(topic: str, partition: int) -> bool:
+            if (topic, partition) == ("events", 1) and not roomy.is_set():
+                return False
+            return accepting(topic, partition)
+
+        def append_group(appends: list[Append], **kwargs: Any) -> int | None:
+            seq = refusing(appends, **kwargs)
+            if any((a.topic, a.partition) == ("events", 1) for a in appends):
+                taken.set()
+            return seq
+
+        writer.accepting = accepting_second  # type: ignore[method-assign]
+        writer.append_group = append_group  # type: ignore[method-assign]
+        body = produce_body("events", 0, record_batch([b"a"]), acks=1)
+        body["topic_data"][0]["partition_data"].append(
+            {"index": 1, "records": record_batch([b"other"])}
+        )
+        client = RawClient(bootstrap)
+        client.send_frame(client.request_frame(PRODUCE, 9, body))
+        assert refusing.refused.wait(20)
+        roomy.set()
+        assert taken.wait(20)
+        refusing.refusal = lambda: OSError(errno.EIO, "Input/output error")
+        sink.on_capacity()
+        first = answers(client.response(PRODUCE, 9))
+        assert first[("events", 1)].error_code == ErrorCode.none
+        assert first[("events", 0)].error_code == ErrorCode.kafka_storage_error
+        refusing.refusal = None
+        again = answers(
+            client.call(PRODUCE, 9, produce_body("events", 0, record_batch([b"b"]), acks=1))
+        )
+        assert (again[("events", 0)].error_code, again[("events", 0)].base_offset) == (
+            ErrorCode.none,
+            0,
+        )
+        client.close()
+    assert stored_values(tmp_path / "store", "events", 0) == [b"b"]
