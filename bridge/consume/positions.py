@@ -61,8 +61,9 @@ def start_offset(
 
     `topic_id` is the Kafka topic's id now (None: unknown); recorded, it tells a topic
     created again while plateau was stopped from the one the watermark belongs to."""
-    recorded = _recorded_instead(manifest, plateau_topic, tp, topic_id)
+    source = _Source(manifest, plateau_topic, tp, topic_id)
     if watermark is None:
+        source.record()
         if kafka.start_without_watermark == "committed":
             return Start(OFFSET_STORED)  # librdkafka falls back to auto.offset.reset
         return Start(OFFSET_BEGINNING if kafka.auto_offset_reset == "earliest" else OFFSET_END)
@@ -87,11 +88,11 @@ def start_offset(
             watermark = int(found.offset)
     low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
     recreated: dict[str, str] = {}
-    if recorded is not None:
-        source, recorded_id = recorded
+    if source.changed is not None:
+        recorded_topic, recorded_id = source.changed
         recreated = {"recorded_topic_id": recorded_id, "topic_id": str(topic_id)}
-        if source != tp.topic:
-            recreated["recorded_topic"] = source
+        if recorded_topic != tp.topic:
+            recreated["recorded_topic"] = recorded_topic
     if high < watermark or recreated:
         # The partition ends before what the store already holds of it, or it is another
         # topic than the one the watermark was recorded for: the topic was deleted and
@@ -109,23 +110,35 @@ def start_offset(
         )
     if low > watermark:
         removed_by_retention(manifest, plateau_topic, (tp.topic, tp.partition), watermark, low)
+    # Only once the change was said: recorded by an attempt that then failed (Kafka not
+    # answering), the retry would find the new id the partition's and say nothing.
+    source.record()
+    if low > watermark:
         return Start(int(low), recreated=bool(recreated))
     return Start(watermark, behind=high < watermark, recreated=bool(recreated))
 
 
-def _recorded_instead(
-    manifest: Manifest, plateau_topic: str, tp: TopicPartition, topic_id: str | None
-) -> tuple[str, str] | None:
-    """Record `topic_id` as the partition's source; returns the (topic, id) recorded before
-    when it differs. A partition without one recorded (a manifest from before topic ids
-    were kept, a new partition) takes the current id without an alarm."""
-    if topic_id is None:
-        return None
-    recorded = manifest.source_topic(plateau_topic, tp.partition)
-    if recorded == (tp.topic, topic_id):
-        return None
-    manifest.record_source_topic(plateau_topic, tp.partition, tp.topic, topic_id)
-    return recorded
+class _Source:
+    """The Kafka topic and id recorded as a partition's source, against `tp`'s topic and
+    `topic_id` now (None: unknown, nothing is checked or recorded)."""
+
+    def __init__(
+        self, manifest: Manifest, plateau_topic: str, tp: TopicPartition, topic_id: str | None
+    ) -> None:
+        self._manifest, self._plateau_topic, self._tp = manifest, plateau_topic, tp
+        self._now = None if topic_id is None else (tp.topic, topic_id)
+        found = None if self._now is None else manifest.source_topic(plateau_topic, tp.partition)
+        self._recorded = found
+        # A partition without one recorded (a manifest from before topic ids were kept, a
+        # new partition) takes the current id without an alarm.
+        self.changed = found if found is not None and found != self._now else None
+
+    def record(self) -> None:
+        if self._now is not None and self._recorded != self._now:
+            topic, topic_id = self._now
+            self._manifest.record_source_topic(
+                self._plateau_topic, self._tp.partition, topic, topic_id
+            )
 
 
 def removed_by_retention(
