@@ -12,6 +12,7 @@ and structs and maps as objects, without spaces. Nulls stay null.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 from collections.abc import Iterable
@@ -45,6 +46,31 @@ def texted(batch: pa.RecordBatch, names: Iterable[str]) -> pa.RecordBatch:
     ]
     fields = [f.with_type(pa.string()) if f.name in wanted else f for f in batch.schema]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def value_texts(value: str | bytes | int | float | bool) -> frozenset[str]:
+    """The texts a row equal to `value` reads as in a clashed column: the value's own JSON
+    text and, for a number, that of the equal number of the other kind (1.0 stored as a
+    double reads "1.0", stored as an int "1"); for bytes also the text they are."""
+    if isinstance(value, str):
+        return frozenset([value])
+    if isinstance(value, bool):
+        return frozenset(["true" if value else "false"])
+    if isinstance(value, bytes):
+        texts = {base64.b64encode(value).decode()}
+        with contextlib.suppress(UnicodeDecodeError):
+            texts.add(value.decode())
+        return frozenset(texts)
+    if isinstance(value, int):
+        texts = {str(value)}
+        with contextlib.suppress(OverflowError):  # beyond any double: no double equals it
+            if int(float(value)) == value:
+                texts.add(_double(float(value)))
+        return frozenset(texts)
+    texts = {_double(value)}
+    if math.isfinite(value) and value.is_integer():
+        texts.add(str(int(value)))
+    return frozenset(texts)
 
 
 def _texts(column: pa.Array, *, nested: bool) -> list[str | None]:

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau_core.errors import InvalidInputError
-from plateau_core.json_text import texted
+from plateau_core.json_text import texted, value_texts
 from plateau_core.manifest import SegmentRecord
 from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP
 from plateau_core.segment_file import BatchSpan
-from plateau_core.where import Where, where_mask
+from plateau_core.where import Condition, Where, where_mask
 
 Order = Literal["asc", "desc"]
 OrderBy = Literal["offset", "timestamp"]
@@ -223,15 +223,26 @@ class ReadRequest:
                 conditions.append(pc.greater_equal(times, _int64(self.time_start)))
             if self.time_end is not None:
                 conditions.append(pc.less(times, _int64(self.time_end)))
-        if self.where:
-            compared = texted(batch, self.as_text) if self.as_text else batch
-            conditions.append(where_mask(compared, self.where))
+        if self.where and self.as_text:
+            conditions.append(where_mask(texted(batch, self.as_text), self._text_where()))
+        elif self.where:
+            conditions.append(where_mask(batch, self.where))
         if not conditions:
             return None
         combined = conditions[0]
         for condition in conditions[1:]:
             combined = pc.and_(combined, condition)
         return combined
+
+    def _text_where(self) -> Where:
+        """`where` with the values of clashed columns as the texts their rows read as: the
+        number 1.0 finds a double's "1.0" and an int's "1", bytes their base64."""
+        return tuple(
+            Condition(c.column, frozenset().union(*map(value_texts, c.values)))
+            if c.column in self.as_text
+            else c
+            for c in self.where
+        )
 
 
 def at_or_beyond(request: ReadRequest, threshold: int) -> ReadRequest:

@@ -231,6 +231,32 @@ def test_a_filter_on_a_clashed_column_finds_the_values_of_every_type(store: Stor
     assert store.read("t", where={"user": "ann"}).to_table().num_rows == 1
 
 
+def test_a_filter_on_a_clashed_column_finds_a_value_stored_in_its_own_type(
+    store: Store,
+) -> None:
+    """A double stored as such reads as its JSON text ("1.0"), bytes as base64: `where`
+    with the number or the bytes finds the rows holding them, as it does without a clash."""
+    _clashing(
+        store,
+        [
+            {"user": pa.array(["ann", "1"])},
+            {"user": pa.array([1.0, 2.5])},
+            {"user": pa.array([b"\xff\x01", b"ann"])},
+        ],
+        index=True,
+    )
+
+    def found(value: object) -> list[str]:
+        return sorted(store.read("t", where={"user": value}).to_table().column("user").to_pylist())
+
+    assert found(2.5) == ["2.5"]
+    assert found(1.0) == ["1", "1.0"]
+    assert found(1) == ["1", "1.0"]
+    assert found(b"\xff\x01") == ["/wE="]
+    assert found(b"ann") == ["YW5u", "ann"]
+    assert found(True) == []
+
+
 def test_spans_describe_partitions(ten_segments: Store) -> None:
     [span] = ten_segments.spans("t")
     assert (span.partition, span.next_offset, span.segments, span.records) == (0, 1000, 10, 1000)
