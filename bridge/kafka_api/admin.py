@@ -95,12 +95,14 @@ class AdminHandler:
             # none is created for an id (Kafka's rule).
             create = by_id_of is None and (allow or name in self.topics.unopened)
             if create and name is not None and allowed(name) and name not in self.topics.partitions:
+                paused = self.sink.creation.paused(name)
                 try:
                     await self.sink.creation.create(name, None, "metadata")
                 except Exception as exc:
                     # This topic's answer: the request's others still get theirs.
                     refused[name], message = creation_error(name, exc)
-                    log.warning("topic_refused", topic=name, error=message)
+                    if not paused:  # logged once per attempt, not per client's refresh
+                        log.warning("topic_refused", topic=name, error=message)
         topics = [
             self._asked(name, by_id_of, version, allowed, refused) for name, by_id_of in asked
         ]

@@ -5,6 +5,8 @@ creation per topic however many requests ask for it meanwhile."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 import structlog
 
@@ -18,13 +20,24 @@ log = structlog.get_logger(__name__)
 class TopicCreation:
     """The creations under way, on the listener's event loop."""
 
+    # A topic whose creation failed is tried again by a Metadata or produce request naming
+    # it no sooner than `retry_s` after, twice that after a second failure, and so on up to
+    # `retry_max_s`: clients refresh metadata several times a second while a topic answers an
+    # error, and each attempt is a manifest write and an error logged.
+    retry_s = 1.0
+    retry_max_s = 60.0
+
     def __init__(
         self, topics: ProducedTopics, owned: OwnedPartitions, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.topics = topics
         self.owned = owned
         self.loop = loop
+        self.clock: Callable[[], float] = time.monotonic
         self._pending: dict[str, asyncio.Future[int]] = {}  # topics whose partitions open
+        # Topics whose last creation failed: when they may be tried again, why, and the
+        # pause after the next failure.
+        self._failed: dict[str, tuple[float, Exception, float]] = {}
 
     async def create(self, topic: str, partitions: int | None, created_by: str) -> int:
         """Record a new topic and open its partitions; returns its partition count once
@@ -32,10 +45,15 @@ class TopicCreation:
         take seconds, and every other connection waits for the event loop meanwhile.
         Requests creating the same topic meanwhile wait for the first one's creation.
         Raises TopicNameError for a name that cannot be created, and what opening the
-        partitions raised (`creation_error` answers it)."""
+        partitions raised (`creation_error` answers it), also for `retry_s` after, without
+        trying again."""
         count = self.topics.partitions.get(topic)
         if count is not None:
             return count
+        failed = self._failed.get(topic)
+        if failed is not None and self.paused(topic):
+            # Without the traceback of the first raise, which each raise would lengthen.
+            raise failed[1].with_traceback(None)
         # Shielded: a request that goes away does not cancel the creation others wait for.
         return await asyncio.shield(self.start(topic, partitions, created_by))
 
@@ -57,6 +75,11 @@ class TopicCreation:
         if not done.cancelled():
             done.exception()
 
+    def paused(self, topic: str) -> bool:
+        """Whether `create` answers the topic's last failure without trying again."""
+        failed = self._failed.get(topic)
+        return failed is not None and self.clock() < failed[0] and topic not in self._pending
+
     def creating(self, topic: str) -> bool:
         return topic in self._pending
 
@@ -75,10 +98,22 @@ class TopicCreation:
         try:
             count, states = await self.loop.run_in_executor(None, prepare)
         except Exception as exc:
+            now = self.clock()
+            # Names tried once long ago go: auto_create_topics lets clients name any.
+            for name, (at, _, _) in list(self._failed.items()):
+                if at + self.retry_max_s < now:
+                    del self._failed[name]
+            _, _, pause = self._failed.get(topic, (0.0, exc, self.retry_s))
+            self._failed[topic] = (now + pause, exc, min(pause * 2, self.retry_max_s))
             log.error(
-                "topic_open_failed", topic=topic, error=str(exc), error_type=type(exc).__name__
+                "topic_open_failed",
+                topic=topic,
+                error=str(exc),
+                error_type=type(exc).__name__,
+                retried_after_s=pause,
             )
             raise
+        self._failed.pop(topic, None)
         self.owned.publish(states)
         self.topics.add(topic, count)
         if unopened is None:

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from sqlalchemy.exc import OperationalError
+from structlog.testing import capture_logs
 
 from bridge.kafka_api.server import KafkaApiServer
 from plateau_core import Append
@@ -225,6 +226,9 @@ def test_a_topic_that_cannot_be_opened_is_answered_per_partition(
     config = api_config(tmp_path / "store", auto_create_topics=True, default_partitions=1)
     with listening(config) as (server, bootstrap):
         assert server.sink is not None
+        creation = server.sink.creation
+        now = [0.0]
+        creation.clock = lambda: now[0]
         client = RawClient(bootstrap)
         body = produce_body("events", 0, record_batch([b"taken"]), acks=1)
         body["topic_data"].append(
@@ -255,6 +259,7 @@ def test_a_topic_that_cannot_be_opened_is_answered_per_partition(
         assert by_topic["fresh"].error_code == code
         assert by_topic["fresh"].error_message
         assert "fresh" not in server.sink.topics.partitions
+        now[0] += creation.retry_s  # tried again after a pause
         again = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"y"])))
         assert again.responses[0].partition_responses[0].error_code == ErrorCode.none
         client.close()
@@ -444,7 +449,11 @@ def test_a_created_topic_whose_partitions_do_not_open_at_start_leaves_the_rest_s
     broken = tmp_path / "store" / "topics" / "fresh" / "1"
     shutil.rmtree(broken)
     broken.write_bytes(b"not a folder")
-    with listening(config) as (_server, bootstrap):
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        creation = server.sink.creation
+        now = [0.0]
+        creation.clock = lambda: now[0]
         client = RawClient(bootstrap)
         events = client.call(PRODUCE, 9, produce_body("events", 0, record_batch([b"e"])))
         assert events.responses[0].partition_responses[0].error_code == ErrorCode.none
@@ -464,6 +473,7 @@ def test_a_created_topic_whose_partitions_do_not_open_at_start_leaves_the_rest_s
         codes = {t.name: t.error_code for t in listed.topics}
         assert codes == {"events": ErrorCode.none, "fresh": ErrorCode.kafka_storage_error}
         broken.unlink()
+        now[0] += creation.retry_s  # tried again after a pause
         again = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"after"])))
         (answer,) = again.responses[0].partition_responses
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 1)
@@ -484,3 +494,53 @@ def test_a_configured_topic_whose_partitions_do_not_open_stops_the_start(
     broken.write_bytes(b"not a folder")
     with pytest.raises(FileExistsError), listening(config):
         pass
+
+
+def test_a_topic_that_does_not_open_is_tried_again_after_a_pause_not_on_every_request(
+    tmp_path: Path,
+) -> None:
+    """Clients refresh metadata every few hundred ms while a topic answers an error: each
+    Metadata or produce request naming the broken topic tried to open it again, a manifest
+    write and an error in the log each time. It is tried again once `retry_s` passed since
+    the first failure (longer after later ones), and answered the same error meanwhile."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        create_topics(client, [creatable("fresh", 2)], 10_000)
+        client.close()
+    broken = tmp_path / "store" / "topics" / "fresh" / "1"
+    shutil.rmtree(broken)
+    broken.write_bytes(b"not a folder")
+    listing = {
+        "topics": [{"name": "fresh", "topic_id": None}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        creation = server.sink.creation
+        now = [0.0]
+        creation.clock = lambda: now[0]
+        client = RawClient(bootstrap)
+        with capture_logs() as logs:
+            for _ in range(5):
+                listed = client.call(METADATA, 12, listing)
+                assert listed.topics[0].error_code == ErrorCode.kafka_storage_error
+                refused = client.call(PRODUCE, 9, produce_body("fresh", 0, record_batch([b"x"])))
+                assert refused.responses[0].partition_responses[0].error_code == (
+                    ErrorCode.kafka_storage_error
+                )
+        events = [e["event"] for e in logs]
+        assert (events.count("topic_open_failed"), events.count("topic_refused")) == (1, 1)
+        broken.unlink()
+        # Mended, but not tried again before the pause is over.
+        early = client.call(METADATA, 12, listing)
+        assert early.topics[0].error_code == ErrorCode.kafka_storage_error
+        now[0] += creation.retry_s
+        opened = client.call(METADATA, 12, listing)
+        assert opened.topics[0].error_code == ErrorCode.none
+        landed = client.call(PRODUCE, 9, produce_body("fresh", 1, record_batch([b"after"])))
+        (answer,) = landed.responses[0].partition_responses
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+        client.close()
+    assert stored(tmp_path / "store", "fresh").column("value").to_pylist() == [b"after"]
