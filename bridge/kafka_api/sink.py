@@ -351,21 +351,8 @@ class ProduceSink:
         self._gathered.clear()
         if not states:
             return []
-        # A dead-letter partition's own batches still stalled hold offsets below where the
-        # letters bound for it go: they join the group, ahead of the letters.
-        for state in states:
-            for pending in state.stalled:
-                dlq = None if pending.letters is None else pending.letters.dlq
-                if dlq is not None and dlq.stalled and dlq not in states:
-                    states.append(dlq)
-        sources = [pending.source for state in states for pending in state.stalled]
-        letters: list[Append] = []
-        dlq_at: dict[tuple[str, int], int] = {}  # dead letters of several batches in one group
-        for state in states:
-            for pending in state.stalled:
-                letters += self._letters(state, pending, dlq_at)
         try:
-            seq = self.writer.append_group(sources + letters)
+            seq = self.writer.append_group(self._group(states))
         except Exception as exc:
             if not isinstance(exc, BackpressureError):
                 log.warning(
@@ -377,11 +364,33 @@ class ProduceSink:
             # Partition by partition, as far as the writer takes them; the rest stalls, and
             # a partition whose batch the writer refuses for anything but memory answers it.
             return [landed for state in states if not (landed := self._drain(state)).done()]
+        self._took(states, seq)
+        return []
+
+    def _group(self, states: list[ProducedPartition]) -> list[Append]:
+        """The appends handing every stalled batch of `states` to the writer as one group:
+        the partitions' own batches, then their dead letters. A dead-letter partition's own
+        batches still stalled hold offsets below where the letters bound for it go: it
+        joins `states` (changed in place), ahead of the letters."""
+        for state in states:
+            for pending in state.stalled:
+                dlq = None if pending.letters is None else pending.letters.dlq
+                if dlq is not None and dlq.stalled and dlq not in states:
+                    states.append(dlq)
+        sources = [pending.source for state in states for pending in state.stalled]
+        letters: list[Append] = []
+        dlq_at: dict[tuple[str, int], int] = {}  # dead letters of several batches in one group
+        for state in states:
+            for pending in state.stalled:
+                letters += self._letters(state, pending, dlq_at)
+        return sources + letters
+
+    def _took(self, states: list[ProducedPartition], seq: int | None) -> None:
+        """The writer took every stalled batch of `states` (in journal group `seq`)."""
         for state in states:
             self._landed(state, state.stalled, seq)
             state.stalled = []
             self._resolve_landed(state)
-        return []
 
     def _letters(
         self, state: ProducedPartition, pending: Pending, dlq_at: dict[tuple[str, int], int]
@@ -419,11 +428,18 @@ class ProduceSink:
         while state.stalled:
             pending = state.stalled[0]
             dlq = None if pending.letters is None else pending.letters.dlq
-            if dlq is not None and dlq.stalled and dlq.key not in draining:
+            if dlq is not None and dlq.stalled:
+                if dlq.key in draining:
+                    # Dead-letter topics in a circle (or a partition its own): each one's
+                    # letters go above the other's own batches, so they land together.
+                    if not self._circle(draining):
+                        return self._stalled(state)
+                    continue
                 # Its own batches first: their offsets are below the letters'.
                 self._drain(dlq, draining)
                 if dlq.stalled:
                     return self._stalled(state)
+                continue
             try:
                 seq = self.writer.append_group([pending.source, *self._letters(state, pending, {})])
             except BackpressureError as exc:
@@ -445,6 +461,33 @@ class ProduceSink:
             landed = self.loop.create_future()
             landed.set_result(None)
         return landed
+
+    def _circle(self, draining: frozenset[tuple[str, int]]) -> bool:
+        """Hand the stalled batches of the partitions `draining` waits on to the writer as
+        one group; False when it has no room for them yet. Landed one by one, a partition's
+        letters took offsets above its dead-letter partition's own stalled batches, which
+        the writer then refused, and with their offsets taken back below the letters'
+        every later batch of that partition was refused too."""
+        states = [s for key in sorted(draining) if (s := self.partitions.get(key)) and s.stalled]
+        try:
+            seq = self.writer.append_group(self._group(states))
+        except BackpressureError as exc:
+            log.info(
+                "produce_throttled",
+                topic=exc.topic,
+                partition=exc.partition,
+                reason=exc.reason,
+                detail=exc.detail,
+            )
+            return False
+        except Exception as exc:
+            for state in states:
+                if state.stalled:
+                    refuse_stalled(state, exc, self.stats)
+                self._resolve_landed(state)
+            return True
+        self._took(states, seq)
+        return True
 
     def _stalled(self, state: ProducedPartition) -> asyncio.Future[None]:
         if state.landed is None:

@@ -303,3 +303,50 @@ def test_a_batch_stalled_while_its_request_waits_for_another_partition_holds_the
         )
         client.close()
     assert stored_values(tmp_path / "store", "events", 0) == [b"b"]
+
+
+@pytest.mark.parametrize("crossed", [True, False], ids=["each-others", "its-own"])
+def test_dead_letter_topics_in_a_circle_land_their_stalled_batches_together(
+    tmp_path: Path, crossed: bool
+) -> None:
+    """Two topics each the other's dead-letter topic (or one its own, written twice in a
+    request), with poison records in both batches of a request the writer first has no
+    room for: once it has, both land, and so do the partitions' later batches. One by one,
+    a batch's letters took offsets above the other partition's own stalled batch, which the
+    writer refused as out of order; its offsets taken back below the letters', every later
+    batch of that partition was refused too."""
+    if crossed:
+        topics = [
+            {"name": "a", "partitions": 1, "format": "json", "on_error": "dlq", "dlq": "b"},
+            {"name": "b", "partitions": 1, "format": "json", "on_error": "dlq", "dlq": "a"},
+        ]
+        second = "b"
+    else:
+        topics = [{"name": "a", "partitions": 1, "format": "json", "on_error": "dlq", "dlq": "a"}]
+        second = "a"
+    with listening(api_config(tmp_path / "store", topics)) as (server, bootstrap):
+        refusing = Refusing(server, "a", 0)
+
+        def once() -> Exception:
+            refusing.refusal = None
+            return BackpressureError("a", 0, "memory_budget", "full")
+
+        refusing.refusal = once
+        body = produce_body("a", 0, record_batch([b'{"n": 1}', b"bad-a"]))
+        body["topic_data"].append(
+            {
+                "name": second,
+                "partition_data": [{"index": 0, "records": record_batch([b'{"n": 2}', b"bad-2"])}],
+            }
+        )
+        client = RawClient(bootstrap)
+        response = client.call(PRODUCE, 9, body)
+        codes = [p.error_code for t in response.responses for p in t.partition_responses]
+        assert codes == [ErrorCode.none, ErrorCode.none]
+        later = answers(client.call(PRODUCE, 9, produce_body("a", 0, record_batch([b'{"n": 3}']))))
+        assert later[("a", 0)].error_code == ErrorCode.none
+        client.close()
+    with Store.open(tmp_path / "store") as store:
+        offsets = sorted(store.read("a").to_table().column("offset").to_pylist())
+    # Each batch's two offsets (one of them a poison record's), the letters, the later batch.
+    assert offsets == ([0, 2, 3] if crossed else [0, 2, 4, 5, 6])
