@@ -22,6 +22,7 @@ from bridge.kafka_api.topics import TopicNameError
 log = structlog.get_logger(__name__)
 
 NODE_ID = 0
+_ZERO_ID = uuid.UUID(int=0)
 # Topic configs CreateTopics may carry: the values that say what plateau does anyway.
 _AS_PLATEAU_DOES: dict[str, tuple[str, ...]] = {
     "cleanup.policy": ("delete",),
@@ -84,8 +85,12 @@ class AdminHandler:
             asked = [(t, None) for t in sorted(known) if allowed(t)]
         else:
             by_id = {topic_id(t): t for t in known}
+            # A null name with the zero id (decoded as None) is asked by id too: Kafka
+            # answers it UNKNOWN_TOPIC_ID.
             asked = [
-                (t.name, None) if t.name is not None else (by_id.get(t.topic_id), t.topic_id)
+                (t.name, None)
+                if t.name is not None
+                else (by_id.get(t.topic_id), t.topic_id or _ZERO_ID)
                 for t in body.topics
             ]
         allow = auto_create and getattr(body, "allow_auto_topic_creation", True)
@@ -138,7 +143,13 @@ class AdminHandler:
         return self._topic_metadata(name, refused.get(name))
 
     def _topic_metadata(self, name: str, refused: ErrorCode | None) -> dict[str, Any]:
+        if refused is None and name in self.topics.unopened:
+            # Asked by its id, nothing tried to open it: the error it has.
+            refused = ErrorCode.kafka_storage_error
         if refused is not None:
+            if name in self.topics.unopened:
+                # A topic that exists: its id, as clients asking by it again expect.
+                return {"name": name, "topic_id": topic_id(name), "error_code": refused}
             return {"name": name, "error_code": refused}
         count = self.topics.partitions.get(name)
         if count is None:

@@ -341,7 +341,12 @@ def test_metadata_by_topic_id_answers_an_unknown_id_as_kafka_does(tmp_path: Path
             METADATA,
             12,
             {
-                "topics": [{"topic_id": unknown, "name": None}, {"topic_id": known, "name": None}],
+                "topics": [
+                    {"topic_id": unknown, "name": None},
+                    {"topic_id": known, "name": None},
+                    # Neither name nor id: the connection closed on an assertion.
+                    {"topic_id": uuid.UUID(int=0), "name": None},
+                ],
                 "allow_auto_topic_creation": True,
                 "include_topic_authorized_operations": False,
             },
@@ -352,6 +357,7 @@ def test_metadata_by_topic_id_answers_an_unknown_id_as_kafka_does(tmp_path: Path
     assert answered == [
         (None, unknown, ErrorCode.unknown_topic_id, 0),
         ("events", known, ErrorCode.none, 2),
+        (None, None, ErrorCode.unknown_topic_id, 0),
     ]
     assert sorted(topics) == ["events"]
 

@@ -532,6 +532,16 @@ def test_a_topic_that_does_not_open_is_tried_again_after_a_pause_not_on_every_re
                 )
         events = [e["event"] for e in logs]
         assert (events.count("topic_open_failed"), events.count("topic_refused")) == (1, 1)
+        # Asked by its id, which opens nothing, it is the same topic with the same error.
+        by_id = client.call(
+            METADATA,
+            12,
+            {**listing, "topics": [{"name": None, "topic_id": listed.topics[0].topic_id}]},
+        )
+        assert (by_id.topics[0].name, by_id.topics[0].error_code) == (
+            "fresh",
+            ErrorCode.kafka_storage_error,
+        )
         broken.unlink()
         # Mended, but not tried again before the pause is over.
         early = client.call(METADATA, 12, listing)
