@@ -9,6 +9,7 @@ their end offsets are committed to Kafka from this thread.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import queue
@@ -178,7 +179,8 @@ class Worker:
                 self._behind_store(key, state, min(offsets))
             if fresh:
                 state.behind = False
-                self._past_removed(key, state, cast(int, fresh[0].offset()))
+                if self._past_removed(key, state, cast(int, fresh[0].offset())):
+                    continue  # fetched again from Kafka's earliest offset
                 self._land(key, state, fresh)
                 state.positioned = True
 
@@ -206,22 +208,32 @@ class Worker:
         if topic_id is not None:
             self.store.manifest.record_source_topic(state.plateau_topic, key[1], key[0], topic_id)
 
-    def _past_removed(self, key: Key, state: PartitionState, offset: int) -> None:
+    def _past_removed(self, key: Key, state: PartitionState, offset: int) -> bool:
         """The partition continues at `offset`, past next_offset. Compaction, transaction
         markers and aborted transactions leave such gaps; but when Kafka's log now starts
-        past next_offset, its retention removed records plateau had not read (librdkafka
-        moved the fetch to the earliest offset left): a gap, recorded as at assignment."""
+        past next_offset, its retention removed records plateau had not read: a gap,
+        recorded as at assignment. librdkafka moved the fetch on per auto_offset_reset; past
+        the earliest offset left (latest), the partition is sought back to it, and True is
+        returned: the records at `offset` are fetched again after those Kafka still has."""
         if not state.positioned or offset <= state.next_offset:
-            return
-        low, _ = self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
-        if low > state.next_offset:
-            removed_by_retention(
-                self.store.manifest,
-                state.plateau_topic,
-                key,
-                state.next_offset,
-                min(low, offset),
-            )
+            return False
+        tp = TopicPartition(*key)
+        low, _ = self.consumer.get_watermark_offsets(tp, cached=True)
+        if low <= state.next_offset:
+            return False
+        with contextlib.suppress(KafkaException):  # the last fetch's figure will do
+            low, _ = self.consumer.get_watermark_offsets(tp, timeout=10)
+        earliest = min(low, offset)
+        if earliest <= state.next_offset:
+            return False
+        removed_by_retention(
+            self.store.manifest, state.plateau_topic, key, state.next_offset, earliest
+        )
+        state.next_offset = earliest
+        if offset <= earliest:
+            return False
+        self.consumer.seek(TopicPartition(key[0], key[1], earliest))
+        return True
 
     def _advance_past_gaps(self) -> None:
         """Move each partition past offsets Kafka's consumer skipped without delivering a
@@ -246,7 +258,8 @@ class Worker:
             state = active.get(key)
             if state is None or tp.error is not None or tp.offset <= state.next_offset:
                 continue
-            self._past_removed(key, state, tp.offset)
+            if self._past_removed(key, state, tp.offset):
+                continue
             self.writer.skip(state.plateau_topic, tp.partition, tp.offset)
             state.next_offset = tp.offset
             state.positioned = True

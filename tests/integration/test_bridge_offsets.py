@@ -372,6 +372,50 @@ def test_records_removed_by_retention_while_consumed_are_a_recorded_gap(
     assert offsets == list(range(100)) + list(range(150, 200))
 
 
+def test_records_kafka_still_has_past_a_retention_gap_land_with_auto_offset_reset_latest(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """auto_offset_reset: latest is for partitions never stored. When retention removes
+    records the worker is behind on, librdkafka would reset the fetch to the partition's
+    end: the records Kafka still has after the removed ones land, and only the removed
+    ones are a gap."""
+    topic = topic_factory(partitions=1)
+    group = f"g-{topic}"
+    _produce(kafka, topic, 0, 100)
+    earliest = make_config(kafka, tmp_path, [{"source": topic}], group=group)
+    _run_until_landed(earliest, topic, {0: 100})
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic}],
+        group=group,
+        kafka_extra={"auto_offset_reset": "latest"},
+    )
+    stop = threading.Event()
+    with open_store(config) as store, capture_logs():
+        worker = build_worker(config, store, stop)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(lambda: bool(worker.partitions))
+            worker.writer._disk.floor_bytes = 10**18  # every append refused: paused
+            _produce(kafka, topic, 100, 100)
+            _until(lambda: any(s.paused_reason for s in worker.partitions.values()))
+            admin = AdminClient({"bootstrap.servers": kafka})
+            for future in admin.delete_records([TopicPartition(topic, 0, 150)]).values():
+                future.result(timeout=30)
+            worker.writer._disk.floor_bytes = 0
+            _produce(kafka, topic, 200, 10)
+            _until(lambda: _landed(store, topic) == {0: 210})
+            gaps = store.manifest.gaps(topic)
+        finally:
+            stop.set()
+            running.join(60)
+    assert gaps == [(0, 100, 150)]
+    offsets = stored(tmp_path, topic).column("offset").to_pylist()
+    assert offsets == list(range(100)) + list(range(150, 210))
+
+
 def test_the_consumer_group_protocol_from_the_passthrough_consumes(
     kafka: str, topic_factory: Callable[..., str], tmp_path: Path
 ) -> None:
