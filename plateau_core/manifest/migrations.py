@@ -10,7 +10,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, insert, inspect, select, text
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    Index,
+    MetaData,
+    Table,
+    UniqueConstraint,
+    insert,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy import column as sql_column
 from sqlalchemy import table as sql_table
 
@@ -73,12 +85,39 @@ def _v7_segment_ids_never_reused(conn: Connection) -> None:
     ).scalar_one()
     if "AUTOINCREMENT" in created.upper():
         return
-    table = Base.metadata.tables["segments"]
-    for index in table.indexes:  # their names are the new table's
-        conn.exec_driver_sql(f'DROP INDEX IF EXISTS "{index.name}"')
+    model = Base.metadata.tables["segments"]
+    # The table as it stands, not as the models will have it: a column a later migration
+    # adds must not exist yet when that migration runs (nor be selected from this one).
+    present = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(segments)")}
+    names = [column.name for column in model.columns if column.name in present]
+    table = Table(
+        "segments",
+        MetaData(),
+        *(
+            Column(
+                name,
+                model.c[name].type,
+                nullable=model.c[name].nullable,
+                primary_key=model.c[name].primary_key,
+            )
+            for name in names
+        ),
+        sqlite_autoincrement=True,
+    )
+    for unique in model.constraints:
+        if isinstance(unique, UniqueConstraint) and set(unique.columns.keys()) <= present:
+            table.append_constraint(UniqueConstraint(*unique.columns.keys(), name=unique.name))
+    for index in model.indexes:
+        if {column.name for column in index.columns} <= present:
+            Index(index.name, *(table.c[column.name] for column in index.columns))
+    old_indexes = conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'segments' "
+        "AND sql IS NOT NULL"
+    ).scalars()
+    for name in old_indexes.all():
+        conn.exec_driver_sql(f'DROP INDEX "{name}"')  # the new table's take their names
     conn.exec_driver_sql('ALTER TABLE segments RENAME TO "segments_before_v7"')
     table.create(conn)
-    names = [column.name for column in table.columns]
     before = sql_table("segments_before_v7", *(sql_column(name) for name in names))
     conn.execute(insert(table).from_select(names, select(*before.columns)))
     conn.exec_driver_sql("DROP TABLE segments_before_v7")

@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Column, Index, Integer, text
 
 from plateau_core import PlateauError, SegmentState, Store, WriterPolicy
 from plateau_core.errors import InvalidInputError
-from plateau_core.manifest import Manifest, sqlite_url
+from plateau_core.manifest import Manifest, migrations, sqlite_url
 from plateau_core.manifest.migrations import LATEST, current_version
 from plateau_core.manifest.models import SegmentRow
 from tests.support import batch, fill_segments
@@ -237,6 +237,41 @@ def test_an_existing_sqlite_manifest_stops_reusing_segment_ids(tmp_path: Path) -
         [newer] = store.manifest.segments("t", partitions=[2])
         assert newer.id > removed
         assert store.read("t", partitions=[0]).to_table().num_rows == 30
+
+
+def test_the_id_migration_keeps_the_columns_the_table_has_when_the_models_grew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 7 rebuilt the table from today's models: once a later migration adds a
+    column (and an index on it) to segments, a v6 manifest failed to upgrade, selecting a
+    column its table lacks, or took the column before that migration could add it."""
+    data = tmp_path / "data"
+    with Store.open(data) as store:
+        fill_segments(store, 0, 2)
+        before = store.manifest.segments("t", states=tuple(SegmentState))
+    _as_version_6(data)
+    model = SegmentRow.__table__
+    later = Column("added_later", Integer, nullable=True)
+    model.append_column(later)
+    later_index = Index("ix_segments_added_later", later)
+    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:7])
+    monkeypatch.setattr(migrations, "LATEST", 7)
+    try:
+        upgraded = Manifest(sqlite_url(data / "manifest.db"))
+        try:
+            with upgraded.engine.connect() as conn:
+                names = {row[1] for row in conn.execute(text("PRAGMA table_info(segments)"))}
+                indexes = {row[1] for row in conn.execute(text("PRAGMA index_list(segments)"))}
+        finally:
+            upgraded.close()
+    finally:
+        model.indexes.discard(later_index)
+        model._columns.remove(later)
+    assert "added_later" not in names
+    assert "ix_segments_added_later" not in indexes
+    assert {"ix_segments_span", "ix_segments_time", "ix_segments_state"} <= indexes
+    with Store.open(data) as store:
+        assert store.manifest.segments("t", states=tuple(SegmentState)) == before
 
 
 def _segments_sql(store: Store) -> list[str]:
