@@ -80,9 +80,11 @@ class Assignment:
         """Take an assigned partition's lock and find where it starts (tp.offset); False
         when that failed: nothing of it is held then, and it is set up again later."""
         key = (tp.topic, tp.partition)
+        # A topic no mapping can land stops the worker, as the config must change first;
+        # what follows can pass (a lock held elsewhere, Kafka slow to answer).
+        route = self._routes.route(tp.topic)
         acquired: str | None = None
         try:
-            route = self._routes.route(tp.topic)
             watermark = self.writer.acquire(
                 route.plateau_topic,
                 tp.partition,
