@@ -443,13 +443,7 @@ class ProduceSink:
             try:
                 seq = self.writer.append_group([pending.source, *self._letters(state, pending, {})])
             except BackpressureError as exc:
-                log.info(
-                    "produce_throttled",
-                    topic=exc.topic,
-                    partition=exc.partition,
-                    reason=exc.reason,
-                    detail=exc.detail,
-                )
+                _log_throttled(exc)
                 return self._stalled(state)
             except Exception as exc:
                 refuse_stalled(state, exc, self.stats)
@@ -472,13 +466,7 @@ class ProduceSink:
         try:
             seq = self.writer.append_group(self._group(states))
         except BackpressureError as exc:
-            log.info(
-                "produce_throttled",
-                topic=exc.topic,
-                partition=exc.partition,
-                reason=exc.reason,
-                detail=exc.detail,
-            )
+            _log_throttled(exc)
             return False
         except Exception as exc:
             for state in states:
@@ -572,3 +560,13 @@ class ProduceSink:
 def _prefetch(decoder: SchemaDecoder, missing: list[tuple[int, str | None]]) -> None:
     for schema_id, rendering in missing:
         decoder.source.prefetch(schema_id, rendering)
+
+
+def _log_throttled(exc: BackpressureError) -> None:
+    log.info(
+        "produce_throttled",
+        topic=exc.topic,
+        partition=exc.partition,
+        reason=exc.reason,
+        detail=exc.detail,
+    )
