@@ -23,10 +23,7 @@ def creation_error(topic: str, exc: BaseException) -> tuple[ErrorCode, str]:
     the log's topic_open_failed has them."""
     if isinstance(exc, (TopicNameError, InvalidInputError)):
         return ErrorCode.invalid_topic_exception, str(exc)
-    why = f"the partitions of topic {topic!r} could not be opened ({type(exc).__name__})"
-    if isinstance(exc, (OSError, PlateauError, SQLAlchemyError)):
-        return ErrorCode.kafka_storage_error, f"{why}; plateau's log has the detail"
-    return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
+    return _failed(f"the partitions of topic {topic!r} could not be opened", exc)
 
 
 def append_error(exc: BaseException) -> tuple[ErrorCode, str]:
@@ -36,10 +33,16 @@ def append_error(exc: BaseException) -> tuple[ErrorCode, str]:
     are not told; the log's produce_append_failed has them."""
     if isinstance(exc, InvalidInputError):
         return ErrorCode.unknown_server_error, f"the store refused the records: {exc}"
-    why = f"the records could not be stored ({type(exc).__name__})"
+    return _failed("the records could not be stored", exc)
+
+
+def _failed(what: str, exc: BaseException) -> tuple[ErrorCode, str]:
+    """KAFKA_STORAGE_ERROR (clients retry) when the store failed, UNKNOWN_SERVER_ERROR for
+    anything else; the message names the error's type only."""
+    why = f"{what} ({type(exc).__name__}); plateau's log has the detail"
     if isinstance(exc, (OSError, PlateauError, SQLAlchemyError)):
-        return ErrorCode.kafka_storage_error, f"{why}; plateau's log has the detail"
-    return ErrorCode.unknown_server_error, f"{why}; plateau's log has the detail"
+        return ErrorCode.kafka_storage_error, why
+    return ErrorCode.unknown_server_error, why
 
 
 def refuse_stalled(state: ProducedPartition, exc: Exception, stats: SinkStats) -> None:
