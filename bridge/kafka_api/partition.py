@@ -62,6 +62,8 @@ class Pending:
     outcome: Outcome  # its request's answer for the partition
     before: ProducerState | None = None  # its producer's state before it was remembered
     letters: Letters | None = None
+    records: int = 0  # the batch's records and bytes, counted once the writer takes it
+    size: int = 0
 
 
 class Ticket:

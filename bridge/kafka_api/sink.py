@@ -255,10 +255,9 @@ class ProduceSink:
         # in the same transaction as its rows, its producer batch and its dead letters.
         source = Append(topic, partition, rows, producer, end, urgent)
         outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
-        pending = Pending(source, base, outcome, before, letters)
+        pending = Pending(source, base, outcome, before, letters, batch.count, batch.size)
         state.durable(end, ticket, outcome)
         outcome.durable.append((state, end))
-        self.stats.produced(topic, batch.count, batch.size)
         state.stalled.append(pending)
         self._gathered[state.key] = state
         return outcome
@@ -408,8 +407,10 @@ class ProduceSink:
 
     def _landed(self, state: ProducedPartition, landed: list[Pending], seq: int | None) -> None:
         """`landed`, the partition's oldest stalled batches, are in the writer (in journal
-        group `seq`)."""
+        group `seq`). They count as produced only now: a batch the writer refuses is taken
+        back, and a counter cannot go down."""
         for pending in landed:
+            self.stats.produced(state.topic, pending.records, pending.size)
             if pending.letters is not None:
                 pending.letters.dlq.reserve(len(pending.letters.poison))
         if seq is not None and landed:

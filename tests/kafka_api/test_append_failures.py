@@ -115,6 +115,10 @@ def test_a_batch_the_writer_refuses_is_answered_and_lands_once_when_sent_again(
         after = answers(client.call(PRODUCE, 9, produce_body("events", 0, record_batch([b"c"]))))
         assert after[("events", 0)].base_offset == 2
         client.close()
+        # The refused batch counts once, when it landed: /metrics' counters cannot go down.
+        landed = [batch, record_batch([b"c"]), record_batch([b"other"])]
+        assert server.stats.records == {"events": 4}
+        assert server.stats.bytes == {"events": sum(len(b) for b in landed)}
     assert stored_values(tmp_path / "store", "events", 0) == [b"a", b"b", b"c"]
     assert stored_values(tmp_path / "store", "events", 1) == [b"other"]
 
