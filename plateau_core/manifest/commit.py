@@ -1,8 +1,9 @@
 """The steps of the seal commit, each run inside the manifest's write transaction.
 
-Manifest.commit_seal calls them in order for each partition: is this seal recorded already,
-then per segment move the watermark (compare-and-swap), add the segment row, remember the
-schema; then move the watermark over offsets that landed nowhere. They are SQLAlchemy Core
+Manifest.commit_seal runs record_partition for each partition, which takes them in order:
+is this seal recorded already, then per segment move the watermark (compare-and-swap), add
+the segment row, remember the schema; then move the watermark over offsets that landed
+nowhere, and record the idempotent producers' batches. They are SQLAlchemy Core
 statements on the transaction's connection: the seal commit runs for every segment, and the
 ORM's bookkeeping cost more than the statements.
 """
@@ -14,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, text
 
 from plateau_core.errors import ManifestConflictError
+from plateau_core.manifest import produced
 from plateau_core.manifest.models import SegmentState
 from plateau_core.manifest.promoted import recordable
-from plateau_core.manifest.records import SegmentFile
+from plateau_core.manifest.records import PartitionCommit, SegmentFile
 from plateau_core.segment_stats import SegmentStats
 
 if TYPE_CHECKING:
@@ -68,6 +70,23 @@ _NEW_SCHEMA = text(
     "VALUES (:topic, :fingerprint, :arrow_schema, :first_seen) "
     "ON CONFLICT (topic, fingerprint) DO NOTHING"
 )
+
+
+def record_partition(conn: Connection, commit: PartitionCommit, stamp: int) -> bool:
+    """Record one partition's seal; False when it was recorded already (its first segment
+    is there: a retry after an unknown outcome)."""
+    topic, partition = commit.topic, commit.partition
+    if commit.segments and already_recorded(conn, topic, partition, commit.segments[0].stats):
+        return False
+    for segment in commit.segments:
+        stats = segment.stats
+        advance_for_segment(conn, topic, partition, stats, stamp)
+        insert_segment(conn, topic, partition, segment, stamp)
+        remember_schema(conn, topic, stats.schema_fingerprint, segment.schema, stamp)
+    if commit.advance_to is not None:
+        advance_over(conn, topic, partition, commit.advance_to, stamp)
+    produced.record_producers(conn, topic, partition, commit.producers, stamp)
+    return True
 
 
 def already_recorded(conn: Connection, topic: str, partition: int, stats: SegmentStats) -> bool:

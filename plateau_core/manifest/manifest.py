@@ -5,29 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from plateau_core.errors import ManifestConflictError
-from plateau_core.manifest import produced, promoted, swap
-from plateau_core.manifest.commit import (
-    advance_for_segment,
-    advance_over,
-    already_recorded,
-    insert_segment,
-    remember_schema,
-    rowcount,
-)
-from plateau_core.manifest.models import (
-    READABLE_STATES,
-    GapRow,
-    PartitionRow,
-    SchemaRow,
-    SegmentRow,
-    SegmentState,
-    SourceTopicRow,
-)
+from plateau_core.manifest import consumed, produced, swap, transitions, unserved
+from plateau_core.manifest.commit import advance_over, record_partition
+from plateau_core.manifest.models import PartitionRow, SchemaRow, SegmentRow, SegmentState
+from plateau_core.manifest.partition_spans import partition_spans
 from plateau_core.manifest.records import (
     PartitionCommit,
     PartitionSpan,
@@ -41,10 +26,6 @@ from plateau_core.segment_stats import SegmentStats
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-
-# Held for the instant between a retired row's insert and its key -id - 1.
-_PLACEHOLDER_START = -(2**62)
 
 
 class Manifest(SegmentReads):
@@ -87,7 +68,7 @@ class Manifest(SegmentReads):
             conn = session.connection()
             try:
                 for commit in commits:
-                    recorded.append(_record_partition(conn, commit, stamp))
+                    recorded.append(record_partition(conn, commit, stamp))
             except IntegrityError as exc:
                 where = ", ".join(c.describe() for c in commits)
                 raise ManifestConflictError(f"a seal of {where} was recorded concurrently") from exc
@@ -110,73 +91,42 @@ class Manifest(SegmentReads):
         The row keeps the file from being removed as an orphan and lists it in reports. It
         does not move the watermark. `stats` fills in what the file told, when it was read.
         """
-        self._record_unserved(
-            topic,
-            partition,
-            path,
-            state=SegmentState.QUARANTINED,
-            problem=problem,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            size_bytes=size_bytes,
-            stats=stats,
-        )
+        stamp = now_ms()
+        with self._write() as session:
+            unserved.record_unserved(
+                session,
+                topic,
+                partition,
+                path,
+                state=SegmentState.QUARANTINED,
+                problem=problem,
+                start_offset=start_offset,
+                end_offset=end_offset,
+                size_bytes=size_bytes,
+                stats=stats,
+                stamp=stamp,
+            )
 
     def record_retired(
         self, topic: str, partition: int, path: str, stats: SegmentStats, size_bytes: int
     ) -> None:
         """Record a consolidated segment's input file found beside it (rebuilding a manifest
         during the deletion grace) as retired, as the swap left it: retention removes it."""
-        self._record_unserved(
-            topic,
-            partition,
-            path,
-            state=SegmentState.DELETING,
-            problem=None,
-            start_offset=_PLACEHOLDER_START,
-            end_offset=stats.end_offset,
-            size_bytes=size_bytes,
-            stats=stats,
-        )
-
-    def _record_unserved(
-        self,
-        topic: str,
-        partition: int,
-        path: str,
-        *,
-        state: SegmentState,
-        problem: str | None,
-        start_offset: int,
-        end_offset: int,
-        size_bytes: int,
-        stats: SegmentStats | None,
-    ) -> None:
         stamp = now_ms()
         with self._write() as session:
-            row = SegmentRow(
-                topic=topic,
-                partition=partition,
-                start_offset=start_offset,
-                end_offset=end_offset,
-                record_count=0 if stats is None else stats.record_count,
-                time_min=0 if stats is None else stats.time_min,
-                time_max=0 if stats is None else stats.time_max,
+            unserved.record_unserved(
+                session,
+                topic,
+                partition,
+                path,
+                state=SegmentState.DELETING,
+                problem=None,
+                start_offset=unserved.PLACEHOLDER_START,
+                end_offset=stats.end_offset,
                 size_bytes=size_bytes,
-                path=path,
-                schema_fingerprint="" if stats is None else stats.schema_fingerprint,
-                state=state.value,
-                created_at=stamp,
-                deleting_at=stamp if state == SegmentState.DELETING else None,
-                problem=problem,
-                checksums=None
-                if stats is None or stats.checksums is None
-                else stats.checksums.to_json(),
+                stats=stats,
+                stamp=stamp,
             )
-            session.add(row)
-            if state == SegmentState.DELETING:
-                session.flush()
-                row.start_offset = -row.id - 1  # the key a swap gives a retired row
 
     def swap_segments(self, run: Sequence[SegmentRecord], merged: SegmentFile) -> int:
         """Replace a run of one partition's segments by `merged`, which holds their rows, in
@@ -261,48 +211,22 @@ class Manifest(SegmentReads):
         them before plateau read them, or another node's store holds them). The watermark
         does not move."""
         with self._write() as session:
-            session.add(
-                GapRow(
-                    topic=topic,
-                    partition=partition,
-                    from_offset=from_offset,
-                    to_offset=to_offset,
-                    detected_at=now_ms(),
-                )
-            )
+            consumed.record_gap(session, topic, partition, from_offset, to_offset, now_ms())
 
     def source_topic(self, topic: str, partition: int) -> tuple[str, str] | None:
         """(Kafka topic, its topic id) recorded for a consumed partition, if any."""
         with self._read() as session:
-            row = session.get(SourceTopicRow, (topic, partition))
-            return None if row is None else (row.source, row.topic_id)
+            return consumed.source_topic(session, topic, partition)
 
     def record_source_topic(self, topic: str, partition: int, source: str, topic_id: str) -> None:
         """Record the Kafka topic (and its id) a consumed partition comes from now."""
         with self._write() as session:
-            row = session.get(SourceTopicRow, (topic, partition))
-            if row is None:
-                session.add(
-                    SourceTopicRow(
-                        topic=topic,
-                        partition=partition,
-                        source=source,
-                        topic_id=topic_id,
-                        recorded_at=now_ms(),
-                    )
-                )
-            else:
-                row.source, row.topic_id, row.recorded_at = source, topic_id, now_ms()
+            consumed.record_source_topic(session, topic, partition, source, topic_id, now_ms())
 
     def gaps(self, topic: str) -> list[tuple[int, int, int]]:
         """(partition, from_offset, to_offset) of every recorded gap of a topic."""
         with self._read() as session:
-            rows = session.execute(
-                select(GapRow.partition, GapRow.from_offset, GapRow.to_offset)
-                .where(GapRow.topic == topic)
-                .order_by(GapRow.partition, GapRow.from_offset)
-            )
-            return [(p, lo, hi) for p, lo, hi in rows]
+            return consumed.gaps(session, topic)
 
     def topics(self) -> list[str]:
         """Every topic with a watermark, sorted."""
@@ -312,52 +236,8 @@ class Manifest(SegmentReads):
     def spans(self, topic: str | None = None) -> list[PartitionSpan]:
         """Each partition's watermark, replicated offset and what its readable segments
         cover, by topic and partition (`topic`: that topic's only)."""
-        readable = [s.value for s in READABLE_STATES]
-        seg = SegmentRow
-        counts = (
-            select(
-                seg.topic,
-                seg.partition,
-                func.count(seg.id).label("segments"),
-                func.coalesce(func.sum(seg.record_count), 0).label("records"),
-                func.coalesce(func.sum(seg.size_bytes), 0).label("bytes"),
-                func.min(seg.start_offset).label("start_offset"),
-                func.min(seg.time_min).label("time_min"),
-                func.max(seg.time_max).label("time_max"),
-            )
-            .where(seg.state.in_(readable))
-            .group_by(seg.topic, seg.partition)
-            .subquery()
-        )
-        query = (
-            select(PartitionRow, counts)
-            .outerjoin(
-                counts,
-                and_(
-                    counts.c.topic == PartitionRow.topic,
-                    counts.c.partition == PartitionRow.partition,
-                ),
-            )
-            .order_by(PartitionRow.topic, PartitionRow.partition)
-        )
-        if topic is not None:
-            query = query.where(PartitionRow.topic == topic)
         with self._read() as session:
-            return [
-                PartitionSpan(
-                    topic=row.PartitionRow.topic,
-                    partition=row.PartitionRow.partition,
-                    next_offset=row.PartitionRow.next_offset,
-                    replicated_offset=row.PartitionRow.replicated_offset,
-                    segments=row.segments or 0,
-                    records=int(row.records or 0),
-                    bytes=int(row.bytes or 0),
-                    start_offset=row.start_offset,
-                    time_min=row.time_min,
-                    time_max=row.time_max,
-                )
-                for row in session.execute(query)
-            ]
+            return partition_spans(session, topic)
 
     def schemas(self, topic: str) -> dict[str, pa.Schema]:
         """Every schema the topic's segments were ever written with, by fingerprint, oldest
@@ -392,39 +272,10 @@ class Manifest(SegmentReads):
         if not segment_ids:
             return []
         try:
-            return self._mark_replicated(segment_ids, whole)
-        except _NotWholeError:
-            return []
-
-    def _mark_replicated(self, segment_ids: Sequence[int], whole: bool) -> list[int]:
-        with self._write() as session:
-            moved = _move(
-                session,
-                segment_ids,
-                (SegmentState.SEALED,),
-                SegmentState.REPLICATED,
-                replicated_at=now_ms(),
-            )
-            if whole and len(moved) != len(set(segment_ids)):
-                raise _NotWholeError  # rolls the moves back
-            if not moved:
-                return []
-            ends = session.execute(
-                select(SegmentRow.topic, SegmentRow.partition, func.max(SegmentRow.end_offset))
-                .where(SegmentRow.id.in_(moved))
-                .group_by(SegmentRow.topic, SegmentRow.partition)
-            ).all()
-            for topic, partition, end_offset in ends:
-                session.execute(
-                    update(PartitionRow)
-                    .where(
-                        PartitionRow.topic == topic,
-                        PartitionRow.partition == partition,
-                        PartitionRow.replicated_offset < end_offset,
-                    )
-                    .values(replicated_offset=end_offset, updated_at=now_ms())
-                )
-        return moved
+            with self._write() as session:
+                return transitions.mark_replicated(session, segment_ids, whole=whole)
+        except transitions.NotWholeError:
+            return []  # the moves were rolled back
 
     def mark_deleting(self, segment_ids: Sequence[int], at: int | None = None) -> list[int]:
         """sealed/replicated/quarantined → deleting (at epoch ms `at`); returns the ids moved."""
@@ -440,17 +291,7 @@ class Manifest(SegmentReads):
         if not segment_ids:
             return 0
         with self._write() as session:
-            gone = list(
-                session.scalars(
-                    select(SegmentRow.id).where(
-                        SegmentRow.id.in_(list(segment_ids)),
-                        SegmentRow.state == SegmentState.DELETING.value,
-                    )
-                )
-            )
-            promoted.remove_indexes(session, gone)
-            result = session.execute(delete(SegmentRow).where(SegmentRow.id.in_(gone)))
-            return rowcount(result)
+            return transitions.remove(session, segment_ids)
 
     def _transition(
         self,
@@ -462,46 +303,4 @@ class Manifest(SegmentReads):
         if not segment_ids:
             return []
         with self._write() as session:
-            return _move(session, segment_ids, from_states, to_state, **values)
-
-
-def _move(
-    session: Session,
-    segment_ids: Sequence[int],
-    from_states: Sequence[SegmentState],
-    to_state: SegmentState,
-    **values: Any,
-) -> list[int]:
-    """Inside a write transaction: the listed segments that are in `from_states` move to
-    `to_state` (with `values`); returns their ids."""
-    allowed = [s.value for s in from_states]
-    # The ids the UPDATE itself changed, not a SELECT's before it: under PostgreSQL's READ
-    # COMMITTED, a row another transaction moves on while this one waits for its lock is
-    # skipped by the UPDATE, though a SELECT just before still saw it in `from_states`.
-    moved = session.scalars(
-        update(SegmentRow)
-        .where(SegmentRow.id.in_(list(segment_ids)), SegmentRow.state.in_(allowed))
-        .values(state=to_state.value, **values)
-        .returning(SegmentRow.id)
-        .execution_options(synchronize_session=False)
-    )
-    return sorted(moved)
-
-
-def _record_partition(conn: Connection, commit: PartitionCommit, stamp: int) -> bool:
-    topic, partition = commit.topic, commit.partition
-    if commit.segments and already_recorded(conn, topic, partition, commit.segments[0].stats):
-        return False
-    for segment in commit.segments:
-        stats = segment.stats
-        advance_for_segment(conn, topic, partition, stats, stamp)
-        insert_segment(conn, topic, partition, segment, stamp)
-        remember_schema(conn, topic, stats.schema_fingerprint, segment.schema, stamp)
-    if commit.advance_to is not None:
-        advance_over(conn, topic, partition, commit.advance_to, stamp)
-    produced.record_producers(conn, topic, partition, commit.producers, stamp)
-    return True
-
-
-class _NotWholeError(Exception):
-    """mark_replicated(whole=True) found a segment no longer sealed."""
+            return transitions.move(session, segment_ids, from_states, to_state, **values)
