@@ -278,14 +278,22 @@ class AdminHandler:
             "brokers": [{"broker_id": NODE_ID, "host": self.host, "port": self.port}],
         }
 
-    def describe_configs(self, body: Any) -> dict[str, Any]:
-        return {"results": [self._describe(resource) for resource in body.resources]}
+    def describe_configs(self, body: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
+        return {"results": [self._describe(resource, allowed) for resource in body.resources]}
 
-    def _describe(self, resource: Any) -> dict[str, Any]:
+    def _describe(self, resource: Any, allowed: Callable[[str], bool]) -> dict[str, Any]:
         kind, name = resource.resource_type, resource.resource_name
         wanted = resource.configuration_keys
         base = {"resource_type": kind, "resource_name": name}
         if kind == TOPIC_RESOURCE:
+            if not allowed(name):
+                # Before the existence check, as Kafka under ACLs: a user learns nothing of
+                # the topics it may not write, not even that they exist.
+                return {
+                    **base,
+                    "error_code": ErrorCode.topic_authorization_failed,
+                    "error_message": f"not allowed: {name}",
+                }
             if name not in self.topics.partitions:
                 return {
                     **base,

@@ -366,7 +366,7 @@ class KafkaApiServer:
         if key == protocol.DESCRIBE_CLUSTER:
             return self.admin.describe_cluster(body)
         if key == protocol.DESCRIBE_CONFIGS:
-            return self.admin.describe_configs(body)
+            return self.admin.describe_configs(body, conn.allowed)
         if key == protocol.SASL_HANDSHAKE:
             return conn.handshake(body, request.api_version)
         if key == protocol.SASL_AUTHENTICATE:

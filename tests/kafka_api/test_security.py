@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 from kio.schema.errors import ErrorCode
 from structlog.testing import capture_logs
 
@@ -121,6 +121,35 @@ def test_topic_allowlist(tmp_path: Path) -> None:
     assert refused and all(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in refused)
     assert stored(tmp_path / "store", "app-logs").num_rows == 20
     assert stored(tmp_path / "store", "events").num_rows == 0
+
+
+def test_describe_configs_keeps_to_the_allowlist(tmp_path: Path) -> None:
+    """A user learns nothing of a topic it may not write, as under Kafka's ACLs: not its
+    settings, nor whether it exists (a name nobody created is answered the same)."""
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}, {"name": "app-logs", "partitions": 1}],
+        sasl={"mechanisms": ["PLAIN"], "users": USERS},
+    )
+    with listening(config) as (_server, bootstrap):
+        admin = AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "limited",
+                "sasl.password": "limited-secret",
+            }
+        )
+        asked = [ConfigResource("topic", name) for name in ("app-logs", "events", "nobody")]
+        answers = admin.describe_configs(asked, request_timeout=15)
+        own = next(f for r, f in answers.items() if r.name == "app-logs").result(15)
+        assert own["cleanup.policy"].value == "delete"
+        for name in ("events", "nobody"):
+            future = next(f for r, f in answers.items() if r.name == name)
+            with pytest.raises(KafkaException) as refused:
+                future.result(15)
+            assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
 
 
 def test_passwords_come_from_the_environment(tmp_path: Path) -> None:
