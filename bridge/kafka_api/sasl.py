@@ -20,6 +20,9 @@ from bridge.config.kafka_api import KafkaApiSasl, KafkaApiUser
 
 ITERATIONS = 4096
 _HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+# Makes the salt offered for a name no user has: the same for that name at every attempt,
+# as a user's is, and like no other.
+_DECOY_KEY = secrets.token_bytes(32)
 
 
 class AuthenticationError(Exception):
@@ -67,7 +70,7 @@ class Exchange:
             self.principal = self._plain(token)
             return b""
         if self._scram is None:
-            self._scram = _Scram(_HASHES[self.mechanism], self._user)
+            self._scram = _Scram(_HASHES[self.mechanism], self._find)
             return self._scram.first(token)
         answer = self._scram.final(token)
         self.principal = self._scram.principal
@@ -84,18 +87,26 @@ class Exchange:
         return Principal(user.name, user.topics)
 
     def _user(self, name: str) -> KafkaApiUser:
+        user = self._find(name)
+        if user is None:
+            raise CredentialsError(f"unknown user {name!r}")
+        return user
+
+    def _find(self, name: str) -> KafkaApiUser | None:
         for user in self.config.users:
             if user.name == name:
                 return user
-        raise CredentialsError(f"unknown user {name!r}")
+        return None
 
 
 class _Scram:
-    def __init__(self, digest: str, lookup: Callable[[str], KafkaApiUser]) -> None:
+    def __init__(self, digest: str, lookup: Callable[[str], KafkaApiUser | None]) -> None:
         self.digest = digest
         self.lookup = lookup
         self.principal: Principal | None = None
         self._expected: tuple[bytes, bytes, str] | None = None
+        self._name = ""
+        self._user: KafkaApiUser | None = None
 
     def first(self, token: bytes) -> bytes:
         text = token.decode("utf-8", "replace")
@@ -107,11 +118,17 @@ class _Scram:
             raise AuthenticationError("SCRAM client-first needs n= and r=")
         name = fields["n"].replace("=2C", ",").replace("=3D", "=")
         user = self.lookup(name)
-        salt, salted = _salted(self.digest, user.name, user.password.get_secret_value())
+        if user is None:
+            # Answered as a user is, and refused at the proof as a wrong password is: an
+            # error here would tell a client which names are users.
+            salt = hmac.digest(_DECOY_KEY, f"{self.digest}:{name}".encode(), "sha256")[:16]
+            salted = secrets.token_bytes(hashlib.new(self.digest).digest_size)
+        else:
+            salt, salted = _salted(self.digest, user.name, user.password.get_secret_value())
         nonce = fields["r"] + secrets.token_urlsafe(18)
         server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={ITERATIONS}"
         self._expected = (salted, f"{bare},{server_first}".encode(), nonce)
-        self._user = user
+        self._name, self._user = name, user
         return server_first.encode()
 
     def final(self, token: bytes) -> bytes:
@@ -134,7 +151,10 @@ class _Scram:
         if len(proof) != len(signature):
             raise AuthenticationError("SCRAM proof has the wrong length")
         recovered = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-        if not hmac.compare_digest(hashlib.new(self.digest, recovered).digest(), stored_key):
+        matches = hmac.compare_digest(hashlib.new(self.digest, recovered).digest(), stored_key)
+        if self._user is None:
+            raise CredentialsError(f"unknown user {self._name!r}")
+        if not matches:
             raise CredentialsError(f"wrong password for user {self._user.name!r}")
         server_key = hmac.digest(salted, b"Server Key", self.digest)
         verifier = hmac.digest(server_key, auth_message, self.digest)

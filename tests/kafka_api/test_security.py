@@ -3,6 +3,7 @@ and the per-user topic allowlist."""
 
 from __future__ import annotations
 
+import base64
 import struct
 import subprocess
 from pathlib import Path
@@ -233,6 +234,50 @@ def test_a_failed_authentication_closes_the_connection(tmp_path: Path) -> None:
         right = again.call(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
         assert right.error_code == ErrorCode.none
         again.close()
+
+
+def test_scram_does_not_tell_an_unknown_user_from_a_known_one(tmp_path: Path) -> None:
+    """A user name is not confirmed before the proof: an unknown one gets a server-first
+    message like a known one (the same salt each time, as a user has one), and the
+    client-final is refused as a wrong password is; only the log says which it was."""
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}],
+        sasl={"mechanisms": ["SCRAM-SHA-256"], "users": USERS},
+    )
+
+    def first(bootstrap: str, name: str) -> tuple[RawClient, dict[str, str]]:
+        client = RawClient(bootstrap)
+        shake = client.call(SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"})
+        assert shake.error_code == ErrorCode.none
+        answer = client.call(SASL_AUTHENTICATE, 2, {"auth_bytes": f"n,,n={name},r=c1".encode()})
+        assert answer.error_code == ErrorCode.none, name
+        text = answer.auth_bytes.decode()
+        return client, dict(part.split("=", 1) for part in text.split(","))
+
+    with listening(config) as (_server, bootstrap):
+        answers = {}
+        for name in ("alice", "mallory", "mallory"):
+            client, fields = first(bootstrap, name)
+            assert fields["r"].startswith("c1") and fields["i"] == "4096"
+            answers.setdefault(name, []).append(fields["s"])
+            proof = base64.b64encode(bytes(32)).decode()
+            with capture_logs() as logs:
+                final = client.call(
+                    SASL_AUTHENTICATE,
+                    2,
+                    {"auth_bytes": f"c=biws,r={fields['r']},p={proof}".encode()},
+                )
+            assert final.error_code == ErrorCode.sasl_authentication_failed
+            assert final.error_message == "authentication failed: invalid username or password"
+            said = "unknown user" if name == "mallory" else "wrong password for user"
+            assert [e["error"] for e in logs if e["event"] == "sasl_failed"] == [f"{said} {name!r}"]
+            assert client.closed_by_peer()
+            client.close()
+    assert len(answers["mallory"]) == 2 and len(set(answers["mallory"])) == 1
+    assert len(base64.b64decode(answers["mallory"][0])) == len(
+        base64.b64decode(answers["alice"][0])
+    )
 
 
 def test_kcat_authenticates(tmp_path: Path) -> None:
