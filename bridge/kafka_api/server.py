@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
+from bridge.errors import ConfigError
 from bridge.kafka_api import protocol
 from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection
@@ -30,6 +31,7 @@ from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequest
 from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.status import partition_rows
+from bridge.kafka_api.tls import server_context
 from bridge.ops.worker_status import WRITE_INTERVAL_S, StatusFile, new_run_id
 from plateau_core import Store
 
@@ -106,6 +108,9 @@ class KafkaApiServer:
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
+        except ConfigError as exc:  # a settings problem, said in full: no traceback to read
+            self._failure = exc
+            log.error("kafka_api_failed", error=str(exc))
         except BaseException as exc:
             self._failure = exc
             log.exception("kafka_api_failed", error=str(exc))
@@ -116,13 +121,16 @@ class KafkaApiServer:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._stopping = asyncio.Event()
+        # Before any partition is opened: a certificate that does not load ends the start
+        # with nothing acquired.
+        tls = None if self.api.tls is None else server_context(self.api.tls)
         sink = ProduceSink(self.config, self.api, self.store, loop, self.stats)
         self.sink = sink
         sink.open()
         host, port = self.api.address
         first = self._max_frame if self.api.sasl is None else UNAUTHENTICATED_MAX_BYTES
         server = await loop.create_server(
-            lambda: FramedConnection(self._connection, first), host, port, ssl=self._tls()
+            lambda: FramedConnection(self._connection, first), host, port, ssl=tls
         )
         bound = server.sockets[0].getsockname()
         self.address = (str(bound[0]), int(bound[1]))
@@ -197,19 +205,6 @@ class KafkaApiServer:
         sink = self.sink
         partitions = [] if sink is None else partition_rows(sink)
         return {"worker": NAME, "role": NAME, "partitions": partitions, NAME: self.snapshot()}
-
-    def _tls(self) -> ssl.SSLContext | None:
-        tls = self.api.tls
-        if tls is None:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        password = tls.password.get_secret_value() if tls.password else None
-        context.load_cert_chain(tls.certfile, tls.keyfile, password)
-        if tls.cafile is not None:
-            context.load_verify_locations(tls.cafile)
-        if tls.client_auth == "required":
-            context.verify_mode = ssl.CERT_REQUIRED
-        return context
 
     # --- connections ----------------------------------------------------------------------
 

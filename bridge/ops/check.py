@@ -5,7 +5,6 @@ it is configured), the schema registry answers (when a topic uses it)."""
 from __future__ import annotations
 
 import socket
-import ssl
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from bridge.config.models import Config
 from bridge.consume.client import client_config
 from bridge.errors import BridgeError
+from bridge.kafka_api.tls import server_context
 
 
 def check(config: Config, timeout_s: float = 10.0) -> list[str]:
@@ -142,16 +142,7 @@ def _check_listener(config: Config) -> list[str]:
         ) from None
     report = [f"kafka api: {api.listen} is free"]
     if api.tls is not None:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        password = api.tls.password.get_secret_value() if api.tls.password else None
-        try:
-            context.load_cert_chain(api.tls.certfile, api.tls.keyfile, password)
-            if api.tls.cafile is not None:
-                context.load_verify_locations(api.tls.cafile)
-        except (OSError, ssl.SSLError) as exc:
-            raise BridgeError(
-                f"kafka_api.tls: the certificate or key does not load: {exc}"
-            ) from None
+        server_context(api.tls)
         report.append(f"kafka api: TLS certificate {api.tls.certfile} loads")
     produced = ", ".join(m.name or "" for m in config.produced) or "none yet"
     report.append(f"kafka api: produced topics: {produced}")

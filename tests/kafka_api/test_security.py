@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
+from cryptography.hazmat.primitives import serialization
 from kio.schema.errors import ErrorCode
 from structlog.testing import capture_logs
 
+from bridge.errors import ConfigError
 from bridge.kafka_api import sasl as sasl_module
 from bridge.local_kafka.security import SecuritySettings, prepare
+from bridge.ops.check import check
 from tests.kafka_api.support import RawClient, api_config, listening, stored
 from tests.kafka_api.test_tools import kcat
 
@@ -151,6 +154,68 @@ def test_describe_configs_keeps_to_the_allowlist(tmp_path: Path) -> None:
             with pytest.raises(KafkaException) as refused:
                 future.result(15)
             assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
+
+
+def _encrypted_key(material: Any, path: Path, password: bytes) -> Path:
+    key = serialization.load_pem_private_key(material.broker_pem.read_bytes(), None)
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password),
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("certfile missing", "kafka_api.tls.certfile {missing}: cannot read: No such file"),
+        ("keyfile not PEM", "kafka_api.tls.keyfile {junk}: holds no PEM private key"),
+        ("certfile not PEM", "kafka_api.tls.certfile {junk}: holds no PEM certificate"),
+        ("key encrypted", "kafka_api.tls.keyfile {encrypted}: the key is encrypted"),
+        ("wrong password", "kafka_api.tls: the key {encrypted} does not load"),
+        ("another's key", "kafka_api.tls: the key {broker} does not load with the certificate"),
+        ("cafile not PEM", "kafka_api.tls.cafile {junk}: holds no PEM CA certificate"),
+    ],
+)
+def test_tls_files_that_do_not_load_are_named(tmp_path: Path, case: str, said: str) -> None:
+    """OpenSSL's own errors name no file ("No such file or directory", "PEM lib"), and
+    for an encrypted key without a password it asks on the terminal. Nothing is acquired
+    before the certificate loads: a good start on the same store follows at once."""
+    material = prepare(tmp_path / "tls", SecuritySettings())
+    files = {
+        "missing": tmp_path / "missing.pem",
+        "junk": tmp_path / "junk.pem",
+        "encrypted": _encrypted_key(material, tmp_path / "encrypted.pem", b"right"),
+        "broker": material.broker_pem,
+    }
+    files["junk"].write_text("not a certificate\n")
+    broker = str(material.broker_pem)
+    tls = {
+        "certfile missing": {"certfile": str(files["missing"]), "keyfile": broker},
+        "keyfile not PEM": {"certfile": broker, "keyfile": str(files["junk"])},
+        "certfile not PEM": {"certfile": str(files["junk"]), "keyfile": broker},
+        "key encrypted": {"certfile": broker, "keyfile": str(files["encrypted"])},
+        "wrong password": {
+            "certfile": broker,
+            "keyfile": str(files["encrypted"]),
+            "password": "wrong",
+        },
+        "another's key": {"certfile": str(material.ca_file), "keyfile": broker},
+        "cafile not PEM": {"certfile": broker, "keyfile": broker, "cafile": str(files["junk"])},
+    }[case]
+    store = tmp_path / "store"
+    with pytest.raises(ConfigError) as failed, listening(api_config(store, tls=tls)):
+        pass
+    assert said.format(**files) in str(failed.value)
+    with pytest.raises(ConfigError) as checked:
+        check(api_config(store, tls=tls), timeout_s=2)
+    assert said.format(**files) in str(checked.value)
+    good = {"certfile": broker, "keyfile": str(files["encrypted"]), "password": "right"}
+    with listening(api_config(store, tls=good)) as (server, _bootstrap):
+        assert server.address is not None
 
 
 def test_passwords_come_from_the_environment(tmp_path: Path) -> None:
