@@ -286,6 +286,10 @@ class KafkaApiServer:
         try:
             request = protocol.parse_request(frame)
         except UnsupportedRequestError as exc:
+            if not conn.authenticated and exc.api_key not in protocol.BEFORE_AUTH:
+                raise ProtocolError(
+                    f"{protocol.api_name(exc.api_key)} before SASL authentication"
+                ) from None
             self.stats.errors[(protocol.api_name(exc.api_key), "unsupported_version")] += 1
             response = protocol.error_response(exc, ErrorCode.unsupported_version)
             log.warning(
@@ -300,10 +304,10 @@ class KafkaApiServer:
             return done
         name = protocol.api_name(request.api_key)
         self.stats.requests[name] += 1
-        if request.api_key == protocol.FETCH:
-            return self._refuse(request, "the listener takes produce traffic only")
         if not conn.authenticated and request.api_key not in protocol.BEFORE_AUTH:
             raise ProtocolError(f"{name} before SASL authentication")
+        if request.api_key == protocol.FETCH:
+            return self._refuse(request, "the listener takes produce traffic only")
         if request.api_key == protocol.PRODUCE:
             accepted = await self.produce.accept(request.body, conn.allowed)
             if request.body.acks == 0:

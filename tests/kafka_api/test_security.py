@@ -384,6 +384,44 @@ def test_kcat_authenticates(tmp_path: Path) -> None:
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"one", b"two"]
 
 
+def test_nothing_but_sasl_is_answered_before_authentication(tmp_path: Path) -> None:
+    """Not a Fetch, which is never served, nor a request of a version plateau does not
+    answer: before authentication they close the connection as any other request does.
+    ApiVersions of any version is still answered, as clients ask it first."""
+    config = api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}],
+        sasl={"mechanisms": ["PLAIN"], "users": USERS},
+    )
+    fetch = {
+        "replica_id": -1,
+        "max_wait": 0,
+        "min_bytes": 0,
+        "max_bytes": 100,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    asked = [(1, 12, fetch), (22, 6, {"transaction_timeout": 1000, "producer_id": -1})]
+    with listening(config) as (_server, bootstrap):
+        for api_key, version, body in asked:
+            client = RawClient(bootstrap)
+            client.send_frame(client.request_frame(api_key, version, body))
+            assert client.closed_by_peer(), (api_key, version)
+            client.close()
+        client = RawClient(bootstrap)
+        versions = client.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert versions.error_code == ErrorCode.none
+        assert client.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code == ErrorCode.none
+        login = client.call(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert login.error_code == ErrorCode.none
+        assert client.call(1, 12, fetch).error_code == ErrorCode.unsupported_version
+        client.close()
+
+
 def test_a_v0_handshake_is_refused(tmp_path: Path) -> None:
     """SaslHandshake v0 is listed for clients that check it is there; its raw tokens are
     not taken, so a v0 handshake is answered UNSUPPORTED_VERSION."""
