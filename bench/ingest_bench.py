@@ -612,7 +612,7 @@ _RULES: list[tuple[str, str, str, str]] = [
     ("decode: other", "", "bridge/consume/messages.py", ""),
     ("writer.append: normalize_batch", "normalize_batch", "plateau_core/schema.py", ""),
     ("writer.append: other", "append", "plateau_core/writer.py", ""),
-    ("_land: other (next offset, stats)", "_land", "bridge/consume/worker.py", ""),
+    ("_land: other (next offset, stats)", "land", "bridge/consume/landing.py", ""),
     ("_ingest: group by partition", "by_partition", "bridge/consume/worker.py", ""),
     ("_ingest: error check", "_without_errors", "bridge/consume/worker.py", ""),
     ("_ingest: fresh-offset check", "_ingest", "bridge/consume/worker.py", ""),

@@ -170,7 +170,7 @@ def stages(
     put("normalize_batch", *_timed(lambda: [normalize_batch(b) for b in batches]))
 
     def offsets_after_append() -> None:
-        # Worker._land reads the last offset of every appended batch with .as_py()
+        # Landing.land reads the last offset of every appended batch with .as_py()
         for b in batches:
             b.column("offset")[b.num_rows - 1].as_py()
 

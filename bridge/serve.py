@@ -25,7 +25,7 @@ import structlog
 
 from bridge.config.models import Config
 from bridge.consume.build import build_worker
-from bridge.consume.worker import PoisonStopError
+from bridge.consume.landing import PoisonStopError
 from bridge.logs import configure_logging
 from bridge.ops.endpoint import MetricsEndpoint
 from bridge.ops.metrics import ServeCollector, ServeCounters, registry
