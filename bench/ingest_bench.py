@@ -599,7 +599,7 @@ _FRAME = re.compile(r"^(?P<func>.+?) \((?P<file>[^:()]+)(?::(?P<line>\d+))?\)$")
 _RULES: list[tuple[str, str, str, str]] = [
     ("consumer.consume()", "run", "bridge/consume/worker.py", "consumer.consume("),
     ("status file write", "write", "bridge/ops/worker_status.py", ""),
-    ("_commit_sealed", "_commit_sealed", "bridge/consume/worker.py", ""),
+    ("_commit_sealed", "commit_sealed", "bridge/consume/commits.py", ""),
     ("_resume_ready", "resume_ready", "bridge/consume/pauses.py", ""),
     ("decode: timestamp column", "kafka_timestamps", "bridge/consume/messages.py", ""),
     ("decode: headers column", "header_array", "bridge/consume/messages.py", ""),
@@ -613,7 +613,7 @@ _RULES: list[tuple[str, str, str, str]] = [
     ("writer.append: normalize_batch", "normalize_batch", "plateau_core/schema.py", ""),
     ("writer.append: other", "append", "plateau_core/writer.py", ""),
     ("_land: other (next offset, stats)", "land", "bridge/consume/landing.py", ""),
-    ("_ingest: group by partition", "by_partition", "bridge/consume/worker.py", ""),
+    ("_ingest: group by partition", "by_partition", "bridge/consume/batches.py", ""),
     ("_ingest: error check", "_without_errors", "bridge/consume/worker.py", ""),
     ("_ingest: fresh-offset check", "_ingest", "bridge/consume/worker.py", ""),
     ("worker loop: other", "run", "bridge/consume/worker.py", ""),
