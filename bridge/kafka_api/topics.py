@@ -58,6 +58,12 @@ class ProducedTopics:
             raise TopicNameError(
                 f"{topic!r} is consumed from the Kafka cluster; producers cannot write it here"
             )
+        # Its topic's seals write it: records produced to it would take the same offsets, in
+        # the same folder, as the roll-up's segments.
+        if self._config.rollup_of(topic) is not None:
+            raise TopicNameError(
+                f"{topic!r} is a roll-up topic the config derives; producers cannot write it"
+            )
 
     def record(self, topic: str, partitions: int | None, created_by: str) -> int:
         """Record a new topic in the manifest; returns its partition count. Producers see it

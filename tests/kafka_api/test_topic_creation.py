@@ -390,6 +390,37 @@ def test_names_kafka_would_call_colliding_are_separate_topics(tmp_path: Path) ->
     assert stored(tmp_path / "store", "metrics_eu").column("value").to_pylist() == [b"underscore"]
 
 
+def test_a_roll_up_topic_is_not_created_by_a_client(tmp_path: Path) -> None:
+    """`{topic}.rollup.{granularity}` is written by the seals of its topic: records produced
+    to it took the same offsets in the same folder, and the roll-up's segment was overwritten
+    (found corrupt and quarantined at the next read)."""
+    config = api_config(
+        tmp_path / "store",
+        [
+            {
+                "name": "app-logs",
+                "partitions": 1,
+                "format": "json",
+                "rollups": [{"granularity": "1m", "metrics": ["count"]}],
+            }
+        ],
+        auto_create_topics=True,
+    )
+    derived = "app-logs.rollup.1m"
+    with listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        created = create_topics(client, [creatable(derived, 1)], 10_000)[derived]
+        assert created.error_code == ErrorCode.invalid_topic_exception
+        assert "roll-up" in created.error_message
+        answer = client.call(PRODUCE, 9, produce_body(derived, 0, record_batch([b"x"])))
+        refused = answer.responses[0].partition_responses[0]
+        assert refused.error_code == ErrorCode.invalid_topic_exception
+        answer = client.call(PRODUCE, 9, produce_body("app-logs", 0, record_batch([b'{"a": 1}'])))
+        assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", derived).column("count").to_pylist() == [1]
+
+
 def test_a_dead_letter_partition_that_cannot_be_opened_refuses_only_its_batch(
     tmp_path: Path,
 ) -> None:
