@@ -359,6 +359,20 @@ class Config(Strict):
                 f"topics {needing} use a schema-registry format (avro, protobuf, json_schema); "
                 "add a schema_registry section with its url"
             )
+        for mapping in self.topics:
+            # A roll-up topic is written by its topic's seals: records landing in it too take
+            # the offsets of the roll-up's segments, in the same folder, and overwrite them.
+            landing = [] if mapping.topic is None else [(f"{mapping.topic!r}", mapping.topic)]
+            if mapping.produced and mapping.dlq is not None:  # a store topic then
+                landing.append((f"dlq {mapping.dlq!r} of topic {mapping.name!r}", mapping.dlq))
+            for said, topic in landing:
+                derived = self.rollup_of(topic)
+                if derived is not None:
+                    base = topic.rpartition(".rollup.")[0]
+                    raise ValueError(
+                        f"{said} is the {derived[1].granularity} roll-up of topic {base!r}; "
+                        "give it another name"
+                    )
         produced = [t.name for t in self.topics if t.produced]
         if produced and self.kafka_api is None:
             raise ValueError(

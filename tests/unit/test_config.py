@@ -14,6 +14,7 @@ from bridge.config.units import parse_duration, parse_size
 from bridge.errors import ConfigError
 
 MINIMAL = {"topics": [{"source": "events"}]}
+ROLLUP = {"granularity": "1m", "metrics": ["count"]}
 
 
 def _write(tmp_path: Path, body: object) -> Path:
@@ -107,6 +108,29 @@ def test_the_example_config_is_valid() -> None:
             {"topics": [{"source": "a"}, {"source": "b", "name": "a"}]},
             "(top level)",
             "same plateau topic",
+        ),
+        # A roll-up topic is written by its topic's seals: records landed in it too took the
+        # roll-up's offsets in the same folder, and overwrote its segments.
+        (
+            {
+                "topics": [
+                    {"source": "a", "rollups": [ROLLUP]},
+                    {"source": "b", "name": "a.rollup.1m"},
+                ]
+            },
+            "(top level)",
+            "'a.rollup.1m' is the 1m roll-up of topic 'a'",
+        ),
+        (
+            {
+                "kafka_api": {},
+                "topics": [
+                    {"name": "a", "rollups": [ROLLUP]},
+                    {"name": "b", "on_error": "dlq", "dlq": "a.rollup.1m"},
+                ],
+            },
+            "(top level)",
+            "dlq 'a.rollup.1m' of topic 'b' is the 1m roll-up of topic 'a'",
         ),
         ({"topics": []}, "topics", "at least 1"),
         ({}, "topics", "Field required"),
