@@ -13,6 +13,26 @@ from bridge.config.fields import Duration, Strict
 REGISTRY_FORMATS = ("avro", "protobuf", "json_schema")
 
 
+def shown_url(url: str) -> str:
+    """`url` without the password of its user info (the registry client takes
+    https://user:password@host as its basic auth), for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    netloc_end = len(rest)
+    for stop in "/?#":
+        found = rest.find(stop)
+        if 0 <= found < netloc_end:
+            netloc_end = found
+    userinfo, at, host = rest[:netloc_end].rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    # A user info without a colon is often a token: masked whole.
+    shown = f"{user}:***" if colon else "***"
+    return f"{scheme}{sep}{shown}@{host}{rest[netloc_end:]}"
+
+
 class RegistryBasicAuth(Strict):
     username: str = Field(min_length=1, description="The registry user (or API key).")
     password: SecretStr = Field(
@@ -66,8 +86,13 @@ class SchemaRegistryConfig(Strict):
     @classmethod
     def _url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https://, got {value!r}")
+            raise ValueError(f"url must start with http:// or https://, got {shown_url(value)!r}")
         return value.rstrip("/")
+
+    @property
+    def shown_url(self) -> str:
+        """The URL for messages and logs, without a password."""
+        return shown_url(self.url)
 
     def client_settings(self) -> dict[str, Any]:
         """The settings of confluent-kafka's SchemaRegistryClient. Its own retries are off:

@@ -42,9 +42,9 @@ def _check_registry(config: Config, timeout_s: float) -> str:
         subjects = SchemaRegistryClient(settings).get_subjects()
     except Exception as exc:  # any failure of the request is the answer to report
         raise BridgeError(
-            f"schema registry {registry.url} does not answer: {type(exc).__name__}: {exc}"
+            f"schema registry {registry.shown_url} does not answer: {type(exc).__name__}: {exc}"
         ) from None
-    return f"schema registry {registry.url} answers: {len(subjects)} subject(s)"
+    return f"schema registry {registry.shown_url} answers: {len(subjects)} subject(s)"
 
 
 def _check_kafka(config: Config, timeout_s: float) -> list[str]:

@@ -19,11 +19,12 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from bridge.config import parse_config
 from bridge.config.registry import SchemaRegistryConfig
 from bridge.config.topics import TopicMapping
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, ConfigError
 from bridge.ingest.decode import Decoded, RegistryUnavailableError, decoder_for
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.ingest.decode.wire import unframe
@@ -265,6 +266,35 @@ def test_check_asks_the_registry(tmp_path: Path) -> None:
         assert f"schema registry {server.url} answers: 0 subject(s)" in check(config)
     with pytest.raises(BridgeError, match=f"schema registry {server.url} does not answer"):
         check(config)
+
+
+def test_a_password_in_the_registry_url_is_not_shown(tmp_path: Path) -> None:
+    """The registry client takes user:password@ in the URL as its basic auth; check's
+    answer, the decoder's error and the log show the URL without the password."""
+    with RegistryServer() as server:
+        pass  # a port that no longer answers
+    url = server.url.replace("://", "://plateau:s3cret-pw@")
+    config = parse_config(
+        {
+            "storage": {"data_dir": str(tmp_path)},
+            "kafka_api": {"listen": "127.0.0.1:0"},
+            "schema_registry": {"url": url},
+            "topics": [{"name": "orders", "format": "avro"}],
+        }
+    )
+    assert config.schema_registry is not None
+    shown = server.url.replace("://", "://plateau:***@")
+    with pytest.raises(BridgeError) as checked:
+        check(config)
+    assert f"schema registry {shown} does not answer" in str(checked.value)
+    decoder = decoder_for(TopicMapping(source="t", format="avro"), config.schema_registry)
+    with capture_logs() as logs, pytest.raises(RegistryUnavailableError) as down:
+        decoder.decode(_records([b"\x00\x00\x00\x00\x01{}"]))
+    assert f"schema registry {shown} unreachable" in str(down.value)
+    assert "s3cret-pw" not in repr(logs)
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"topics": [{"source": "t"}], "schema_registry": {"url": "u:s3cret-pw@host"}})
+    assert "s3cret-pw" not in str(refused.value)
 
 
 def test_an_avro_schema_that_references_another_subject(registry: RegistryServer) -> None:

@@ -189,11 +189,15 @@ class SchemaSource:
     def _down(self, schema_id: int, fmt: str | None, detail: str) -> RegistryUnavailableError:
         self._down_until = time.monotonic() + self.config.retry_interval
         self._down_reason = (
-            f"schema registry {self.config.url} unreachable fetching schema id {schema_id}: "
+            f"schema registry {self.config.shown_url} unreachable fetching schema id "
+            f"{schema_id}: "
             f"{detail}"
         )
         log.warning(
-            "schema_registry_unreachable", url=self.config.url, schema_id=schema_id, error=detail
+            "schema_registry_unreachable",
+            url=self.config.shown_url,
+            schema_id=schema_id,
+            error=detail,
         )
         return RegistryUnavailableError(self._down_reason, self._prober(schema_id, fmt))
 
