@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,8 +38,19 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
-    apply_env_overrides(raw, os.environ if env is None else env, source)
-    config = parse_config(raw, source)
+    shaped = apply_env_overrides(raw, os.environ if env is None else env, source)
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        # A secret like "[x, y]" or "{x}" was read as a YAML list or mapping and refused as
+        # one: where the key takes a string, it is the string written.
+        written = _as_written(raw, shaped, exc)
+        if written is None:
+            raise ConfigError(format_errors(exc, source)) from None
+        try:
+            config = Config.model_validate(written)
+        except ValidationError:  # the first answer names what is wrong as the user wrote it
+            raise ConfigError(format_errors(exc, source)) from None
     return resolve_paths(config, source)
 
 
@@ -102,9 +114,16 @@ def format_errors(exc: ValidationError, source: Path | str) -> str:
     return "\n".join(lines)
 
 
-def apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str], source: Path) -> None:
+def apply_env_overrides(
+    raw: dict[str, Any], env: Mapping[str, str], source: Path
+) -> list[tuple[list[str], str]]:
     """`PLATEAU__STORAGE__DATA_DIR=/x` sets storage.data_dir; list items by index
-    (`PLATEAU__TOPICS__0__FORMAT=json`); under kafka, `SASL_PASSWORD` is `sasl.password`."""
+    (`PLATEAU__TOPICS__0__FORMAT=json`); under kafka, `SASL_PASSWORD` is `sasl.password`.
+
+    Returns:
+        The key paths set to a list or mapping read from a value's YAML, with the text.
+    """
+    shaped: list[tuple[list[str], str]] = []
     for name, value in sorted(env.items()):
         if not name.startswith(ENV_PREFIX):
             continue
@@ -113,7 +132,29 @@ def apply_env_overrides(raw: dict[str, Any], env: Mapping[str, str], source: Pat
             continue
         if parts[0] == "kafka" and len(parts) == 2 and parts[1] not in _KAFKA_FIELDS:
             parts[1] = parts[1].replace("_", ".")
-        _set(raw, parts, _env_value(value), name, source)
+        parsed = _env_value(value)
+        if not isinstance(parsed, str):
+            shaped.append((parts, value))
+        _set(raw, parts, parsed, name, source)
+    return shaped
+
+
+def _as_written(
+    raw: dict[str, Any], shaped: list[tuple[list[str], str]], exc: ValidationError
+) -> dict[str, Any] | None:
+    """`raw` with the values of `shaped` that validation refused (at or under their key)
+    put back as the text written; None when it refused none of them."""
+    refused = [tuple(str(part) for part in error["loc"]) for error in exc.errors()]
+    raw = copy.deepcopy(raw)
+    changed = False
+    for parts, text in shaped:
+        key = tuple(parts)
+        # At the key, under it, or at its section (librdkafka's properties are checked
+        # together, as the kafka section's).
+        if any(loc and (loc[: len(key)] == key or key[: len(loc)] == loc) for loc in refused):
+            _set(raw, parts, text, "", Path())
+            changed = True
+    return raw if changed else None
 
 
 def _env_value(value: str) -> Any:

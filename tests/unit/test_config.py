@@ -403,3 +403,25 @@ def test_environment_values_are_taken_as_written(tmp_path: Path) -> None:
     assert config.kafka.group_id == "0123"
     assert config.storage.writer_threads == 3
     assert config.topics[0].index.bloom == ["rid", "user"]
+
+
+def test_a_secret_written_like_a_yaml_list_or_mapping_is_taken_as_text(tmp_path: Path) -> None:
+    # Read as YAML, "[a, b]" became a list, refused with "must be a scalar" or "Input should
+    # be a valid string": no way to set such a password from the environment.
+    path = _write(tmp_path, {"kafka": {"bootstrap_servers": "a:1"}, **MINIMAL})
+    config = load_config(
+        path,
+        env={
+            "PLATEAU__KAFKA__SASL_PASSWORD": "[a, b]",
+            "PLATEAU__REPLICATION__S3__SECRET_ACCESS_KEY": "{x: 1}",
+            "PLATEAU__TOPICS__0__INDEX__BLOOM": "[rid]",
+        },
+    )
+    assert config.kafka.librdkafka()["sasl.password"] == "[a, b]"
+    secret = config.replication.s3.secret_access_key
+    assert secret is not None
+    assert secret.get_secret_value() == "{x: 1}"
+    assert config.topics[0].index.bloom == ["rid"]  # a key that takes a list keeps it
+    # Where the text is no better, the error is the one about what was written.
+    with pytest.raises(ConfigError, match=r"storage\.memory_budget"):
+        load_config(path, env={"PLATEAU__STORAGE__MEMORY_BUDGET": "[1]"})
