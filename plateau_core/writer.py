@@ -12,46 +12,34 @@ or none.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
-import structlog
 
 from plateau_core.admission import admit
 from plateau_core.disk_floor import DiskFloor
-from plateau_core.errors import (
-    FlushTimeoutError,
-    InvalidInputError,
-    PlateauError,
-)
-from plateau_core.group_commit import GroupCommitter
+from plateau_core.errors import InvalidInputError
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
-from plateau_core.listener import NoListener, TopicPartition, WriterListener, WriterStats, tell
-from plateau_core.names import partition_dir, validate_topic
-from plateau_core.partition_lock import PartitionLock
-from plateau_core.policies import IndexPolicy, RollPolicy, WriterPolicy
+from plateau_core.listener import NoListener, TopicPartition, WriterListener, WriterStats
+from plateau_core.ownership import PartitionOwner
+from plateau_core.policies import WriterPolicy
 from plateau_core.producers import ProducerBatch
-from plateau_core.recovery import recover_partition
-from plateau_core.rollup import RollupPolicy
-from plateau_core.seal_groups import SealGroups, relieve_pressure
-from plateau_core.sealing import CommitUnknownError, announce, log_failure, seal_group
+from plateau_core.seal_groups import relieve_pressure
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
-from plateau_core.slog import Append, Prepared, SealJob, SegmentLog, prepare
-
-log = structlog.get_logger(__name__)
+from plateau_core.slog import Append, Prepared, SegmentLog, prepare
 
 Logs = Iterable[SegmentLog]
 
 
-class Writer:
-    """Owns a set of partitions of a Store and turns their appends into sealed segments."""
+class Writer(PartitionOwner):
+    """Owns a set of partitions of a Store and turns their appends into sealed segments.
+
+    Taking and giving up partitions is plateau_core.ownership's part of it; running the
+    seals, plateau_core.seal_pool's."""
 
     def __init__(
         self,
@@ -61,194 +49,11 @@ class Writer:
         *,
         write: Callable[..., tuple[Path, SegmentStats]] = write_segment,
     ) -> None:
-        self.store = store
-        self.policy = policy or WriterPolicy()
-        self.listener: WriterListener = listener or NoListener()
-        self._write_segment = write  # tests inject failing or slow writers here
+        policy = policy or WriterPolicy()
         self.journal: Journal | None = None  # see JournaledWriter
-        self._cond = threading.Condition()
-        self._logs: dict[TopicPartition, SegmentLog] = {}
-        self._locks: dict[TopicPartition, PartitionLock] = {}
-        # Partitions given up while a seal or a consolidation of theirs still ran: their
-        # locks are released when that ends, never before (a next owner would recover the
-        # folder under it: delete the file it is about to record, or have it renamed over
-        # one of its own).
-        self._lingering: dict[TopicPartition, PartitionLock] = {}
-        self._sealing: set[TopicPartition] = set()  # partitions with a seal running
-        self._maintained: set[TopicPartition] = set()  # see maintaining()
-        self._buffered = 0
-        self._in_flight = 0
-        self._groups = SealGroups(self._logs, self.policy.seal_together)
-        self._disk = DiskFloor(store.data_dir, self.policy.min_free_disk_bytes)
-        self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
-        self._committer = GroupCommitter(store.manifest)
-        self._closed = False
-        self._ticker = threading.Thread(target=self._tick_loop, name="slog-ticker", daemon=True)
+        self._disk = DiskFloor(store.data_dir, policy.min_free_disk_bytes)
+        super().__init__(store, policy, listener or NoListener(), write)
         self._ticker.start()
-
-    # --- ownership ---------------------------------------------------------------------------
-
-    def acquire(
-        self,
-        topic: str,
-        partition: int,
-        *,
-        roll: RollPolicy | None = None,
-        index: IndexPolicy | None = None,
-        rollups: tuple[RollupPolicy, ...] = (),
-        timeout_s: float = 30.0,
-    ) -> int | None:
-        """Take ownership of a partition; returns its watermark (None if never written).
-
-        `index` says which columns its segments keep bloom filters of; each of `rollups`
-        is sealed with them into its derived topic.
-
-        Waits up to `timeout_s` for another writer (a previous owner still flushing) to let
-        go, then recovers the partition's folder against the manifest.
-
-        Args:
-            topic: The topic; its folder is created if missing.
-            partition: The partition number.
-            roll: When its buffer becomes a segment (default RollPolicy()).
-            index: Bloom filters its segments keep (default: none).
-            rollups: Aggregates sealed with its segments into derived topics.
-            timeout_s: How long to wait for its lock.
-
-        Returns:
-            The offset the partition's appends start at or after (its watermark); None
-            when nothing was ever written there.
-
-        Raises:
-            InvalidInputError: The topic name or partition number is not valid.
-            PartitionLockedError: Another writer (process or handle) still holds it after
-                `timeout_s`.
-            PlateauError: This writer owns it already.
-        """
-        key = (validate_topic(topic), partition)
-        with self._cond:
-            if key in self._logs:
-                raise PlateauError(f"{topic}[{partition}] is already acquired by this writer")
-        directory = partition_dir(self.store.data_dir, topic, partition)
-        lock = PartitionLock.acquire(directory, timeout_s, fsync=self.policy.fsync)
-        try:
-            watermark = recover_partition(self.store, topic, partition)
-            # A roll-up partition is written only with its raw partition, under this lock:
-            # a seal that crashed may have left a roll-up file no manifest row names.
-            for rollup in rollups:
-                recover_partition(self.store, rollup.derived_topic(topic), partition)
-        except BaseException:
-            lock.release()
-            raise
-        slog = SegmentLog(
-            topic,
-            partition,
-            directory,
-            roll or RollPolicy(),
-            watermark,
-            index=index,
-            rollups=rollups,
-        )
-        with self._cond:
-            self._logs[key] = slog
-            self._locks[key] = lock
-        log.info("partition_acquired", topic=topic, partition=partition, next_offset=watermark)
-        return watermark
-
-    def release(
-        self, topic: str, partition: int, *, seal: bool = True, timeout_s: float = 30.0
-    ) -> None:
-        """Give a partition up: seal what is buffered first (revoke) or drop it (lost).
-
-        A partition not owned here is left alone. When a seal of it is still running after
-        `timeout_s`, its lock is kept until that seal ends, so a next owner waits in
-        `acquire` rather than recovering the folder under it.
-
-        Args:
-            seal: Seal the buffer first; False drops it (a lost partition: its next owner
-                goes on from the watermark).
-            timeout_s: How long to wait for that seal, then for a seal already running.
-
-        Raises:
-            FlushTimeoutError: With `seal`, the buffer was not sealed in time; the
-                partition stays owned, its records buffered.
-        """
-        key = (topic, partition)
-        if seal:
-            self.flush([key], timeout_s=timeout_s)
-        with self._cond:
-            slog = self._logs.get(key)
-            if slog is None:
-                return
-            dropped_rows = slog.rows
-            # Before the wait: the seal in flight may fail, and what it held is dropped too.
-            self._dropping(slog)
-            self._buffered -= slog.drop()
-            deadline = time.monotonic() + timeout_s
-            # A seal already running may still land, and a consolidation may be swapping
-            # files: wait so the next owner's recovery sees where they end.
-            while (
-                slog.in_flight is not None or key in self._maintained
-            ) and time.monotonic() < deadline:
-                self._cond.wait(0.05)
-            if slog.in_flight is not None:
-                dropped_rows += slog.in_flight.rows
-            # A seal that failed meanwhile put its records back in the buffer.
-            dropped_rows += slog.rows
-            self._buffered -= slog.drop()
-            del self._logs[key]
-            lock = self._locks.pop(key)
-            for other in self._logs.values():
-                other.links.discard(key)
-            busy = slog.in_flight is not None or key in self._maintained
-            if busy:
-                self._lingering[key] = lock
-            self._cond.notify_all()
-        if not busy:
-            lock.release()
-        log.info(
-            "partition_released",
-            topic=topic,
-            partition=partition,
-            last_offset=slog.last_offset,
-            dropped_rows=dropped_rows,
-            lock_kept_until_seal_ends=busy,
-        )
-        tell(self.listener.on_capacity)
-
-    @contextlib.contextmanager
-    def maintaining(self, topic: str, partition: int) -> Iterator[bool]:
-        """Hold an owned partition while other work rewrites sealed files in its folder
-        (consolidation): releasing it waits until this ends, so a next owner never recovers
-        the folder halfway. Yields False, holding nothing, for a partition not owned here or
-        held already."""
-        key = (topic, partition)
-        with self._cond:
-            held = key in self._logs and key not in self._maintained
-            if held:
-                self._maintained.add(key)
-        try:
-            yield held
-        finally:
-            if held:
-                with self._cond:
-                    self._maintained.discard(key)
-                    self._cond.notify_all()
-                self._let_go_if_done(key)
-
-    def _let_go_if_done(self, key: TopicPartition) -> None:
-        """Release the lock of a partition given up while busy, once nothing of it runs."""
-        with self._cond:
-            lock = self._lingering.get(key)
-            if lock is None or key in self._maintained or key in self._sealing:
-                return
-            del self._lingering[key]
-        lock.release()
-        log.info("partition_lock_released", topic=key[0], partition=key[1])
-
-    def owned(self) -> list[TopicPartition]:
-        """The partitions this writer owns, sorted."""
-        with self._cond:
-            return sorted(self._logs)
 
     # --- appends -----------------------------------------------------------------------------
 
@@ -371,37 +176,7 @@ class Writer:
                 return False
         return not self._disk.low()
 
-    # --- sealing -----------------------------------------------------------------------------
-
-    def flush(
-        self, partitions: Iterable[TopicPartition] | None = None, *, timeout_s: float = 30.0
-    ) -> None:
-        """Seal everything buffered now for these partitions (all owned ones by default).
-
-        Returns once all of it is recorded in the manifest and the listener was told.
-        Partitions not owned here are passed over. A seal that fails is retried, with
-        backoff, until the deadline.
-
-        Raises:
-            FlushTimeoutError: Some partitions were still unsealed at the deadline (its
-                `pending` names them); their records stay buffered and are sealed later.
-        """
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            keys = list(self._logs) if partitions is None else [tuple(k) for k in partitions]
-            targets = [self._logs[k] for k in keys if k in self._logs]
-            for slog in targets:
-                # A flush is an explicit request: try now even inside a retry backoff.
-                slog.retry_at = None
-            while True:
-                self._start([s for s in targets if s.can_seal(time.monotonic())])
-                pending = [s for s in targets if s.pending() or s.in_flight is not None]
-                if not pending:
-                    return
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise FlushTimeoutError([(s.topic, s.partition) for s in pending], timeout_s)
-                self._cond.wait(min(remaining, self._groups.wait_s(0.05)))
+    # --- closing and stats -------------------------------------------------------------------
 
     def close(self, *, timeout_s: float = 30.0) -> None:
         """Seal what is buffered, release every partition, stop the threads. A second
@@ -449,27 +224,15 @@ class Writer:
 
     # --- internals (callers hold self._cond unless said otherwise) ---------------------------
 
-    # A group's partitions seal in one manifest transaction; a journal gives that atomicity
-    # instead (it keeps a group until every part of it is sealed, and replays the rest).
-    _link_groups = True
-
     def _held(self) -> int:
         """Bytes buffered or being sealed: what the memory budget bounds."""
         return self._buffered + self._in_flight
 
-    # What a JournaledWriter does when a group is buffered (its journal number, None here),
-    # a buffer dropped unsealed, a group sealed (without the lock) and the writer closed.
+    # What a JournaledWriter does when a group is buffered (its journal number, None here)
+    # and when the writer closed.
     def _journal(
         self, appends: Sequence[Append], batches: Sequence[Sequence[Prepared]], changed: Logs
     ) -> int | None: ...
-    def _dropping(self, slog: SegmentLog) -> None: ...
-    def _early(self, now: float) -> list[SegmentLog]:
-        return []  # partitions to seal before their roll says so
-
-    def _sealable(self, slog: SegmentLog) -> bool:
-        return True
-
-    def _sealed_group(self) -> None: ...
     def _stopped(self) -> None: ...
 
     def _owned(self, topic: str, partition: int) -> SegmentLog:
@@ -477,99 +240,3 @@ class Writer:
         if slog is None:
             raise InvalidInputError(f"{topic}[{partition}] is not acquired by this writer")
         return slog
-
-    def seal_due(self) -> None:
-        """Start the seals that are due now. With `seal_together` appends do not start
-        seals themselves: a caller landing many partitions' records at once (one produce
-        request) calls this after the last, so they seal as one group; the ticker does it
-        every `tick_s` otherwise."""
-        with self._cond:
-            self._groups.hold.arrived()
-            self._schedule()
-
-    def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:
-        """Start the seals of the partitions that are due (among `candidates`; all of them
-        when sealing together, so one group commit takes every partition that is due)."""
-        pool = (
-            self._logs.values() if candidates is None or self.policy.seal_together else candidates
-        )
-        now = time.monotonic()
-        self._start([s for s in pool if s.due(now)] + self._early(now))
-
-    def _start(self, selected: list[SegmentLog]) -> None:
-        for group in self._groups.form(selected):
-            jobs = [self._take(m) for m in group if m.pending() and self._sealable(m)]
-            if jobs:
-                self._groups.in_flight += 1
-                self._pool.submit(self._seal, jobs)
-
-    def _take(self, slog: SegmentLog) -> SealJob:
-        job = slog.take()
-        self._sealing.add(slog.key)
-        self._buffered -= job.nbytes
-        self._in_flight += job.nbytes
-        return job
-
-    def _seal(self, group: list[SealJob]) -> None:
-        """Runs on a pool thread, without the lock."""
-        began = time.monotonic()
-        try:
-            sealed = seal_group(
-                group,
-                self.store.data_dir,
-                self.policy,
-                self._write_segment,
-                self._committer,
-            )
-        except Exception as exc:  # any failure keeps the data buffered for a retry
-            self._failed(group, exc)
-            return
-        # Before the seal counts as finished, so a flush() that returns has told the listener.
-        for one in sealed:
-            announce(one, self.listener)
-        with self._cond:
-            self._groups.in_flight -= 1
-            self._groups.after(group, self.policy.group_hold_s, time.monotonic() - began)
-            for job in group:
-                self._in_flight -= job.nbytes
-                self._sealing.discard(job.key)
-                slog = self._logs.get(job.key)
-                if slog is not None:
-                    slog.sealed()
-            self._schedule()
-            self._cond.notify_all()
-        for job in group:
-            self._let_go_if_done(job.key)
-        self._sealed_group()
-        tell(self.listener.on_capacity)
-
-    def _failed(self, group: list[SealJob], exc: Exception) -> None:
-        keys = {job.key for job in group}
-        with self._cond:
-            self._groups.in_flight -= 1
-            delays: list[float] = []
-            for job in group:
-                self._in_flight -= job.nbytes
-                self._sealing.discard(job.key)
-                slog = self._logs.get(job.key)
-                delay = 0.0
-                if slog is not None:
-                    self._buffered += job.nbytes
-                    unknown = isinstance(exc, CommitUnknownError) or job.exact
-                    keep = slog.hold_exact if unknown else slog.restore
-                    delay = keep(job, str(exc), self.policy.retry_backoff_s, time.monotonic())
-                    if self._link_groups:  # still one group: it must land together
-                        slog.links.update(keys - {job.key})
-                delays.append(delay)
-            self._cond.notify_all()
-        for job in group:
-            self._let_go_if_done(job.key)
-        for job, delay in zip(group, delays, strict=True):
-            log_failure(job, exc, delay)
-            tell(self.listener.on_seal_failed, job.topic, job.partition, exc)
-
-    def _tick_loop(self) -> None:
-        while not self._closed:
-            with self._cond:
-                self._schedule()
-                self._cond.wait(self._groups.wait_s(self.policy.tick_s))

@@ -82,6 +82,8 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.consolidate": 5,
     "plateau_core.rebuild_target": 5,
     "plateau_core.rebuild": 5,
+    "plateau_core.seal_pool": 6,
+    "plateau_core.ownership": 6,
     "plateau_core.writer": 6,
     "plateau_core.journaled_writer": 6,
     "plateau_core.journal_replay": 6,

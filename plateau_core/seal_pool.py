@@ -1,0 +1,202 @@
+"""The seal machinery under a Writer: the partitions' buffers and the bytes they hold, the
+bounded thread pool their seals run on, the ticker that starts seals as partitions come due,
+and what the end of a seal does to them. Sealed, its bytes leave the buffers; failed, its
+records go back to be sealed again after a backoff.
+
+Partitions that must land together seal as one group (plateau_core.seal_groups), and a
+group is one seal on a pool thread (plateau_core.sealing).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import structlog
+
+from plateau_core.errors import FlushTimeoutError
+from plateau_core.group_commit import GroupCommitter
+from plateau_core.handle import StoreHandle
+from plateau_core.listener import TopicPartition, WriterListener, tell
+from plateau_core.policies import WriterPolicy
+from plateau_core.seal_groups import SealGroups
+from plateau_core.sealing import CommitUnknownError, announce, log_failure, seal_group
+from plateau_core.segment_stats import SegmentStats
+from plateau_core.slog import SealJob, SegmentLog
+
+log = structlog.get_logger(__name__)
+
+
+class SealPool:
+    """Per-partition buffers and the seals that turn them into segments. A Writer builds on
+    it: it takes partitions and gives them up (plateau_core.ownership) and buffers appends."""
+
+    def __init__(
+        self,
+        store: StoreHandle,
+        policy: WriterPolicy,
+        listener: WriterListener,
+        write: Callable[..., tuple[Path, SegmentStats]],
+    ) -> None:
+        self.store = store
+        self.policy = policy
+        self.listener = listener
+        self._write_segment = write  # tests inject failing or slow writers here
+        self._cond = threading.Condition()
+        self._logs: dict[TopicPartition, SegmentLog] = {}
+        self._sealing: set[TopicPartition] = set()  # partitions with a seal running
+        self._buffered = 0
+        self._in_flight = 0
+        self._groups = SealGroups(self._logs, self.policy.seal_together)
+        self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
+        self._committer = GroupCommitter(store.manifest)
+        self._closed = False
+        # Started by the writer once it is set up: a tick may start seals.
+        self._ticker = threading.Thread(target=self._tick_loop, name="slog-ticker", daemon=True)
+
+    def flush(
+        self, partitions: Iterable[TopicPartition] | None = None, *, timeout_s: float = 30.0
+    ) -> None:
+        """Seal everything buffered now for these partitions (all owned ones by default).
+
+        Returns once all of it is recorded in the manifest and the listener was told.
+        Partitions not owned here are passed over. A seal that fails is retried, with
+        backoff, until the deadline.
+
+        Raises:
+            FlushTimeoutError: Some partitions were still unsealed at the deadline (its
+                `pending` names them); their records stay buffered and are sealed later.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            keys = list(self._logs) if partitions is None else [tuple(k) for k in partitions]
+            targets = [self._logs[k] for k in keys if k in self._logs]
+            for slog in targets:
+                # A flush is an explicit request: try now even inside a retry backoff.
+                slog.retry_at = None
+            while True:
+                self._start([s for s in targets if s.can_seal(time.monotonic())])
+                pending = [s for s in targets if s.pending() or s.in_flight is not None]
+                if not pending:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise FlushTimeoutError([(s.topic, s.partition) for s in pending], timeout_s)
+                self._cond.wait(min(remaining, self._groups.wait_s(0.05)))
+
+    # --- internals (callers hold self._cond unless said otherwise) ---------------------------
+
+    # A group's partitions seal in one manifest transaction; a journal gives that atomicity
+    # instead (it keeps a group until every part of it is sealed, and replays the rest).
+    _link_groups = True
+
+    # What a JournaledWriter does to pick partitions to seal early, to hold back a seal
+    # whose records are not in its journal yet and once a group sealed (without the lock);
+    # what an owner does once a seal of a partition ended (without the lock).
+    def _early(self, now: float) -> list[SegmentLog]:
+        return []  # partitions to seal before their roll says so
+
+    def _sealable(self, slog: SegmentLog) -> bool:
+        return True
+
+    def _sealed_group(self) -> None: ...
+    def _let_go_if_done(self, key: TopicPartition) -> None: ...
+
+    def seal_due(self) -> None:
+        """Start the seals that are due now. With `seal_together` appends do not start
+        seals themselves: a caller landing many partitions' records at once (one produce
+        request) calls this after the last, so they seal as one group; the ticker does it
+        every `tick_s` otherwise."""
+        with self._cond:
+            self._groups.hold.arrived()
+            self._schedule()
+
+    def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:
+        """Start the seals of the partitions that are due (among `candidates`; all of them
+        when sealing together, so one group commit takes every partition that is due)."""
+        pool = (
+            self._logs.values() if candidates is None or self.policy.seal_together else candidates
+        )
+        now = time.monotonic()
+        self._start([s for s in pool if s.due(now)] + self._early(now))
+
+    def _start(self, selected: list[SegmentLog]) -> None:
+        for group in self._groups.form(selected):
+            jobs = [self._take(m) for m in group if m.pending() and self._sealable(m)]
+            if jobs:
+                self._groups.in_flight += 1
+                self._pool.submit(self._seal, jobs)
+
+    def _take(self, slog: SegmentLog) -> SealJob:
+        job = slog.take()
+        self._sealing.add(slog.key)
+        self._buffered -= job.nbytes
+        self._in_flight += job.nbytes
+        return job
+
+    def _seal(self, group: list[SealJob]) -> None:
+        """Runs on a pool thread, without the lock."""
+        began = time.monotonic()
+        try:
+            sealed = seal_group(
+                group,
+                self.store.data_dir,
+                self.policy,
+                self._write_segment,
+                self._committer,
+            )
+        except Exception as exc:  # any failure keeps the data buffered for a retry
+            self._failed(group, exc)
+            return
+        # Before the seal counts as finished, so a flush() that returns has told the listener.
+        for one in sealed:
+            announce(one, self.listener)
+        with self._cond:
+            self._groups.in_flight -= 1
+            self._groups.after(group, self.policy.group_hold_s, time.monotonic() - began)
+            for job in group:
+                self._in_flight -= job.nbytes
+                self._sealing.discard(job.key)
+                slog = self._logs.get(job.key)
+                if slog is not None:
+                    slog.sealed()
+            self._schedule()
+            self._cond.notify_all()
+        for job in group:
+            self._let_go_if_done(job.key)
+        self._sealed_group()
+        tell(self.listener.on_capacity)
+
+    def _failed(self, group: list[SealJob], exc: Exception) -> None:
+        keys = {job.key for job in group}
+        with self._cond:
+            self._groups.in_flight -= 1
+            delays: list[float] = []
+            for job in group:
+                self._in_flight -= job.nbytes
+                self._sealing.discard(job.key)
+                slog = self._logs.get(job.key)
+                delay = 0.0
+                if slog is not None:
+                    self._buffered += job.nbytes
+                    unknown = isinstance(exc, CommitUnknownError) or job.exact
+                    keep = slog.hold_exact if unknown else slog.restore
+                    delay = keep(job, str(exc), self.policy.retry_backoff_s, time.monotonic())
+                    if self._link_groups:  # still one group: it must land together
+                        slog.links.update(keys - {job.key})
+                delays.append(delay)
+            self._cond.notify_all()
+        for job in group:
+            self._let_go_if_done(job.key)
+        for job, delay in zip(group, delays, strict=True):
+            log_failure(job, exc, delay)
+            tell(self.listener.on_seal_failed, job.topic, job.partition, exc)
+
+    def _tick_loop(self) -> None:
+        while not self._closed:
+            with self._cond:
+                self._schedule()
+                self._cond.wait(self._groups.wait_s(self.policy.tick_s))
