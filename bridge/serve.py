@@ -16,6 +16,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -42,6 +43,9 @@ log = structlog.get_logger(__name__)
 
 EXIT_POISON = 3
 EXIT_ERROR = 1
+# Stopped with everything sealed in the store, but Kafka did not answer the last offset
+# commit or the close within shutdown_timeout: the group's committed offset trails the store.
+EXIT_KAFKA_UNANSWERED = 4
 
 
 def install_stop_handlers(stop: threading.Event) -> None:
@@ -167,12 +171,13 @@ def run_worker(
     config: Config, store: Store, stop: threading.Event, name: str, run: str | None = None
 ) -> int:
     tune_gc()
+    worker = build_worker(config, store, stop, name=name, run=run)
     try:
-        build_worker(config, store, stop, name=name, run=run).run()
+        worker.run()
     except PoisonStopError as exc:
         log.error("worker_stopped_on_poison", worker=name, error=str(exc))
         return EXIT_POISON
-    return 0
+    return 0 if worker.kafka_answered else EXIT_KAFKA_UNANSWERED
 
 
 def tune_gc() -> None:
@@ -252,7 +257,7 @@ def _supervise(
             code = process.exitcode or 0
             del children[name]
             words.pop(name).close()
-            if code in (0, EXIT_POISON):
+            if code in (0, EXIT_POISON, EXIT_KAFKA_UNANSWERED):
                 finished[name] = code
                 continue
             # Crashed: recovery on acquire makes a restart safe; back off if it keeps dying.
@@ -278,4 +283,11 @@ def _supervise(
         finished[name] = EXIT_ERROR if ended is None or ended < 0 else ended
     for tell in words.values():
         tell.close()
-    return max(finished.values(), default=0)
+    return worst_exit(finished.values())
+
+
+def worst_exit(codes: Iterable[int]) -> int:
+    """The exit code of serve from its workers': the highest, but a worker that only could
+    not tell Kafka its last offsets (everything it held is in the store) below one that
+    failed."""
+    return max(codes, key=lambda code: 0.5 if code == EXIT_KAFKA_UNANSWERED else code, default=0)

@@ -35,6 +35,9 @@ class Commits:
         self.partitions = partitions
         self.stats = stats
         self.telemetry = telemetry
+        # The offsets of the synchronous commit waiting for Kafka's answer now: a broker
+        # that does not answer holds it, and the worker stopping names them.
+        self.waiting: list[TopicPartition] = []
 
     def commit_sealed(
         self, consumer: Consumer, *, only: set[Key] | None = None, sync: bool = False
@@ -71,8 +74,7 @@ class Commits:
         offsets = [TopicPartition(t, p, end) for (t, p), end in sorted(ends.items())]
         try:
             if sync:
-                done = consumer.commit(offsets=offsets, asynchronous=False)
-                self.on_commit(None, done or [])
+                self.on_commit(None, self._wait_for(consumer, offsets))
             else:
                 consumer.commit(offsets=offsets, asynchronous=True)
             self.stats.commits += 1
@@ -83,6 +85,14 @@ class Commits:
             return
         for tp in offsets:
             log.debug("offsets_committed", topic=tp.topic, partition=tp.partition, offset=tp.offset)
+
+    def _wait_for(self, consumer: Consumer, offsets: list[TopicPartition]) -> list[TopicPartition]:
+        """Commit `offsets` and wait for Kafka's answer: what it committed."""
+        self.waiting = offsets
+        try:
+            return consumer.commit(offsets=offsets, asynchronous=False) or []
+        finally:
+            self.waiting = []
 
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """Kafka's answer to a commit (served from consume(), on the worker's thread)."""

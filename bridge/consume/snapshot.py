@@ -19,13 +19,15 @@ from plateau_core import Writer
 def worker_snapshot(
     name: str,
     partitions: Mapping[Key, PartitionState],
-    consumer: Consumer,
+    consumer: Consumer | None,
     writer: Writer,
     *,
     kafka_down: str | None,
     telemetry: WorkerTelemetry,
 ) -> dict[str, Any]:
-    """A worker's partitions, offsets, pauses and counters, as JSON-able data."""
+    """A worker's partitions, offsets, pauses and counters, as JSON-able data. Without a
+    `consumer` (one waiting for a broker that does not answer holds its other calls too),
+    Kafka's offsets of the partitions are left out."""
     now = time.monotonic()
     unsealed = writer.unsealed_since()
     stats = writer.stats()
@@ -33,7 +35,11 @@ def worker_snapshot(
     # Seconds of pauses still running, on top of the paused_seconds counter.
     pausing: dict[str, float] = defaultdict(float)
     for (source, partition), state in sorted(partitions.items()):
-        low, high = consumer.get_watermark_offsets(TopicPartition(source, partition), cached=True)
+        low, high = (
+            (-1, -1)
+            if consumer is None
+            else consumer.get_watermark_offsets(TopicPartition(source, partition), cached=True)
+        )
         since = unsealed.get((state.plateau_topic, partition))
         age = None if since is None else round(now - since, 3)
         rows.append(

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from bridge.config.models import Config
 from bridge.consume.assignment import Assignment
-from bridge.consume.batches import Key, by_partition
+from bridge.consume.batches import Key, by_partition, describe
 from bridge.consume.client import ConsumerFactory
 from bridge.consume.commits import Commits
 from bridge.consume.dlq import DeadLetters
@@ -90,6 +90,8 @@ class Worker:
         self._routes = Routes(config, store.manifest)
         self.partitions: dict[Key, PartitionState] = {}
         self._dead_letters = dead_letters
+        # Whether Kafka answered the final commit and close in time (set when stopping).
+        self.kafka_answered = True
         self._commits = Commits(sealed, self._routes, self.partitions, self.stats, telemetry)
         self.consumer = consumer(
             {
@@ -200,7 +202,8 @@ class Worker:
         return worker_snapshot(
             self.name,
             self.partitions,
-            self.consumer,
+            # Left alone once the close is given up: it holds the consumer's other calls.
+            self.consumer if self.kafka_answered else None,
             self.writer,
             kafka_down=self.health.down,
             telemetry=self.telemetry,
@@ -223,21 +226,15 @@ class Worker:
         )
 
     def _shutdown(self) -> None:
-        deadline = self.config.shutdown_timeout
-        started = time.monotonic()
+        deadline = time.monotonic() + self.config.shutdown_timeout
         self._consolidator.stop()  # before partitions are released
         try:
-            self.writer.flush(timeout_s=deadline)
+            self.writer.flush(timeout_s=self.config.shutdown_timeout)
         except FlushTimeoutError as exc:
             self.telemetry.add("errors", ("shutdown_flush_timeout",))
             log.error("shutdown_flush_timeout", error=str(exc))
-        self._commit_sealed(sync=True)
-        try:
-            self.consumer.close()  # revokes: partitions are released and committed
-        except (KafkaException, RuntimeError) as exc:
-            log.warning("consumer_close_failed", error=str(exc))
-        remaining = max(1.0, deadline - (time.monotonic() - started))
-        self.writer.close(timeout_s=remaining)
+        self.kafka_answered = self._leave_kafka(deadline)
+        self.writer.close(timeout_s=max(1.0, deadline - time.monotonic()))
         self._dead_letters.close()
         self._status.write({**self.snapshot(), "stopped": True})
         log.info(
@@ -246,4 +243,59 @@ class Worker:
             records=self.stats.records,
             poison=self.stats.poison,
             commits=self.stats.commits,
+            kafka_answered=self.kafka_answered,
         )
+
+    def _leave_kafka(self, deadline: float) -> bool:
+        """Commit what is sealed and close the consumer (it revokes: partitions are released
+        and committed, and the group is left) on a thread of its own; False when that was
+        not done by `deadline` (at least a second from now).
+
+        A broker that does not answer (frozen, or gone behind a connection still open)
+        holds a commit, and a close after one, until it answers again, which may be never.
+        Giving up loses nothing: the records are in the manifest, and its watermark, not
+        the group's committed offset, is where this store's partitions start again."""
+        done = threading.Event()
+        failed: list[BaseException] = []
+        states = dict(self.partitions)  # the close's revoke empties self.partitions
+
+        def leave() -> None:
+            try:
+                self._commit_sealed(sync=True)
+                self.consumer.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("consumer_close_failed", error=str(exc))
+            except BaseException as exc:  # raised again on the worker's thread, as before
+                failed.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=leave, name=f"{self.name}-close", daemon=True).start()
+        answered = done.wait(max(1.0, deadline - time.monotonic()))
+        if failed:
+            raise failed[0]
+        if answered:
+            return True
+        waiting = list(self._commits.waiting)
+        for tp in waiting:
+            state = states.get((tp.topic, tp.partition))
+            log.warning(
+                "offset_commit_skipped",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=tp.offset,
+                committed=None if state is None else state.committed,
+                worker=self.name,
+                reason="Kafka did not answer the commit within shutdown_timeout; the store "
+                "holds the records below offset, and the partition starts there again",
+            )
+        self.telemetry.add("errors", ("shutdown_close_timeout",))
+        log.error(
+            "shutdown_close_timeout",
+            worker=self.name,
+            uncommitted=describe(waiting),
+            reason="Kafka did not answer the final commit or the close within "
+            "shutdown_timeout; the group takes this member's partitions back once its "
+            "session times out",
+        )
+        return False

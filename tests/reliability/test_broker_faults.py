@@ -1,28 +1,39 @@
-"""The broker goes away: mid-ingest (stopped, then back on the same port with the same data)
-and before plateau starts. plateau stays up, says why it is not ready, and once the broker
-is back every produced record lands exactly once."""
+"""The broker goes away: mid-ingest (stopped, then back on the same port with the same data),
+before plateau starts, and frozen when plateau stops. plateau stays up, says why it is not
+ready, stops within its deadline, and once the broker is back every produced record lands
+exactly once."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from confluent_kafka import KafkaError, Message, Producer
 from structlog.testing import capture_logs
 
 from bridge.demo.producer import Record, produce, producer_config
 from bridge.local_kafka import LocalKafka
 from bridge.local_kafka.topics import create_topic
+from bridge.serve import EXIT_KAFKA_UNANSWERED
 from tests.bridge_support import (
+    committed,
     end_offsets,
     free_port,
     get,
     make_config,
     plateau_command,
     running_broker,
+    serve_process,
     serving,
     wait_landed,
     wait_readyz,
@@ -163,4 +174,123 @@ def test_broker_unreachable_at_start(
         check_exit=check.returncode,
         not_ready_reasons=len(down["reasons"]),
         reconnect_log_lines=len(errors),
+    )
+
+
+def _worker_rows(data_dir: Path) -> list[list[dict[str, Any]]]:
+    """The partitions each worker's status file lists now."""
+    found = []
+    for path in (data_dir / "run").glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            found.append(json.loads(path.read_text())["partitions"])
+    return found
+
+
+def _wait_status(
+    data_dir: Path, check: Callable[[list[list[dict[str, Any]]]], bool], timeout_s: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check(_worker_rows(data_dir)):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"worker status files: {_worker_rows(data_dir)}")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stop_while_the_broker_is_frozen(
+    own_broker: LocalKafka, tmp_path: Path, reliability: Recorder, workers: int
+) -> None:
+    """SIGTERM while the broker is frozen (SIGSTOP: connections stay open, nothing answers):
+    serve seals what it buffered and ends within shutdown_timeout and a little, naming the
+    offsets it could not commit; started again, it goes on from the store's watermark, also
+    where the group's committed offset counts (start_without_watermark: committed)."""
+    bootstrap = own_broker.bootstrap_servers
+    topic = f"frozen-at-stop-{workers}"
+    group = f"g-{topic}"
+    create_topic(bootstrap, topic, 2)
+    # The frozen run never leaves the group: the next one waits for its session to end.
+    kafka = {
+        "start_without_watermark": "committed",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1500,
+    }
+    config_file = tmp_path / "plateau.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": bootstrap, "group_id": group, **kafka},
+                "storage": {"data_dir": "data"},
+                # Nothing seals before the stop: the seals at the stop have offsets to commit.
+                "defaults": {"roll": {"max_age": "1h"}},
+                "topics": [{"source": topic}],
+                "shutdown_timeout": "5s",
+                "metrics": {"listen": "127.0.0.1:0"},
+            }
+        )
+    )
+    data_dir = tmp_path / "data"
+    process = serve_process(config_file, workers)
+    try:
+        # Each worker holds its partitions (no rebalance to seal and commit them after).
+        _wait_status(
+            data_dir,
+            lambda files: (
+                len(files) == workers
+                and all(files)
+                and sorted(row["partition"] for rows in files for row in rows) == [0, 1]
+            ),
+        )
+        records = (Record(value=f"a{i}".encode(), partition=i % 2) for i in range(2_000))
+        produce(bootstrap, topic, records)
+        first = end_offsets(bootstrap, topic)
+        _wait_status(
+            data_dir,
+            lambda files: all(
+                row["next_offset"] >= first[row["partition"]] for rows in files for row in rows
+            ),
+        )
+    except BaseException:
+        process.kill()
+        raise
+    assert own_broker.pid is not None
+    os.kill(own_broker.pid, signal.SIGSTOP)
+    try:
+        process.send_signal(signal.SIGTERM)
+        stopping = time.monotonic()
+        try:
+            _, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, stderr = process.communicate()
+            pytest.fail(f"serve still running 30 s after SIGTERM:\n{stderr[-3000:]}")
+        stop_s = time.monotonic() - stopping
+    finally:
+        os.kill(own_broker.pid, signal.SIGCONT)
+    assert process.returncode == EXIT_KAFKA_UNANSWERED, stderr[-3000:]
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    skipped = {
+        (e["topic"], e["partition"]): e["offset"]
+        for e in events
+        if e["event"] == "offset_commit_skipped"
+    }
+    assert skipped == {(topic, p): end for p, end in first.items()}, stderr[-3000:]
+    wait_landed(data_dir, topic, first, timeout_s=5)  # sealed at the stop, before the commit
+
+    # Started again with Kafka back: from the watermark, whatever the group committed.
+    produce(bootstrap, topic, (Record(value=f"b{i}".encode(), partition=i % 2) for i in range(200)))
+    ends = end_offsets(bootstrap, topic)
+    config = make_config(bootstrap, data_dir, [{"source": topic}], group=group, kafka_extra=kafka)
+    with serving(config):
+        wait_landed(data_dir, topic, ends)
+    assert committed(bootstrap, group, topic, 2) == ends
+    reliability.check(
+        f"Broker frozen at stop ({workers} worker{'s' if workers > 1 else ''})",
+        "SIGTERM with records buffered and the broker frozen (SIGSTOP); started again once "
+        "the broker answered",
+        data_dir,
+        topic,
+        every_offset(ends),
+        stop_s=round(stop_s, 2),
+        exit_code=process.returncode,
     )

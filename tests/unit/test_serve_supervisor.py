@@ -47,6 +47,18 @@ def test_a_worker_killed_at_the_shutdown_deadline_makes_serve_exit_non_zero(
     assert code == serve_module.EXIT_ERROR
 
 
+def test_a_worker_kafka_did_not_answer_at_its_stop_counts_below_one_that_failed() -> None:
+    """It stopped with everything in the store; a worker that was killed or stopped on a
+    poison record says more, and a clean stop less."""
+    unanswered = serve_module.EXIT_KAFKA_UNANSWERED
+    assert serve_module.worst_exit([0, unanswered]) == unanswered
+    assert serve_module.worst_exit([unanswered, serve_module.EXIT_ERROR]) == serve_module.EXIT_ERROR
+    assert (
+        serve_module.worst_exit([serve_module.EXIT_POISON, unanswered]) == serve_module.EXIT_POISON
+    )
+    assert serve_module.worst_exit([]) == 0
+
+
 def test_the_kafka_api_listener_drains_beside_the_workers_not_after_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
