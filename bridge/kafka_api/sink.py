@@ -10,7 +10,6 @@ it with `call_soon_threadsafe`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import time
 from collections.abc import Callable, Sequence
@@ -26,8 +25,8 @@ from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.creation import TopicCreation
-from bridge.kafka_api.dead_letters import dead_letters
-from bridge.kafka_api.failures import creation_error, refuse_stalled
+from bridge.kafka_api.failures import creation_error
+from bridge.kafka_api.landing import Landing
 from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.owned import OwnedPartitions
 from bridge.kafka_api.partition import Letters, Outcome, Pending, ProducedPartition, Ticket
@@ -35,7 +34,6 @@ from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
 from plateau_core import Append, Store
-from plateau_core.errors import BackpressureError
 from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment
 from plateau_core.policies import JOURNAL_MIN_BYTES, WriterPolicy
@@ -95,14 +93,11 @@ class ProduceSink:
         )
         self.owned = OwnedPartitions(config, store, self.topics, self.writer, api.durability)
         self.partitions = self.owned.states
-        # Journal groups not yet durable, in order: (seq, partition, offset it reaches).
-        self._unjournaled: collections.deque[tuple[int, ProducedPartition, int]] = (
-            collections.deque()
-        )
-        # Partitions with batches appended by the request being taken and not yet handed to
-        # the writer: `land` hands them over together, one writer group and one journal
-        # write for the whole request instead of one per partition.
+        # Partitions with batches `append` took and `land` has not handed to the writer.
         self._gathered: dict[tuple[str, int], ProducedPartition] = {}
+        self.landing = Landing(self.writer, self.partitions, self._gathered, stats, loop)
+        # The sink's own name for it, as callers know it (no extra call per request).
+        self.land = self.landing.land
         self._capacity = asyncio.Event()
         self._closed = False
         self.creation = TopicCreation(self.topics, self.owned, loop)
@@ -343,162 +338,6 @@ class ProduceSink:
             )
         return None
 
-    def land(self) -> list[asyncio.Future[None]]:
-        """Hand every batch `append` took to the writer, as one group when it takes them
-        all; returns what resolves once the writer took the rest (those not done yet)."""
-        states = list(self._gathered.values())
-        self._gathered.clear()
-        if not states:
-            return []
-        try:
-            seq = self.writer.append_group(self._group(states))
-        except Exception as exc:
-            if not isinstance(exc, BackpressureError):
-                log.warning(
-                    "produce_group_refused",
-                    partitions=len(states),
-                    error=str(exc),
-                    error_type=type(exc).__name__,
-                )
-            # Partition by partition, as far as the writer takes them; the rest stalls, and
-            # a partition whose batch the writer refuses for anything but memory answers it.
-            return [landed for state in states if not (landed := self._drain(state)).done()]
-        self._took(states, seq)
-        return []
-
-    def _group(self, states: list[ProducedPartition]) -> list[Append]:
-        """The appends handing every stalled batch of `states` to the writer as one group:
-        the partitions' own batches, then their dead letters. A dead-letter partition's own
-        batches still stalled hold offsets below where the letters bound for it go: it
-        joins `states` (changed in place), ahead of the letters."""
-        for state in states:
-            for pending in state.stalled:
-                dlq = None if pending.letters is None else pending.letters.dlq
-                if dlq is not None and dlq.stalled and dlq not in states:
-                    states.append(dlq)
-        sources = [pending.source for state in states for pending in state.stalled]
-        letters: list[Append] = []
-        dlq_at: dict[tuple[str, int], int] = {}  # dead letters of several batches in one group
-        for state in states:
-            for pending in state.stalled:
-                letters += self._letters(state, pending, dlq_at)
-        return sources + letters
-
-    def _took(self, states: list[ProducedPartition], seq: int | None) -> None:
-        """The writer took every stalled batch of `states` (in journal group `seq`)."""
-        for state in states:
-            self._landed(state, state.stalled, seq)
-            state.stalled = []
-            self._resolve_landed(state)
-
-    def _letters(
-        self, state: ProducedPartition, pending: Pending, dlq_at: dict[tuple[str, int], int]
-    ) -> list[Append]:
-        """A pending batch's dead letters, at the offsets they will take (`dlq_at`: where
-        the group's earlier letters leave each DLQ partition)."""
-        letters = pending.letters
-        if letters is None:
-            return []
-        dlq = letters.dlq
-        at = dlq_at.get(dlq.key, dlq.next_offset)
-        dlq_at[dlq.key] = at + len(letters.poison)
-        rows = dead_letters(letters.records, letters.poison, state.key, at)
-        return [Append(dlq.topic, dlq.partition, (rows,), urgent=pending.source.urgent)]
-
-    def _landed(self, state: ProducedPartition, landed: list[Pending], seq: int | None) -> None:
-        """`landed`, the partition's oldest stalled batches, are in the writer (in journal
-        group `seq`). They count as produced only now: a batch the writer refuses is taken
-        back, and a counter cannot go down."""
-        for pending in landed:
-            self.stats.produced(state.topic, pending.records, pending.size)
-            if pending.letters is not None:
-                pending.letters.dlq.reserve(len(pending.letters.poison))
-        if seq is not None and landed:
-            end = landed[-1].source.advance_to
-            assert end is not None
-            self._unjournaled.append((seq, state, end))
-
-    def _drain(
-        self, state: ProducedPartition, draining: frozenset[tuple[str, int]] = frozenset()
-    ) -> asyncio.Future[None]:
-        """Hand the partition's stalled batches to the writer in order, as far as it takes
-        them; the future resolves when none is left (appended, or refused and answered).
-        `draining`: the partitions whose drain waits for this one's."""
-        self._gathered.pop(state.key, None)
-        draining |= {state.key}
-        while state.stalled:
-            pending = state.stalled[0]
-            dlq = None if pending.letters is None else pending.letters.dlq
-            if dlq is not None and dlq.stalled:
-                if dlq.key in draining:
-                    # Dead-letter topics in a circle (or a partition its own): each one's
-                    # letters go above the other's own batches, so they land together.
-                    if not self._circle(draining):
-                        return self._stalled(state)
-                    continue
-                # Its own batches first: their offsets are below the letters'.
-                self._drain(dlq, draining)
-                if dlq.stalled:
-                    return self._stalled(state)
-                continue
-            try:
-                seq = self.writer.append_group([pending.source, *self._letters(state, pending, {})])
-            except BackpressureError as exc:
-                _log_throttled(exc)
-                return self._stalled(state)
-            except Exception as exc:
-                refuse_stalled(state, exc, self.stats)
-                break
-            self._landed(state, [pending], seq)
-            state.stalled.pop(0)
-        landed = self._resolve_landed(state)
-        if landed is None:
-            landed = self.loop.create_future()
-            landed.set_result(None)
-        return landed
-
-    def _circle(self, draining: frozenset[tuple[str, int]]) -> bool:
-        """Hand the stalled batches of the partitions `draining` waits on to the writer as
-        one group; False when it has no room for them yet. Landed one by one, a partition's
-        letters took offsets above its dead-letter partition's own stalled batches, which
-        the writer then refused, and with their offsets taken back below the letters'
-        every later batch of that partition was refused too."""
-        states = [s for key in sorted(draining) if (s := self.partitions.get(key)) and s.stalled]
-        try:
-            seq = self.writer.append_group(self._group(states))
-        except BackpressureError as exc:
-            _log_throttled(exc)
-            return False
-        except Exception as exc:
-            for state in states:
-                if state.stalled:
-                    refuse_stalled(state, exc, self.stats)
-                self._resolve_landed(state)
-            return True
-        self._took(states, seq)
-        return True
-
-    def _stalled(self, state: ProducedPartition) -> asyncio.Future[None]:
-        if state.landed is None:
-            state.landed = self.loop.create_future()
-        return state.landed
-
-    def _resolve_landed(self, state: ProducedPartition) -> asyncio.Future[None] | None:
-        landed, state.landed = state.landed, None
-        if landed is not None and not landed.done():
-            landed.set_result(None)
-        return landed
-
-    def retry_stalled(self) -> None:
-        self.land()
-        drained = False
-        for state in self.partitions.values():
-            if state.stalled:
-                self._drain(state)
-                drained = True
-        if drained:
-            self.seal_due()  # what was appended now seals as one group
-
     def seal_due(self) -> None:
         """A request's batches are all appended: seal the due partitions as one group."""
         self.writer.seal_due()
@@ -507,7 +346,7 @@ class ProduceSink:
         """Wait until the partition can take records again (at most `timeout_s`)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            self.retry_stalled()
+            self.landing.retry_stalled()
             state = self.partitions[key]
             if not state.stalled and self.writer.accepting(*key):
                 return True
@@ -530,19 +369,12 @@ class ProduceSink:
         self._call(self._capacity_freed)
 
     def on_journaled(self, seq: int) -> None:
-        self._call(self._journaled, seq)
-
-    def _journaled(self, seq: int) -> None:
-        """Groups up to `seq` are durable: answer the acks=all requests waiting for them."""
-        waiting = self._unjournaled
-        while waiting and waiting[0][0] <= seq:
-            _, state, end = waiting.popleft()
-            state.reached(end)
+        self._call(self.landing.journaled, seq)
 
     def _capacity_freed(self) -> None:
         self._capacity.set()
         if not self._closed:
-            self.retry_stalled()
+            self.landing.retry_stalled()
 
     def _call(self, callback: Callable[..., None], *args: object) -> None:
         # RuntimeError: the loop has closed (the final seals of a shutdown).
@@ -561,13 +393,3 @@ class ProduceSink:
 def _prefetch(decoder: SchemaDecoder, missing: list[tuple[int, str | None]]) -> None:
     for schema_id, rendering in missing:
         decoder.source.prefetch(schema_id, rendering)
-
-
-def _log_throttled(exc: BackpressureError) -> None:
-    log.info(
-        "produce_throttled",
-        topic=exc.topic,
-        partition=exc.partition,
-        reason=exc.reason,
-        detail=exc.detail,
-    )
