@@ -95,9 +95,9 @@ def test_produced_avro_protobuf_and_json_schema_read_back(
         ],
     )
     with listening(config) as (_, bootstrap):
-        _produce(
-            bootstrap, "orders", [avro_serializer(client, ORDER_V1, "orders")(o) for o in orders]
-        )
+        # One serializer per topic: a new one looks its subject up in the registry again.
+        serialize = avro_serializer(client, ORDER_V1, "orders")
+        _produce(bootstrap, "orders", [serialize(o) for o in orders])
         serialize = protobuf_serializer(client, cls, "readings")
         _produce(bootstrap, "readings", [serialize(m) for m in readings])
         serialize = json_serializer(client, EVENT_SCHEMA, "events")
@@ -145,7 +145,8 @@ def test_a_slow_registry_holds_up_only_the_batch_that_waits_for_it(
     """The first fetch of a schema runs off the listener's event loop: while the registry
     takes its time, other connections' records (a raw topic here) are acknowledged."""
     client = SchemaRegistryClient({"url": registry.url})
-    encoded = [avro_serializer(client, ORDER_V1, "orders")(order(i)) for i in range(10)]
+    serialize = avro_serializer(client, ORDER_V1, "orders")
+    encoded = [serialize(order(i)) for i in range(10)]
     config = parse_config(
         {
             "storage": {"data_dir": str(tmp_path)},
