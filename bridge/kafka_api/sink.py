@@ -14,22 +14,21 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 
-import pyarrow as pa
 import structlog
 from kio.schema.errors import ErrorCode
 
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
-from bridge.ingest.decode import Poison, RegistryUnavailableError
+from bridge.ingest.decode import RegistryUnavailableError
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.creation import TopicCreation
-from bridge.kafka_api.failures import creation_error
 from bridge.kafka_api.landing import Landing
 from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.owned import OwnedPartitions
-from bridge.kafka_api.partition import Letters, Outcome, Pending, ProducedPartition, Ticket
+from bridge.kafka_api.partition import Outcome, Pending, ProducedPartition, Ticket
+from bridge.kafka_api.poison import place_poison
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
@@ -227,7 +226,9 @@ class ProduceSink:
                     message=f"the records cannot be decoded now ({exc}); retry",
                 )
             rows = decoded.batches
-            poisoned = self._poison(state, batch, records, decoded.poison)
+            poisoned = place_poison(
+                state, batch, records, decoded.poison, owned=self.owned, stats=self.stats
+            )
             if isinstance(poisoned, Outcome):
                 return poisoned
             letters = poisoned
@@ -278,65 +279,6 @@ class ProduceSink:
         )
         state.durable(end, ticket, outcome)
         return outcome
-
-    def _refused(
-        self, state: ProducedPartition, batch: ProducedBatch, poison: list[Poison]
-    ) -> Outcome | None:
-        """The answer to a batch with records that do not decode, when its topic refuses
-        such batches (on_error: fail)."""
-        mapping = state.mapping
-        if not poison or mapping.on_error != "fail":
-            return None
-        self.stats.refused_records += batch.count
-        return Outcome(
-            error=ErrorCode.invalid_record,
-            message=f"{len(poison)} of {batch.count} records do not decode as "
-            f"{mapping.format} (first, record {poison[0].row}: {poison[0].error}); "
-            "the batch is refused",
-            record_errors=[(p.row, p.error) for p in poison[:16]],
-        )
-
-    def _poison(
-        self,
-        state: ProducedPartition,
-        batch: ProducedBatch,
-        records: pa.RecordBatch,
-        poison: list[Poison],
-    ) -> Letters | Outcome | None:
-        """Where a batch's poison records go; an Outcome when the batch is refused whole:
-        its topic refuses such batches, or its dead-letter partition does not open (nothing
-        was taken: its letters have nowhere to go)."""
-        if not poison:
-            return None
-        refused = self._refused(state, batch, poison)
-        if refused is not None:
-            return refused
-        mapping = state.mapping
-        if mapping.on_error == "dlq" and mapping.dlq is not None:
-            try:
-                dlq = self.owned.dead_letters(mapping.dlq, state.partition)
-            except Exception as exc:
-                log.error(
-                    "topic_open_failed",
-                    topic=mapping.dlq,
-                    partition=state.partition,
-                    error=str(exc),
-                    error_type=type(exc).__name__,
-                )
-                code, message = creation_error(mapping.dlq, exc)
-                return Outcome(error=code, message=message)
-            self.stats.poison(state.topic, mapping.on_error, len(poison))
-            return Letters(records, poison, dlq)
-        self.stats.poison(state.topic, mapping.on_error, len(poison))
-        for item in poison:
-            log.warning(
-                "record_skipped",
-                topic=state.topic,
-                partition=state.partition,
-                offset=item.offset,
-                error=item.error,
-            )
-        return None
 
     def seal_due(self) -> None:
         """A request's batches are all appended: seal the due partitions as one group."""
