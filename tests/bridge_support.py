@@ -333,9 +333,12 @@ def serve_until_landed(
 
 
 @contextmanager
-def running_broker(work_dir: Path, settings: BrokerSettings | None = None) -> Iterator[LocalKafka]:
-    """A local broker for the block, stopped after it; the test fails (never skips) with
-    the broker's reason when it cannot start."""
+def running_broker(
+    work_dir: Path, settings: BrokerSettings | None = None, *, discard: bool = False
+) -> Iterator[LocalKafka]:
+    """A local broker for the block, stopped after it (killed when `discard`: its data goes
+    with it, and a clean stop of a session's hundreds of partitions takes many seconds); the
+    test fails (never skips) with the broker's reason when it cannot start."""
     broker = LocalKafka(work_dir, settings, tie_to_parent=True)
     try:
         broker.start()
@@ -344,4 +347,7 @@ def running_broker(work_dir: Path, settings: BrokerSettings | None = None) -> It
     try:
         yield broker
     finally:
-        broker.stop()
+        if discard:
+            broker.kill()
+        else:
+            broker.stop()

@@ -63,7 +63,7 @@ def kafka_broker(
     if kafka_backend.kind != "jars":
         yield None
         return
-    with running_broker(tmp_path_factory.mktemp("kafka")) as broker:
+    with running_broker(tmp_path_factory.mktemp("kafka"), discard=True) as broker:
         yield broker
 
 

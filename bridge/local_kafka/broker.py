@@ -27,6 +27,7 @@ from bridge.local_kafka.processes import (
     broker_answers,
     die_with_parent,
     free_port,
+    kill_pid,
     pid_alive,
     stop_pid,
 )
@@ -244,6 +245,18 @@ class LocalKafka:
         self._process = None
         (self.work_dir / STATE_FILE).unlink(missing_ok=True)
         log.info("kafka_stopped", bootstrap_servers=self.bootstrap_servers, pid=pid)
+
+    def kill(self) -> None:
+        """SIGKILL, no clean shutdown: for a broker whose data is thrown away with it (a
+        test session's), whose shutdown of hundreds of partitions takes many seconds."""
+        pid = self._pid
+        if pid is None:
+            return
+        kill_pid(pid, self._process)
+        self._pid = None
+        self._process = None
+        (self.work_dir / STATE_FILE).unlink(missing_ok=True)
+        log.info("kafka_killed", bootstrap_servers=self.bootstrap_servers, pid=pid)
 
     def running(self) -> bool:
         return self._pid is not None and pid_alive(self._pid) and self._exit_code() is None

@@ -58,6 +58,20 @@ def broker_answers(bootstrap_servers: str, timeout_s: float = 2.0) -> bool:
     return len(metadata.brokers) > 0
 
 
+def kill_pid(pid: int, process: subprocess.Popen[bytes] | None = None) -> None:
+    """SIGKILL a broker process and wait until it is gone."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if process is not None:
+        process.wait(timeout=10)
+        return
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def stop_pid(pid: int, timeout_s: float, process: subprocess.Popen[bytes] | None = None) -> None:
     """Stop a broker process: SIGTERM for a clean shutdown, SIGKILL past the deadline."""
 

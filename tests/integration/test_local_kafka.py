@@ -37,6 +37,12 @@ def test_restart_keeps_port_and_data(tmp_path: Path) -> None:
         assert second == first
         topics = AdminClient({"bootstrap.servers": second}).list_topics(timeout=20).topics
         assert len(topics["survives-restart"].partitions) == 2
+        # kill(), for a broker thrown away with its data (the test session's): gone at once.
+        pid = broker.pid
+        assert pid is not None
+        broker.kill()
+        assert not pid_alive(pid), "the broker process is still there after kill()"
+        assert not (tmp_path / "kafka" / "broker.json").exists()
     finally:
         broker.stop()
     assert broker.pid is None
