@@ -373,6 +373,7 @@ class Config(Strict):
                         f"{said} is the {derived[1].granularity} roll-up of topic {base!r}; "
                         "give it another name"
                     )
+        self._no_dead_letter_loop()
         produced = [t.name for t in self.topics if t.produced]
         if produced and self.kafka_api is None:
             raise ValueError(
@@ -380,6 +381,30 @@ class Config(Strict):
                 "Kafka API; add a kafka_api section to enable it"
             )
         return self
+
+    def _no_dead_letter_loop(self) -> None:
+        """A consumed topic's dead letters go to a Kafka topic; when a mapping consuming that
+        topic can refuse them again (it decodes, and sends what fails to a dlq) and its
+        dead letters come back round, a poison record is sent again and again for good."""
+        for start in self.consumed:
+            if start.on_error != "dlq" or start.dlq is None or start.source is None:
+                continue
+            path = [start.source]
+            dlq: str | None = start.dlq
+            while dlq is not None:
+                consumer = self.mapping_for(dlq)
+                if consumer is None or consumer.produced or not _refuses(consumer):
+                    break
+                if dlq in path:
+                    hops = " -> ".join([*path, dlq])
+                    raise ValueError(
+                        f"dead letters would go round for good ({hops}): topic {dlq!r} is "
+                        f"consumed by mapping {consumer.source!r}, which decodes it and sends "
+                        "what fails to its own dlq; give the dlq a topic no mapping consumes, "
+                        "or consume it with format: raw"
+                    )
+                path.append(dlq)
+                dlq = consumer.dlq
 
     @property
     def consumed(self) -> list[TopicMapping]:
@@ -457,3 +482,8 @@ class Config(Strict):
             if any(word in key for word in ("password", "secret", "token", "key")):
                 data["kafka"][key] = "***"
         return data
+
+
+def _refuses(mapping: TopicMapping) -> bool:
+    """Whether a mapping can turn a record away to its dlq: it decodes values or keys."""
+    return mapping.on_error == "dlq" and (mapping.format != "raw" or mapping.key_format != "raw")

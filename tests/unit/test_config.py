@@ -132,6 +132,33 @@ def test_the_example_config_is_valid() -> None:
             "(top level)",
             "dlq 'a.rollup.1m' of topic 'b' is the 1m roll-up of topic 'a'",
         ),
+        # A letter consumed again by a mapping that refuses it again came back round to its
+        # DLQ for good: one poison record made letters ten times a second.
+        (
+            {
+                "topics": [
+                    {
+                        "source": "regex:loop-.*",
+                        "format": "json",
+                        "on_error": "dlq",
+                        "dlq": "loop-dlq",
+                    }
+                ]
+            },
+            "(top level)",
+            "dead letters would go round for good (regex:loop-.* -> loop-dlq -> loop-dlq)",
+        ),
+        (
+            {
+                "topics": [
+                    {"source": "a", "format": "json", "on_error": "dlq", "dlq": "b"},
+                    {"source": "b", "format": "avro", "on_error": "dlq", "dlq": "a"},
+                ],
+                "schema_registry": {"url": "http://127.0.0.1:8081"},
+            },
+            "(top level)",
+            "(a -> b -> a)",
+        ),
         ({"topics": []}, "topics", "at least 1"),
         ({}, "topics", "Field required"),
         ({"kafka": {"colour": "red"}, **MINIMAL}, "kafka", "not a field of kafka"),
@@ -425,3 +452,17 @@ def test_a_secret_written_like_a_yaml_list_or_mapping_is_taken_as_text(tmp_path:
     # Where the text is no better, the error is the one about what was written.
     with pytest.raises(ConfigError, match=r"storage\.memory_budget"):
         load_config(path, env={"PLATEAU__STORAGE__MEMORY_BUDGET": "[1]"})
+
+
+def test_dead_letters_that_end_somewhere_are_accepted(tmp_path: Path) -> None:
+    # Consumed again as raw (nothing to refuse), or by a mapping that skips: no way round.
+    body = {
+        "topics": [
+            {"source": "regex:app-.*", "format": "json", "on_error": "dlq", "dlq": "app-dlq"},
+            {"source": "app-dlq", "format": "raw"},
+            {"source": "b", "format": "json", "on_error": "dlq", "dlq": "c"},
+            {"source": "c", "format": "json", "on_error": "skip"},
+        ]
+    }
+    config = load_config(_write(tmp_path, body), env={})
+    assert config.mapping_for("app-dlq") is not None
