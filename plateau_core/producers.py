@@ -59,6 +59,9 @@ class ProducerState:
     producer_id: int
     epoch: int
     batches: tuple[ProducerBatch, ...] = ()
+    # Without batches: where the producer's next batch must start. Its batch was taken back
+    # before it landed and will be sent again; a later one of it must not land first.
+    resume_at: int | None = None
 
     @property
     def last_sequence(self) -> int | None:
@@ -82,7 +85,11 @@ class ProducerState:
         for batch in self.batches:
             if (batch.first_sequence, batch.last_sequence) == (first_sequence, last_sequence):
                 return Check(Verdict.DUPLICATE, base_offset=batch.base_offset)
-        expected = next_sequence(self.last_sequence)
+        expected = (
+            self.resume_at
+            if not self.batches and self.resume_at is not None
+            else next_sequence(self.last_sequence)
+        )
         if first_sequence == expected:
             return Check(Verdict.NEW)
         return Check(
@@ -104,17 +111,13 @@ class ProducerState:
 def check(
     state: ProducerState | None, epoch: int, first_sequence: int, last_sequence: int
 ) -> Check:
-    """What to do with a batch, given the producer's state on the partition (None: no batch
-    of this producer is known there, so its first must start at sequence 0)."""
+    """What to do with a batch, given the producer's state on the partition (None: nothing
+    of this producer is known there). A producer with no state may start at any sequence,
+    as Kafka's brokers take it: one forgotten after `producer_expiry` of silence goes on
+    from where it was, and refused it could not go on at all (librdkafka stops for good)."""
     if state is not None:
         return state.check(epoch, first_sequence, last_sequence)
-    if first_sequence == 0:
-        return Check(Verdict.NEW)
-    return Check(
-        Verdict.OUT_OF_ORDER,
-        detail=f"no batch of this producer is recorded here; sequence {first_sequence} "
-        "cannot follow nothing",
-    )
+    return Check(Verdict.NEW)
 
 
 def next_sequence(last: int | None) -> int:
@@ -122,6 +125,12 @@ def next_sequence(last: int | None) -> int:
     if last is None:
         return 0
     return 0 if last == SEQUENCE_MAX else last + 1
+
+
+def resuming(batch: ProducerBatch) -> ProducerState:
+    """The state of a producer nothing of which is known but `batch`, which did not land: its
+    next batch must be `batch` again."""
+    return ProducerState(batch.producer_id, batch.epoch, resume_at=batch.first_sequence)
 
 
 def first_state(batch: ProducerBatch) -> ProducerState:

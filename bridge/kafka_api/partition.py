@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from bridge.config.topics import TopicMapping
 from bridge.ingest.decode import Decoder, Poison
 from plateau_core import Append
-from plateau_core.producers import Check, ProducerBatch, ProducerState, check
+from plateau_core.producers import Check, ProducerBatch, ProducerState, check, resuming
 
 
 @dataclass
@@ -192,7 +192,9 @@ class ProducedPartition:
             producer = pending.source.producer
             if producer is not None:
                 if pending.before is None:
-                    self.producers.pop(producer.producer_id, None)
+                    # Not forgotten: a producer with no state may start anywhere, and its
+                    # next batch, already on its way, would land before this one.
+                    self.producers[producer.producer_id] = resuming(producer)
                 else:
                     self.producers[producer.producer_id] = pending.before
             self.append_times.pop(pending.base, None)

@@ -21,14 +21,25 @@ from plateau_core.producers import (
     Verdict,
     check,
     next_sequence,
+    resuming,
 )
 from tests.support import batch
 
 
-def test_a_new_producer_starts_at_sequence_zero() -> None:
+def test_a_producer_with_no_state_starts_at_any_sequence() -> None:
+    """Kafka's rule: a producer whose state is gone (expired) goes on where it was."""
     assert check(None, 0, 0, 9).verdict is Verdict.NEW
-    late = check(None, 0, 10, 19)
-    assert late.verdict is Verdict.OUT_OF_ORDER and "cannot follow nothing" in late.detail
+    assert check(None, 3, 10, 19).verdict is Verdict.NEW
+
+
+def test_a_producer_whose_batch_was_taken_back_resumes_with_that_batch() -> None:
+    state = resuming(ProducerBatch(7, 2, 10, 14, 300))
+    assert check(state, 2, 10, 14).verdict is Verdict.NEW
+    later = check(state, 2, 15, 19)
+    assert later.verdict is Verdict.OUT_OF_ORDER and "expected 10" in later.detail
+    assert check(state, 1, 10, 14).verdict is Verdict.FENCED
+    landed = state.with_batch(ProducerBatch(7, 2, 10, 14, 300))
+    assert check(landed, 2, 15, 19).verdict is Verdict.NEW
 
 
 def test_the_next_batch_follows_the_last_and_a_retry_gets_its_offsets() -> None:

@@ -123,6 +123,36 @@ def test_a_batch_the_writer_refuses_is_answered_and_lands_once_when_sent_again(
     assert stored_values(tmp_path / "store", "events", 1) == [b"other"]
 
 
+def test_a_refused_first_batch_of_a_producer_is_still_the_one_its_next_must_follow(
+    tmp_path: Path,
+) -> None:
+    """A producer with no state here may start at any sequence (one forgotten after its
+    expiry goes on where it was). When the writer refuses that first batch, the producer's
+    next one, already sent, must not land in its place: it is refused until the first is
+    sent again."""
+    config = api_config(tmp_path / "store")
+    with listening(config) as (server, bootstrap):
+        refusing = Refusing(server, "events", 0)
+        client = RawClient(bootstrap)
+        pid = producer_id(client)
+        first = record_batch([b"a", b"b"], producer_id=pid, epoch=0, sequence=7)
+        second = record_batch([b"c"], producer_id=pid, epoch=0, sequence=9)
+        refusing.refusal = lambda: OSError(errno.EIO, "Input/output error")
+        refused = answers(client.call(PRODUCE, 9, produce_body("events", 0, first)))
+        assert refused[("events", 0)].error_code == ErrorCode.kafka_storage_error
+        refusing.refusal = None
+        early = answers(client.call(PRODUCE, 9, produce_body("events", 0, second)))
+        assert early[("events", 0)].error_code == ErrorCode.out_of_order_sequence_number
+        for batch, offset in ((first, 0), (second, 2)):
+            landed = answers(client.call(PRODUCE, 9, produce_body("events", 0, batch)))
+            assert (landed[("events", 0)].error_code, landed[("events", 0)].base_offset) == (
+                ErrorCode.none,
+                offset,
+            )
+        client.close()
+    assert stored_values(tmp_path / "store", "events", 0) == [b"a", b"b", b"c"]
+
+
 def test_a_stalled_batch_the_writer_then_refuses_answers_its_request(tmp_path: Path) -> None:
     """A batch waiting for the writer's memory, refused for something else when retried,
     answers the request that sent it with the error; the partition takes the next batch at

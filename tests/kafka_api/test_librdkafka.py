@@ -273,3 +273,33 @@ def test_a_record_from_far_ahead_is_refused_with_invalid_timestamp(tmp_path: Pat
     assert outcomes["soon"] is None and outcomes["stamped"] is None
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"soon"]
     assert stored(tmp_path / "store", "stamped").column("value").to_pylist() == [b"stamped"]
+
+
+def test_an_idempotent_producer_silent_past_the_expiry_goes_on_where_it_was(
+    tmp_path: Path,
+) -> None:
+    """A producer forgotten after producer_expiry of silence on a partition (a rare key's
+    partition) sends its next batch there with the sequence it had reached: taken, as Kafka
+    takes any sequence from a producer it has no state for. Refused, librdkafka stopped for
+    good with a fatal OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    config = api_config(tmp_path / "store", producer_expiry="1m")
+    failed: list[KafkaError] = []
+
+    def report(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            failed.append(err)
+
+    with listening(config) as (server, bootstrap):
+        assert server.sink is not None
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        for i in range(6):
+            producer.produce("events", value=b"v%d" % i, partition=0, on_delivery=report)
+            assert producer.flush(10) == 0
+            if i == 2:
+                state = server.sink.partitions[("events", 0)]
+                for pid in state.seen:
+                    state.seen[pid] -= 61  # a minute of silence
+                assert server.sink.expire_producers() == 1
+        assert failed == []
+    values = stored(tmp_path / "store", "events").column("value").to_pylist()
+    assert sorted(values) == [b"v%d" % i for i in range(6)]
