@@ -13,7 +13,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from plateau_core import Store
 from plateau_core.consolidate import Consolidator
-from plateau_core.policies import ConsolidatePolicy
+from plateau_core.policies import ConsolidatePolicy, RetentionPolicy, StoreLimits
+from plateau_core.retention import Retention
 from tests.spark.conftest import minute_batches, write_segments
 from tests.support import batch
 
@@ -194,4 +195,64 @@ def test_a_stream_fails_on_a_column_widened_after_it_started_then_restarts(
 
     assert start(reader()).awaitTermination(180)
     assert landed(spark, out) == [(0, o) for o in range(4)]
+    store.close()
+
+
+def test_a_micro_batch_replayed_after_retention_marked_its_segments_reads_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A micro-batch planned (its offsets logged) but not committed when the query stopped is
+    run again on restart. Retention marked its segment `deleting` meanwhile; the file stays
+    on disk for the deletion grace precisely so that such a reader still reads it: the
+    replayed batch reads its rows instead of leaving a hole in the sink."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "s", 0, minute_batches(0, 3), roll_rows=100)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(spark, store, out, checkpoint, maxSegmentsPerTrigger="1")
+    assert landed(spark, out) == [(0, o) for o in range(300)]
+    # Batch 2 read [200, 300); as if the query died before committing it, sink and source.
+    for log in (checkpoint / "commits", out / "_spark_metadata"):
+        (log / "2").unlink()
+        (log / ".2.crc").unlink(missing_ok=True)
+
+    retention = Retention(
+        store,
+        default=RetentionPolicy(max_segments=1),
+        limits=StoreLimits(deletion_grace_s=3600),
+    )
+    write_segments(store, "s", 0, minute_batches(0, 4)[3:], roll_rows=100)
+    assert [(s.start_offset, s.end_offset) for s in retention.run().marked] == [
+        (0, 100),
+        (100, 200),
+        (200, 300),
+    ]
+    query = run_available_now(spark, store, out, checkpoint)
+    assert landed(spark, out) == [(0, o) for o in range(400)]
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0] == [
+        100,
+        100,
+    ]
+    store.close()
+
+
+def test_a_stream_behind_retention_moves_on_and_says_how_many_offsets_it_skipped(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Segments retention deleted before the stream read them are gone: the stream goes on
+    at the oldest stored offset, logs the skipped offsets and counts them in its progress,
+    rather than leaving a hole nobody hears of."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "s", 0, minute_batches(0, 1), roll_rows=100)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    first = run_available_now(spark, store, out, checkpoint)
+    assert {p["sources"][0]["metrics"].get("skippedOffsets") for p in first.recentProgress} == {"0"}
+
+    write_segments(store, "s", 0, minute_batches(0, 3)[1:], roll_rows=100)
+    retention = Retention(
+        store, default=RetentionPolicy(max_segments=1), limits=StoreLimits(deletion_grace_s=0)
+    )
+    assert len(retention.run().deleted) == 2
+    query = run_available_now(spark, store, out, checkpoint)
+    assert landed(spark, out) == [(0, o) for o in range(100)] + [(0, o) for o in range(200, 300)]
+    assert query.lastProgress["sources"][0]["metrics"]["skippedOffsets"] == "100"
     store.close()

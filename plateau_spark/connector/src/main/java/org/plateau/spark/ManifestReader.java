@@ -51,11 +51,23 @@ final class ManifestReader implements AutoCloseable {
 
   /** Readable segments of the topic overlapping the bounds' ranges, by partition and offset. */
   List<Segment> segments(String topic, Bounds bounds) {
+    return segments(topic, bounds, READABLE);
+  }
+
+  /**
+   * Segments of the topic retention retired or consolidation replaced, whose files stay on disk
+   * for the deletion grace (until the row goes), by partition and offset.
+   */
+  List<Segment> retiring(String topic) {
+    return segments(topic, Bounds.NONE, "state = 'deleting'");
+  }
+
+  private List<Segment> segments(String topic, Bounds bounds, String states) {
     StringBuilder sql =
         new StringBuilder(
             "SELECT id, partition, start_offset, end_offset, record_count, time_min, time_max,"
                 + " size_bytes, path, checksums FROM segments WHERE topic = ? AND "
-                + READABLE);
+                + states);
     List<Object> args = new ArrayList<>();
     args.add(topic);
     if (bounds.partitions.lo != null) {

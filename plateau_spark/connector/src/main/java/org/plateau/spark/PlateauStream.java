@@ -7,6 +7,7 @@ import java.util.Deque;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.PriorityQueue;
 import java.util.TreeMap;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -18,9 +19,12 @@ import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxFiles;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Structured Streaming over a topic: offsets are the partitions' watermarks. A micro-batch
@@ -30,10 +34,13 @@ import org.apache.spark.sql.types.StructType;
  * with ones it has not, so a segment is chosen when it overlaps the batch's offsets and only
  * its rows within them are read.
  */
-final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+final class PlateauStream
+    implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow, ReportsSourceMetrics {
+  private static final Logger LOG = LoggerFactory.getLogger(PlateauStream.class);
   private final SourceOptions options;
   private final StructType schema;
   private PlateauOffset target; // set for trigger(availableNow=True)
+  private long skippedOffsets; // offsets moved over that no segment holds any more
 
   PlateauStream(SourceOptions options, StructType schema) {
     this.options = options;
@@ -89,13 +96,18 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     PlateauOffset start = (PlateauOffset) startOffset;
     List<Segment> candidates = new ArrayList<>();
+    Map<Integer, Long> lowest = new HashMap<>(); // per partition: the first offset still stored
     try (ManifestReader m = manifest()) {
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
+        lowest.merge(s.partition(), s.startOffset(), Math::min);
         long to = target == null ? Long.MAX_VALUE : target.of(s.partition());
         Segment unread = unread(s, start.of(s.partition()), to);
         if (unread != null) {
           candidates.add(unread);
         }
+      }
+      for (Segment s : m.retiring(options.topic)) {
+        lowest.merge(s.partition(), s.startOffset(), Math::min);
       }
     }
     Map<Integer, Long> end = new TreeMap<>(start.next);
@@ -107,7 +119,39 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
       PlateauOffset ceiling = target != null ? target : watermarks();
       ceiling.next.forEach((p, v) -> end.merge(p, v, Math::max));
     }
+    reportSkipped(start, end, lowest);
     return new PlateauOffset(end);
+  }
+
+  /**
+   * A stream that fell behind retention moves on past what was deleted before it read it: said
+   * in the log and counted in the query's progress (the source's metric skippedOffsets). Offsets
+   * below a partition's oldest stored one are the ones retention removed (it removes the oldest
+   * first); records handled without landing (dead-lettered, skipped) also leave none.
+   */
+  private void reportSkipped(PlateauOffset start, Map<Integer, Long> end, Map<Integer, Long> lowest) {
+    for (Map.Entry<Integer, Long> e : start.next.entrySet()) {
+      int partition = e.getKey();
+      long from = e.getValue();
+      long to = Math.min(end.getOrDefault(partition, from), lowest.getOrDefault(partition, Long.MAX_VALUE));
+      if (to > from) {
+        skippedOffsets += to - from;
+        LOG.warn(
+            "plateau stream of topic '{}' partition {} skips offsets [{}, {}): no segment holds them"
+                + " any more (retention deleted them before the stream read them, or their records"
+                + " were not landed); it goes on at offset {}",
+            options.topic,
+            partition,
+            from,
+            to,
+            to);
+      }
+    }
+  }
+
+  @Override
+  public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    return Map.of("skippedOffsets", Long.toString(skippedOffsets));
   }
 
   /**
@@ -190,6 +234,7 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
     PlateauOffset end = (PlateauOffset) endOffset;
     List<Segment> chosen = new ArrayList<>();
     Map<Long, Range> shares = new HashMap<>(); // segments only partly in [start, end)
+    Map<Integer, TreeMap<Long, Long>> covered = new HashMap<>(); // per partition: lo -> hi
     try (ManifestReader m = manifest()) {
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
         Segment unread = unread(s, start.of(s.partition()), end.of(s.partition()));
@@ -200,10 +245,48 @@ final class PlateauStream implements MicroBatchStream, SupportsAdmissionControl,
         if (unread != s) {
           shares.put(s.id(), new Range(unread.startOffset(), unread.endOffset(), null));
         }
+        covered.computeIfAbsent(s.partition(), p -> new TreeMap<>()).put(unread.startOffset(), unread.endOffset());
+      }
+      // The batch's offsets were fixed when it was planned (its offset log entry); retention may
+      // have retired a segment since (the query stopped before committing the batch and runs it
+      // again, or retention ran between planning and reading). Its file stays for the deletion
+      // grace so that such a reader still reads it: offsets no readable segment holds are read
+      // from one retired in that time.
+      for (Segment s : m.retiring(options.topic)) {
+        TreeMap<Long, Long> spans = covered.computeIfAbsent(s.partition(), p -> new TreeMap<>());
+        long[] gap =
+            firstGap(
+                spans,
+                Math.max(s.startOffset(), start.of(s.partition())),
+                Math.min(s.endOffset(), end.of(s.partition())));
+        if (gap == null) {
+          continue;
+        }
+        chosen.add(s);
+        if (gap[0] != s.startOffset() || gap[1] != s.endOffset()) {
+          shares.put(s.id(), new Range(gap[0], gap[1], null));
+        }
+        spans.put(gap[0], gap[1]);
       }
     }
     return SegmentGroup.plan(chosen, options.maxPartitionBytes, Bounds.NONE, shares)
         .toArray(new InputPartition[0]);
+  }
+
+  /** The first offsets in [lo, hi) none of the spans (start -> end, disjoint) holds, or null. */
+  static long[] firstGap(TreeMap<Long, Long> spans, long lo, long hi) {
+    long from = lo;
+    for (Map.Entry<Long, Long> before = spans.floorEntry(from);
+        before != null && before.getValue() > from;
+        before = spans.floorEntry(from)) {
+      from = before.getValue();
+    }
+    if (from >= hi) {
+      return null;
+    }
+    Long nextStart = spans.higherKey(from);
+    long to = nextStart == null ? hi : Math.min(hi, nextStart);
+    return new long[] {from, to};
   }
 
   @Override
