@@ -177,7 +177,7 @@ class AdminHandler:
             ],
         }
 
-    def init_producer_id(self, body: Any) -> dict[str, Any]:
+    async def init_producer_id(self, body: Any) -> dict[str, Any]:
         if body.transactional_id is not None:
             return {
                 "error_code": ErrorCode.transactional_id_authorization_failed,
@@ -188,7 +188,11 @@ class AdminHandler:
         # producer names its current one (librdkafka does after an error). Bumping the
         # epoch of an id it names would let it take one this store never handed out, or one
         # handed to another producer since.
-        producer_id, epoch = self.sink.store.manifest.next_producer_id(), 0
+        # A manifest write, which waits behind any other (a seal's commit, another
+        # process's lock): off the event loop, or every connection waits with it.
+        loop = asyncio.get_running_loop()
+        producer_id = await loop.run_in_executor(None, self.sink.store.manifest.next_producer_id)
+        epoch = 0
         log.info("producer_id_assigned", producer_id=producer_id, epoch=epoch)
         return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": epoch}
 

@@ -330,6 +330,13 @@ class KafkaApiServer:
                 return self._encode(request, await self._creating(conn, request))
 
             return asyncio.ensure_future(created())
+        if request.api_key == protocol.INIT_PRODUCER_ID:
+            # It writes the manifest, off the event loop.
+
+            async def assigned() -> bytes | None:
+                return self._encode(request, await self.admin.init_producer_id(request.body))
+
+            return asyncio.ensure_future(assigned())
         body = self._admin(conn, request)
         done.set_result(self._encode(request, body))
         return done
@@ -360,8 +367,6 @@ class KafkaApiServer:
         key, body = request.api_key, request.body
         if key == protocol.API_VERSIONS:
             return self.admin.api_versions(body)
-        if key == protocol.INIT_PRODUCER_ID:
-            return self.admin.init_producer_id(body)
         if key == protocol.DESCRIBE_CLUSTER:
             return self.admin.describe_cluster(body)
         if key == protocol.DESCRIBE_CONFIGS:

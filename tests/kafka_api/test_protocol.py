@@ -654,3 +654,31 @@ def test_a_batch_still_stalled_when_the_listener_stops_is_left_to_its_producer(
     state.stalled.append(Pending(Append("events", 0, advance_to=5), 0, Outcome()))
     sink._capacity_freed()
     assert len(state.stalled) == 1
+
+
+def test_a_producer_id_waiting_for_the_manifest_holds_up_no_other_connection(
+    tmp_path: Path,
+) -> None:
+    """InitProducerId writes the manifest's counter, which waits behind any other write (a
+    seal's commit, a consolidation, expiring producers, another process's lock on SQLite,
+    a PostgreSQL server that does not answer). Written on the event loop, that wait stalled
+    every connection: no answer, no acks=all acknowledgement, for as long as it lasted."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
+        assert server.sink is not None
+        manifest: Any = server.sink.store.manifest
+        starting, other = RawClient(bootstrap), RawClient(bootstrap)
+        with manifest._write_lock:  # a long write of the manifest
+            starting.send_frame(
+                starting.request_frame(
+                    INIT_PRODUCER_ID,
+                    4,
+                    {"transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1},
+                )
+            )
+            answer = produce(other, "events", record_batch([b"meanwhile"]))
+            assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
+        assigned = starting.response(INIT_PRODUCER_ID, 4)
+        assert (assigned.error_code, assigned.producer_epoch) == (ErrorCode.none, 0)
+        assert assigned.producer_id >= 0
+        starting.close()
+        other.close()
