@@ -198,13 +198,15 @@ def test_a_stream_fails_on_a_column_widened_after_it_started_then_restarts(
     store.close()
 
 
+@pytest.mark.parametrize("grace_s", [3600, 0])
 def test_a_micro_batch_replayed_after_retention_marked_its_segments_reads_them(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, grace_s: int
 ) -> None:
     """A micro-batch planned (its offsets logged) but not committed when the query stopped is
     run again on restart. Retention marked its segment `deleting` meanwhile; the file stays
     on disk for the deletion grace precisely so that such a reader still reads it: the
-    replayed batch reads its rows instead of leaving a hole in the sink."""
+    replayed batch reads its rows instead of leaving a hole in the sink. Once the grace is
+    over the rows are gone, and the replayed batch says it skipped them."""
     store = Store.open(tmp_path / "data")
     write_segments(store, "s", 0, minute_batches(0, 3), roll_rows=100)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -218,20 +220,26 @@ def test_a_micro_batch_replayed_after_retention_marked_its_segments_reads_them(
     retention = Retention(
         store,
         default=RetentionPolicy(max_segments=1),
-        limits=StoreLimits(deletion_grace_s=3600),
+        limits=StoreLimits(deletion_grace_s=grace_s),
     )
     write_segments(store, "s", 0, minute_batches(0, 4)[3:], roll_rows=100)
-    assert [(s.start_offset, s.end_offset) for s in retention.run().marked] == [
+    assert sorted((s.start_offset, s.end_offset) for s in retention.run().marked) == [
         (0, 100),
         (100, 200),
         (200, 300),
     ]
     query = run_available_now(spark, store, out, checkpoint)
-    assert landed(spark, out) == [(0, o) for o in range(400)]
-    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0] == [
-        100,
-        100,
-    ]
+    replayed, after = query.recentProgress[0], query.recentProgress[1]
+    assert (replayed["batchId"], after["batchId"]) == (2, 3)
+    assert after["numInputRows"] == 100
+    if grace_s:
+        assert landed(spark, out) == [(0, o) for o in range(400)]
+        assert replayed["numInputRows"] == 100
+        assert replayed["sources"][0]["metrics"]["skippedOffsets"] == "0"
+    else:
+        assert landed(spark, out) == [(0, o) for o in range(400) if not 200 <= o < 300]
+        assert replayed["numInputRows"] == 0
+        assert replayed["sources"][0]["metrics"]["skippedOffsets"] == "100"
     store.close()
 
 

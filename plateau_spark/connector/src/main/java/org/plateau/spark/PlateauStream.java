@@ -41,6 +41,7 @@ final class PlateauStream
   private final StructType schema;
   private PlateauOffset target; // set for trigger(availableNow=True)
   private long skippedOffsets; // offsets moved over that no segment holds any more
+  private final Map<Integer, Long> skippedTo = new HashMap<>(); // per partition: reported up to
 
   PlateauStream(SourceOptions options, StructType schema) {
     this.options = options;
@@ -96,18 +97,13 @@ final class PlateauStream
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     PlateauOffset start = (PlateauOffset) startOffset;
     List<Segment> candidates = new ArrayList<>();
-    Map<Integer, Long> lowest = new HashMap<>(); // per partition: the first offset still stored
     try (ManifestReader m = manifest()) {
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
-        lowest.merge(s.partition(), s.startOffset(), Math::min);
         long to = target == null ? Long.MAX_VALUE : target.of(s.partition());
         Segment unread = unread(s, start.of(s.partition()), to);
         if (unread != null) {
           candidates.add(unread);
         }
-      }
-      for (Segment s : m.retiring(options.topic)) {
-        lowest.merge(s.partition(), s.startOffset(), Math::min);
       }
     }
     Map<Integer, Long> end = new TreeMap<>(start.next);
@@ -119,23 +115,26 @@ final class PlateauStream
       PlateauOffset ceiling = target != null ? target : watermarks();
       ceiling.next.forEach((p, v) -> end.merge(p, v, Math::max));
     }
-    reportSkipped(start, end, lowest);
     return new PlateauOffset(end);
   }
 
   /**
-   * A stream that fell behind retention moves on past what was deleted before it read it: said
-   * in the log and counted in the query's progress (the source's metric skippedOffsets). Offsets
-   * below a partition's oldest stored one are the ones retention removed (it removes the oldest
-   * first); records handled without landing (dead-lettered, skipped) also leave none.
+   * A micro-batch over offsets retention deleted before it read them (the stream fell behind
+   * it, or a batch planned before was run again after the deletion grace) goes on without them:
+   * said in the log and counted in the query's progress (the source's metric skippedOffsets).
+   * Offsets below a partition's oldest stored one are the ones retention removed (it removes
+   * the oldest first); records handled without landing (dead-lettered, skipped) leave none
+   * either. Reported when a batch is planned (every batch is, also one run again after a
+   * restart); Spark may plan a batch more than once, its skipped offsets are counted once.
    */
-  private void reportSkipped(PlateauOffset start, Map<Integer, Long> end, Map<Integer, Long> lowest) {
+  private void reportSkipped(PlateauOffset start, PlateauOffset end, Map<Integer, Long> lowest) {
     for (Map.Entry<Integer, Long> e : start.next.entrySet()) {
       int partition = e.getKey();
-      long from = e.getValue();
-      long to = Math.min(end.getOrDefault(partition, from), lowest.getOrDefault(partition, Long.MAX_VALUE));
+      long from = Math.max(e.getValue(), skippedTo.getOrDefault(partition, Long.MIN_VALUE));
+      long to = Math.min(end.of(partition), lowest.getOrDefault(partition, Long.MAX_VALUE));
       if (to > from) {
         skippedOffsets += to - from;
+        skippedTo.put(partition, to);
         LOG.warn(
             "plateau stream of topic '{}' partition {} skips offsets [{}, {}): no segment holds them"
                 + " any more (retention deleted them before the stream read them, or their records"
@@ -235,8 +234,10 @@ final class PlateauStream
     List<Segment> chosen = new ArrayList<>();
     Map<Long, Range> shares = new HashMap<>(); // segments only partly in [start, end)
     Map<Integer, TreeMap<Long, Long>> covered = new HashMap<>(); // per partition: lo -> hi
+    Map<Integer, Long> lowest = new HashMap<>(); // per partition: the first offset still stored
     try (ManifestReader m = manifest()) {
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
+        lowest.merge(s.partition(), s.startOffset(), Math::min);
         Segment unread = unread(s, start.of(s.partition()), end.of(s.partition()));
         if (unread == null) {
           continue;
@@ -253,6 +254,7 @@ final class PlateauStream
       // grace so that such a reader still reads it: offsets no readable segment holds are read
       // from one retired in that time.
       for (Segment s : m.retiring(options.topic)) {
+        lowest.merge(s.partition(), s.startOffset(), Math::min);
         TreeMap<Long, Long> spans = covered.computeIfAbsent(s.partition(), p -> new TreeMap<>());
         long[] gap =
             firstGap(
@@ -269,6 +271,7 @@ final class PlateauStream
         spans.put(gap[0], gap[1]);
       }
     }
+    reportSkipped(start, end, lowest);
     return SegmentGroup.plan(chosen, options.maxPartitionBytes, Bounds.NONE, shares)
         .toArray(new InputPartition[0]);
   }
