@@ -264,3 +264,19 @@ def test_a_stream_behind_retention_moves_on_and_says_how_many_offsets_it_skipped
     assert landed(spark, out) == [(0, o) for o in range(100)] + [(0, o) for o in range(200, 300)]
     assert query.lastProgress["sources"][0]["metrics"]["skippedOffsets"] == "100"
     store.close()
+
+
+def test_a_stream_moves_over_a_quarantined_segment_and_says_so(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A quarantined segment (its file damaged) is never readable again, and the watermark is
+    past it: the stream goes on after it, and counts and logs its offsets as skipped."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "s", 0, minute_batches(0, 3), roll_rows=100)
+    middle = next(s for s in store.manifest.segments("s") if s.start_offset == 100)
+    assert store.manifest.quarantine(middle.id, "checksum mismatch")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = run_available_now(spark, store, out, checkpoint, maxSegmentsPerTrigger="1")
+    assert landed(spark, out) == [(0, o) for o in range(300) if not 100 <= o < 200]
+    assert query.lastProgress["sources"][0]["metrics"]["skippedOffsets"] == "100"
+    store.close()

@@ -62,6 +62,11 @@ final class ManifestReader implements AutoCloseable {
     return segments(topic, Bounds.NONE, "state = 'deleting'");
   }
 
+  /** Segments of the topic quarantined: their files are damaged, they are never read again. */
+  List<Segment> quarantined(String topic) {
+    return segments(topic, Bounds.NONE, "state = 'quarantined'");
+  }
+
   private List<Segment> segments(String topic, Bounds bounds, String states) {
     StringBuilder sql =
         new StringBuilder(

@@ -124,28 +124,51 @@ final class PlateauStream
    * said in the log and counted in the query's progress (the source's metric skippedOffsets).
    * Offsets below a partition's oldest stored one are the ones retention removed (it removes
    * the oldest first); records handled without landing (dead-lettered, skipped) leave none
-   * either. Reported when a batch is planned (every batch is, also one run again after a
-   * restart); Spark may plan a batch more than once, its skipped offsets are counted once.
+   * either. So do a quarantined segment's: its file is damaged and it is never read again.
+   * Reported when a batch is planned (every batch is, also one run again after a restart);
+   * Spark may plan a batch more than once, its skipped offsets are counted once.
    */
-  private void reportSkipped(PlateauOffset start, PlateauOffset end, Map<Integer, Long> lowest) {
+  private void reportSkipped(
+      PlateauOffset start,
+      PlateauOffset end,
+      Map<Integer, Long> lowest,
+      List<Segment> quarantined,
+      Map<Integer, TreeMap<Long, Long>> covered) {
     for (Map.Entry<Integer, Long> e : start.next.entrySet()) {
       int partition = e.getKey();
-      long from = Math.max(e.getValue(), skippedTo.getOrDefault(partition, Long.MIN_VALUE));
       long to = Math.min(end.of(partition), lowest.getOrDefault(partition, Long.MAX_VALUE));
-      if (to > from) {
-        skippedOffsets += to - from;
-        skippedTo.put(partition, to);
-        LOG.warn(
-            "plateau stream of topic '{}' partition {} skips offsets [{}, {}): no segment holds them"
-                + " any more (retention deleted them before the stream read them, or their records"
-                + " were not landed); it goes on at offset {}",
-            options.topic,
-            partition,
-            from,
-            to,
-            to);
+      skip(
+          partition,
+          e.getValue(),
+          to,
+          "no segment holds them any more (retention deleted them before the stream read them,"
+              + " or their records were not landed)");
+    }
+    for (Segment s : quarantined) {
+      TreeMap<Long, Long> spans = covered.computeIfAbsent(s.partition(), p -> new TreeMap<>());
+      long from = Math.max(s.startOffset(), start.of(s.partition()));
+      long to = Math.min(s.endOffset(), end.of(s.partition()));
+      for (long[] gap = firstGap(spans, from, to); gap != null; gap = firstGap(spans, gap[1], to)) {
+        skip(s.partition(), gap[0], gap[1], "segment " + s.path() + " is quarantined (its file is damaged)");
       }
     }
+  }
+
+  private void skip(int partition, long lo, long hi, String why) {
+    long from = Math.max(lo, skippedTo.getOrDefault(partition, Long.MIN_VALUE));
+    if (hi <= from) {
+      return;
+    }
+    skippedOffsets += hi - from;
+    skippedTo.put(partition, hi);
+    LOG.warn(
+        "plateau stream of topic '{}' partition {} skips offsets [{}, {}): {}; it goes on at offset {}",
+        options.topic,
+        partition,
+        from,
+        hi,
+        why,
+        hi);
   }
 
   @Override
@@ -235,6 +258,7 @@ final class PlateauStream
     Map<Long, Range> shares = new HashMap<>(); // segments only partly in [start, end)
     Map<Integer, TreeMap<Long, Long>> covered = new HashMap<>(); // per partition: lo -> hi
     Map<Integer, Long> lowest = new HashMap<>(); // per partition: the first offset still stored
+    List<Segment> quarantined;
     try (ManifestReader m = manifest()) {
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
         lowest.merge(s.partition(), s.startOffset(), Math::min);
@@ -253,6 +277,10 @@ final class PlateauStream
       // again, or retention ran between planning and reading). Its file stays for the deletion
       // grace so that such a reader still reads it: offsets no readable segment holds are read
       // from one retired in that time.
+      quarantined = m.quarantined(options.topic);
+      for (Segment s : quarantined) {
+        lowest.merge(s.partition(), s.startOffset(), Math::min);
+      }
       for (Segment s : m.retiring(options.topic)) {
         lowest.merge(s.partition(), s.startOffset(), Math::min);
         TreeMap<Long, Long> spans = covered.computeIfAbsent(s.partition(), p -> new TreeMap<>());
@@ -271,7 +299,7 @@ final class PlateauStream
         spans.put(gap[0], gap[1]);
       }
     }
-    reportSkipped(start, end, lowest);
+    reportSkipped(start, end, lowest, quarantined, covered);
     return SegmentGroup.plan(chosen, options.maxPartitionBytes, Bounds.NONE, shares)
         .toArray(new InputPartition[0]);
   }
