@@ -272,15 +272,15 @@ final class PlateauStream
         }
         covered.computeIfAbsent(s.partition(), p -> new TreeMap<>()).put(unread.startOffset(), unread.endOffset());
       }
+      quarantined = m.quarantined(options.topic);
+      for (Segment s : quarantined) {
+        lowest.merge(s.partition(), s.startOffset(), Math::min);
+      }
       // The batch's offsets were fixed when it was planned (its offset log entry); retention may
       // have retired a segment since (the query stopped before committing the batch and runs it
       // again, or retention ran between planning and reading). Its file stays for the deletion
       // grace so that such a reader still reads it: offsets no readable segment holds are read
       // from one retired in that time.
-      quarantined = m.quarantined(options.topic);
-      for (Segment s : quarantined) {
-        lowest.merge(s.partition(), s.startOffset(), Math::min);
-      }
       for (Segment s : m.retiring(options.topic)) {
         lowest.merge(s.partition(), s.startOffset(), Math::min);
         TreeMap<Long, Long> spans = covered.computeIfAbsent(s.partition(), p -> new TreeMap<>());
