@@ -70,14 +70,20 @@ final class SourceOptions implements Serializable {
     this.startLatest = starting.equals("latest");
     String kind = null;
     long amount = 0;
+    // maxOffsetsPerTrigger is the Kafka source's name for a record limit: a query moved from
+    // Kafka keeps its limit instead of having it ignored.
     String[][] limits = {
-      {"maxRecordsPerTrigger", "rows"}, {"maxSegmentsPerTrigger", "files"}, {"maxBytesPerTrigger", "bytes"}
+      {"maxRecordsPerTrigger", "rows"},
+      {"maxOffsetsPerTrigger", "rows"},
+      {"maxSegmentsPerTrigger", "files"},
+      {"maxBytesPerTrigger", "bytes"}
     };
     for (String[] limit : limits) {
       if (options.containsKey(limit[0])) {
         if (kind != null) {
           throw new IllegalArgumentException(
-              "set at most one of maxRecordsPerTrigger, maxSegmentsPerTrigger, maxBytesPerTrigger");
+              "set at most one of maxRecordsPerTrigger (or maxOffsetsPerTrigger),"
+                  + " maxSegmentsPerTrigger, maxBytesPerTrigger");
         }
         kind = limit[1];
         amount = positive(options, limit[0]);
