@@ -16,6 +16,8 @@ MANIFEST_FILE = "manifest.db"
 # Present in data_dir while rebuild-manifest records the files: the manifest is incomplete.
 REBUILD_MARKER = "manifest.rebuilding"
 TEMP_MARKER = ".tmp-"
+# The store's id, a copy of the manifest's: rebuild-manifest takes it from here.
+STORE_ID_FILE = "store-id"
 
 
 def validate_topic(name: object) -> str:

@@ -16,6 +16,7 @@ import structlog
 
 from plateau_core.errors import InvalidInputError, PartitionLockedError
 from plateau_core.manifest import Manifest, sqlite_url
+from plateau_core.manifest.identity import read_store_id_file, write_store_id_file
 from plateau_core.manifest.urls import shown_url
 from plateau_core.names import (
     MANIFEST_FILE,
@@ -88,6 +89,7 @@ class RebuildReport:
 
     data_dir: str
     manifest_url: str
+    store_id: str = ""
     moved_aside: list[str] = field(default_factory=list)
     partitions: list[RebuiltPartition] = field(default_factory=list)
     quarantined: list[SkippedFile] = field(default_factory=list)
@@ -106,7 +108,7 @@ class RebuildReport:
         """The report for people."""
         # Printed for a person: the URL's password stays out of it.
         shown = shown_url(self.manifest_url)
-        out = [f"rebuilt the manifest of {self.data_dir} ({shown})"]
+        out = [f"rebuilt the manifest of {self.data_dir} ({shown}), store {self.store_id}"]
         out += [f"  moved aside: {path}" for path in self.moved_aside]
         for p in self.partitions:
             out.append(
@@ -143,6 +145,7 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
     Until the last file is recorded, `manifest.rebuilding` in data_dir marks the manifest
     incomplete and every opener refuses it; run again after an interruption, the rebuild
     starts over (on a database server, dropping the tables the interrupted one filled).
+    The store keeps its id, read from the `store-id` file in data_dir.
 
     Args:
         data_dir: The data folder whose `topics/` are read.
@@ -171,6 +174,14 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
         write_marker(marker, url)
         manifest = Manifest(url)
         try:
+            # The store stays the one its streams' checkpoints name; a folder from before
+            # store ids gets a new one.
+            kept = read_store_id_file(root)
+            if kept is None:
+                write_store_id_file(root, manifest.store_id())
+            else:
+                manifest.adopt_store_id(kept)
+            report.store_id = manifest.store_id()
             for topic, partition, folder in folders:
                 _PartitionRebuild(root, manifest, topic, partition, report).run(folder)
             # The old counter is gone: ids from the clock's microseconds are above any a

@@ -39,6 +39,7 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     store = open_store(config)
     try:
         spans = store.spans()
+        store_id = store.manifest.store_id()
     finally:
         store.close()
     files = read_status_files(config.storage.data_dir)
@@ -72,7 +73,7 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     for (topic, partition), row in sorted(rows.items()):
         topics.setdefault(topic, {"partitions": {}})["partitions"][str(partition)] = row
     _add_consolidation(config, topics, files)
-    document: dict[str, Any] = {"topics": topics}
+    document: dict[str, Any] = {"store_id": store_id, "topics": topics}
     if listeners:
         document["kafka_api"] = listeners
     return document, error

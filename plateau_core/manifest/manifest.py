@@ -5,13 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from plateau_core.errors import ManifestConflictError
 from plateau_core.manifest import consumed, produced, swap, transitions, unserved
 from plateau_core.manifest.commit import advance_over, record_partition
-from plateau_core.manifest.models import PartitionRow, SchemaRow, SegmentRow, SegmentState
+from plateau_core.manifest.models import (
+    PartitionRow,
+    SchemaRow,
+    SegmentRow,
+    SegmentState,
+    StoreIdentityRow,
+)
 from plateau_core.manifest.partition_spans import partition_spans
 from plateau_core.manifest.records import (
     PartitionCommit,
@@ -177,6 +183,19 @@ class Manifest(SegmentReads):
         """Each idempotent producer's epoch and last batches on the partition, as sealed."""
         with self._read() as session:
             return produced.producer_states(session, topic, partition)
+
+    # --- the store's identity ----------------------------------------------------------------
+
+    def store_id(self) -> str:
+        """The store's id (given by migration 9 when the manifest got to it)."""
+        with self._read() as session:
+            return session.scalars(select(StoreIdentityRow.store_id)).one()
+
+    def adopt_store_id(self, store_id: str) -> None:
+        """Take `store_id` as the store's id: rebuild-manifest keeps the one the store had."""
+        with self._write() as session:
+            session.execute(delete(StoreIdentityRow))
+            session.execute(insert(StoreIdentityRow).values(store_id=store_id, created_at=now_ms()))
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ end, creating or altering only what it names.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ from sqlalchemy import column as sql_column
 from sqlalchemy import table as sql_table
 
 from plateau_core.errors import PlateauError
-from plateau_core.manifest.models import Base, SchemaVersion
+from plateau_core.manifest.models import Base, SchemaVersion, StoreIdentityRow
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,18 @@ def _v8_source_topics(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables["source_topics"]])
 
 
+def _v9_store_id(conn: Connection) -> None:
+    """A random id for the store, new or existing: an existing one's streams adopt it at
+    their next batch (their offsets held none)."""
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables["store_identity"]])
+    if conn.execute(select(StoreIdentityRow.store_id)).first() is None:
+        conn.execute(
+            insert(StoreIdentityRow).values(
+                store_id=str(uuid.uuid4()), created_at=int(time.time() * 1000)
+            )
+        )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions, segments, schemas", _v1_create_tables),
     Migration(2, "gaps: offsets Kafka no longer had", _v2_gaps),
@@ -138,7 +151,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         7, "segments.id: AUTOINCREMENT on SQLite, never reused", _v7_segment_ids_never_reused
     ),
     Migration(8, "source_topics: the Kafka topic id each partition comes from", _v8_source_topics),
+    Migration(9, "store_identity: the store's random id", _v9_store_id),
 )
+STORE_ID_VERSION = 9
 LATEST = MIGRATIONS[-1].version
 
 

@@ -156,6 +156,18 @@ class SourceTopicRow(Base):
     recorded_at: Mapped[int] = mapped_column(BigInteger)
 
 
+class StoreIdentityRow(Base):
+    """The store's id, one row: random, given when the store is created and kept by
+    rebuild-manifest (from the copy in the data folder, names.STORE_ID_FILE). A stream's
+    checkpoint holds it, so offsets of another store, or of this folder before it was
+    created again, are refused instead of read as this store's."""
+
+    __tablename__ = "store_identity"
+
+    store_id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[int] = mapped_column(BigInteger)
+
+
 class ProducedTopicRow(Base):
     """A topic producers write to plateau's Kafka API, and its partition count (which only
     grows). Topics from the configuration are recorded here too, so the count a producer saw

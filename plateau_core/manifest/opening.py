@@ -9,6 +9,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DatabaseError, DBAPIError
 
 from plateau_core.errors import ManifestUnusableError, PlateauError
+from plateau_core.manifest.identity import settle_store_id
 from plateau_core.manifest.manifest import Manifest
 from plateau_core.manifest.urls import parsed_url
 from plateau_core.names import REBUILD_MARKER, has_segment_files
@@ -21,14 +22,15 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
     delete every one of them as an orphan. The check runs before migrating, so a refused
     open leaves no manifest behind that a second open would take for a real one. A manifest
     that rebuild-manifest did not finish is refused for the same reason: it lacks the files
-    the rebuild had not reached.
+    the rebuild had not reached. The store's id is written beside the segment files when
+    they lack it (names.STORE_ID_FILE).
 
     Raises:
         InvalidInputError: `url` is not a database URL.
         ManifestUnusableError: A rebuild-manifest did not finish, the manifest is damaged,
             or it is missing or new while `data_dir` holds segment files.
         PlateauError: The database cannot be reached or opened, needs a driver that is not
-            installed, or is of a newer plateau.
+            installed, or is of a newer plateau; or it is another store's than `data_dir`.
     """
     if (data_dir / REBUILD_MARKER).exists():
         raise ManifestUnusableError(
@@ -51,6 +53,7 @@ def open_manifest(data_dir: Path, url: str) -> Manifest:
             if manifest.version_at_open == 0 and has_segment_files(data_dir):
                 raise ManifestUnusableError(data_dir, "is empty (new) but segment files exist")
             manifest.upgrade()
+            settle_store_id(data_dir, manifest)
         except BaseException:
             manifest.close()
             raise

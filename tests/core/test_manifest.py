@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import stat
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest, migrations, sqlite_url
 from plateau_core.manifest.migrations import LATEST, current_version
 from plateau_core.manifest.models import SegmentRow
+from plateau_core.names import STORE_ID_FILE
 from tests.support import batch, fill_segments
 
 
@@ -301,3 +303,43 @@ def test_a_manifest_from_before_source_topic_ids_gains_them(store: Store) -> Non
         assert store.read("t", partitions=[0]).to_table().num_rows == 10
     finally:
         upgraded.close()
+
+
+def test_a_manifest_from_before_store_ids_gets_one_and_the_folder_a_copy(store: Store) -> None:
+    """Upgraded from schema version 8, the store gets an id at its next open, kept from then
+    on, and the copy rebuild-manifest reads is written beside the segment files."""
+    fill_segments(store, 0, 1)
+    with store.manifest.engine.begin() as conn:
+        conn.execute(text("DROP TABLE store_identity"))
+        conn.execute(text("DELETE FROM schema_version WHERE version >= 9"))
+    (store.data_dir / STORE_ID_FILE).unlink()
+    with Store.open(store.data_dir, manifest_url=store.manifest.url) as upgraded:
+        assert upgraded.manifest.schema_version == LATEST
+        given = upgraded.manifest.store_id()
+        assert str(uuid.UUID(given)) == given
+        assert (store.data_dir / STORE_ID_FILE).read_text() == f"{given}\n"
+    with Store.open(store.data_dir, manifest_url=store.manifest.url) as again:
+        assert again.manifest.store_id() == given
+
+
+def test_a_manifest_and_a_data_folder_of_two_stores_are_refused(store: Store) -> None:
+    """Opened together, one store's manifest would take the other's segment files for
+    orphans; the error names both ids."""
+    fill_segments(store, 0, 1)
+    other = str(uuid.uuid4())
+    (store.data_dir / STORE_ID_FILE).write_text(f"{other}\n")
+    with pytest.raises(PlateauError, match="belong to different stores") as raised:
+        Store.open(store.data_dir, manifest_url=store.manifest.url)
+    assert other in str(raised.value) and store.manifest.store_id() in str(raised.value)
+
+
+def test_a_store_created_again_in_a_folder_gets_a_new_id(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Store.open(data) as first:
+        old = first.manifest.store_id()
+    for name in ("manifest.db", "manifest.db-wal", "manifest.db-shm"):
+        (data / name).unlink(missing_ok=True)
+    with Store.open(data) as second:
+        new = second.manifest.store_id()
+    assert new != old
+    assert (data / STORE_ID_FILE).read_text() == f"{new}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from sqlalchemy import text
 import plateau_core.rebuild as rebuild_module
 from plateau_core import SegmentState, Store, WriterPolicy
 from plateau_core.errors import ManifestUnusableError
+from plateau_core.names import STORE_ID_FILE
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
 from plateau_core.segment_file import write_segment
 from plateau_core.verify import verify_store
@@ -267,3 +269,33 @@ def test_the_report_names_the_manifest_without_its_password(tmp_path: Path) -> N
     shown = "\n".join(report.lines())
     assert "postgresql://plateau:***@db:5432/plateau" in shown
     assert "hunter2-pw" not in shown
+
+
+def test_a_rebuild_keeps_the_store_id(
+    store: Store, empty_manifest: Callable[[Store], str | None]
+) -> None:
+    """Streams' checkpoints name the store: a rebuilt manifest is the same store, so it keeps
+    the id (from the store-id file), though the watermarks may have moved back."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    writer.acquire("t", 0)
+    writer.append("t", 0, batch(range(10)))
+    writer.close()
+    kept = store.manifest.store_id()
+    data = store.data_dir
+    store.close()
+    url = empty_manifest(store)
+    report = rebuild_manifest(data, url)
+    assert report.store_id == kept and f"store {kept}" in report.lines()[0]
+    with Store.open(data, manifest_url=url) as rebuilt:
+        assert rebuilt.manifest.store_id() == kept
+        assert rebuilt.read("t").to_table().num_rows == 10
+
+
+def test_a_rebuild_of_a_folder_from_before_store_ids_gives_it_one(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _fill(data)
+    (data / STORE_ID_FILE).unlink()
+    report = rebuild_manifest(data)
+    assert (data / STORE_ID_FILE).read_text().strip() == report.store_id
+    with Store.open(data) as store:
+        assert store.manifest.store_id() == report.store_id

@@ -3,6 +3,8 @@ consolidation under a running stream."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +21,7 @@ from tests.spark.conftest import minute_batches, write_segments
 from tests.support import batch
 
 
-def run_available_now(
+def start_available_now(
     spark: SparkSession, store: Store, out: Path, checkpoint: Path, **options: str
 ) -> StreamingQuery:
     reader = (
@@ -29,7 +31,7 @@ def run_available_now(
         reader = reader.option("manifest", store.manifest.url)
     for key, value in options.items():
         reader = reader.option(key, value)
-    query = (
+    return (
         reader.load()
         .writeStream.format("parquet")
         .option("path", str(out))
@@ -37,6 +39,12 @@ def run_available_now(
         .trigger(availableNow=True)
         .start()
     )
+
+
+def run_available_now(
+    spark: SparkSession, store: Store, out: Path, checkpoint: Path, **options: str
+) -> StreamingQuery:
+    query = start_available_now(spark, store, out, checkpoint, **options)
     assert query.awaitTermination(180), "the availableNow stream did not finish"
     assert query.exception() is None
     return query
@@ -75,6 +83,68 @@ def test_available_now_reads_exactly_the_new_segments(
     third = run_available_now(spark, store, out, checkpoint)
     assert sum(p["numInputRows"] for p in third.recentProgress) == 0
     assert landed(spark, out) == sorted(expected)
+    store.close()
+
+
+def test_a_checkpoint_of_a_store_created_again_is_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The store's folder deleted and a store created at its path: the checkpoint's offsets
+    (300) are the old store's. Taken as the new one's, the stream read nothing of its first
+    100 rows and later only its rows from 300, losing 0-299 without a word."""
+    data, out, checkpoint = tmp_path / "data", tmp_path / "out", tmp_path / "checkpoint"
+    store = Store.open(data)
+    write_segments(store, "s", 0, minute_batches(0, 3), roll_rows=100)
+    run_available_now(spark, store, out, checkpoint)
+    old_id = store.manifest.store_id()
+    store.close()
+    shutil.rmtree(data)
+
+    store = Store.open(data)
+    write_segments(store, "s", 0, [batch(range(100))], roll_rows=100)
+    new_id = store.manifest.store_id()
+    assert new_id != old_id
+    query = start_available_now(spark, store, out, checkpoint)
+    with pytest.raises(PySparkException) as raised:
+        query.awaitTermination(180)
+    said = str(raised.value)
+    assert f"its offsets are of store {old_id}" in said and f"is store {new_id}" in said
+    assert "belongs to another store" in said and "delete the checkpoint" in said
+    assert landed(spark, out) == [(0, o) for o in range(300)]  # the old store's rows only
+
+    run_available_now(spark, store, tmp_path / "again", tmp_path / "checkpoint-again")
+    assert landed(spark, tmp_path / "again") == [(0, o) for o in range(100)]
+    store.close()
+
+
+def logged_offsets(checkpoint: Path) -> list[Path]:
+    """The checkpoint's offset log entries, oldest first."""
+    entries = (p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+    return sorted(entries, key=lambda p: int(p.name))
+
+
+def test_a_checkpoint_from_before_store_ids_reads_on_and_takes_the_store_id(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "s", 0, minute_batches(0, 2), roll_rows=100)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    run_available_now(spark, store, out, checkpoint)
+    for entry in logged_offsets(checkpoint):  # as written before offsets named their store
+        *head, offset = entry.read_text().splitlines()
+        held = json.loads(offset)
+        assert held.pop("store") == store.manifest.store_id()
+        entry.write_text("\n".join([*head, json.dumps(held)]))
+        entry.with_name(f".{entry.name}.crc").unlink(missing_ok=True)  # its checksum, now stale
+
+    write_segments(store, "s", 0, [batch(range(200, 250))], roll_rows=50)
+    run_available_now(spark, store, out, checkpoint)
+    assert landed(spark, out) == [(0, o) for o in range(250)]
+    newest = logged_offsets(checkpoint)[-1]
+    assert json.loads(newest.read_text().splitlines()[-1]) == {
+        "0": 250,
+        "store": store.manifest.store_id(),
+    }
     store.close()
 
 

@@ -44,6 +44,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.manifest": 2,
     "plateau_core.manifest.models": 2,
     "plateau_core.manifest.engine": 2,
+    "plateau_core.manifest.identity": 2,
     "plateau_core.manifest.migrations": 2,
     "plateau_core.manifest.records": 2,
     "plateau_core.manifest.bloom_cache": 2,

@@ -33,9 +33,12 @@ def test_settings_the_kafka_client_refuses_are_named_and_the_store_still_shown(
         writer.acquire("t", 0)
         writer.append("t", 0, batch(range(10)))
         writer.close()
+        store_id = store.manifest.store_id()
     capsys.readouterr()  # the writer's log lines
     assert main(["status", "--config", str(config), "--json"]) == 1
     out, err = capsys.readouterr()
-    assert json.loads(out)["topics"]["t"]["partitions"]["0"]["next_offset"] == 10
+    document = json.loads(out)
+    assert document["topics"]["t"]["partitions"]["0"]["next_offset"] == 10
+    assert document["store_id"] == store_id
     assert "fetch.wait.max.ms" in err
     assert err.startswith("plateau status: Kafka at 127.0.0.1:1 refused the client settings")

@@ -174,6 +174,21 @@ final class ManifestReader implements AutoCloseable {
     return starts;
   }
 
+  /**
+   * The store's id (schema version 9, store_identity), or null for a manifest from before it:
+   * a checkpoint names it, so one of another store is not read as this one's.
+   */
+  String storeId() {
+    long[] version = {0};
+    query("SELECT MAX(version) FROM schema_version", List.of(), rs -> version[0] = rs.getLong(1));
+    if (version[0] < 9) {
+      return null;
+    }
+    String[] id = {null};
+    query("SELECT store_id FROM store_identity", List.of(), rs -> id[0] = rs.getString(1));
+    return id[0];
+  }
+
   private interface Row {
     void accept(ResultSet rs) throws SQLException;
   }

@@ -54,8 +54,32 @@ final class PlateauStream
 
   private PlateauOffset watermarks() {
     try (ManifestReader m = manifest()) {
-      return new PlateauOffset(m.watermarks(options.topic));
+      return new PlateauOffset(m.watermarks(options.topic), m.storeId());
     }
+  }
+
+  /**
+   * Refuses offsets of another store: a checkpoint kept while the store's folder was deleted
+   * and created again (or the stream pointed at another store) holds offsets the store now
+   * read has not reached or has other rows at, and would skip them silently. An offset
+   * without a store id (checkpointed before store ids) is taken as this store's.
+   */
+  private void sameStore(PlateauOffset offset, String store) {
+    if (offset.store == null || offset.store.equals(store)) {
+      return;
+    }
+    throw new IllegalStateException(
+        "the checkpoint of this plateau stream of topic '"
+            + options.topic
+            + "' belongs to another store: its offsets are of store "
+            + offset.store
+            + ", but the store at "
+            + options.manifest
+            + " is "
+            + (store == null ? "one without an id (from an older plateau)" : "store " + store)
+            + " (it was created again, or the stream reads another store now). To read this"
+            + " store from its start, delete the checkpoint (checkpointLocation) and start the"
+            + " query again");
   }
 
   @Override
@@ -64,7 +88,7 @@ final class PlateauStream
       return watermarks();
     }
     try (ManifestReader m = manifest()) {
-      return new PlateauOffset(m.starts(options.topic));
+      return new PlateauOffset(m.starts(options.topic), m.storeId());
     }
   }
 
@@ -97,7 +121,10 @@ final class PlateauStream
   public Offset latestOffset(Offset startOffset, ReadLimit limit) {
     PlateauOffset start = (PlateauOffset) startOffset;
     List<Segment> candidates = new ArrayList<>();
+    String store;
     try (ManifestReader m = manifest()) {
+      store = m.storeId();
+      sameStore(start, store);
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
         long to = target == null ? Long.MAX_VALUE : target.of(s.partition());
         Segment unread = unread(s, start.of(s.partition()), to);
@@ -115,7 +142,7 @@ final class PlateauStream
       PlateauOffset ceiling = target != null ? target : watermarks();
       ceiling.next.forEach((p, v) -> end.merge(p, v, Math::max));
     }
-    return new PlateauOffset(end);
+    return new PlateauOffset(end, store);
   }
 
   /**
@@ -260,6 +287,9 @@ final class PlateauStream
     Map<Integer, Long> lowest = new HashMap<>(); // per partition: the first offset still stored
     List<Segment> quarantined;
     try (ManifestReader m = manifest()) {
+      String store = m.storeId();
+      sameStore(start, store);
+      sameStore(end, store);
       for (Segment s : m.segments(options.topic, Bounds.NONE)) {
         lowest.merge(s.partition(), s.startOffset(), Math::min);
         Segment unread = unread(s, start.of(s.partition()), end.of(s.partition()));
