@@ -214,7 +214,17 @@ def test_worker_processes_are_summed_and_a_killed_worker_counts_on(
     topic = topic_factory(partitions=4)
     port = free_port()
     config = tmp_path / "plateau.yaml"
-    write_config_file(config, kafka, topic, f"g-{topic}", metrics_listen=f"127.0.0.1:{port}")
+    # A killed worker leaves the group only when its session times out: the broker's
+    # minimum (6 s) instead of librdkafka's 45 s lets its partitions move on sooner.
+    session = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500}
+    write_config_file(
+        config,
+        kafka,
+        topic,
+        f"g-{topic}",
+        metrics_listen=f"127.0.0.1:{port}",
+        kafka_extra=session,
+    )
     first = produce(kafka, topic, (Record(value=f"a{i}".encode()) for i in range(20_000)))
     process = serve_process(config, workers=2)
     try:
