@@ -2,7 +2,9 @@
 journal file, and read back.
 
 A file starts with MAGIC; then frames, each `u32 body length | u32 CRC-32C of body | body`
-(the CPU's own CRC instruction, through the crc32c package).
+(the CPU's own CRC instruction, through the crc32c package). The journal's first releases
+wrote zlib's CRC-32 under the same MAGIC; such files are read as they are (`_checksum_of`), so
+what an older plateau acknowledged and did not seal is replayed after an upgrade.
 A body is a schema (`KIND_SCHEMA | u32 id | Arrow IPC schema message`) or a group
 (`KIND_GROUP | u64 seq | u16 appends | append...`), an append being
 `u16 topic length | topic | u32 partition | i64 advance_to (-1: none) | producer | u16
@@ -20,7 +22,8 @@ names it, so files can be deleted from the front independently.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -169,9 +172,10 @@ def read_file(data: pa.Buffer, name: str) -> FileRead:
         raise JournalCorruptError(f"journal file {name} does not start with {MAGIC!r}")
     schemas: dict[int, pa.Schema] = {}
     groups: list[Group] = []
+    checksum = _checksum_of(data)
     at = len(MAGIC)
     while at < data.size:
-        body = _frame_at(data, at)
+        body = _frame_at(data, at, checksum)
         if isinstance(body, str):
             return FileRead(groups, at, body)
         try:
@@ -198,9 +202,10 @@ def last_group(data: pa.Buffer) -> int | None:
     if data.size < len(MAGIC) or data.slice(0, len(MAGIC)).to_pybytes() != MAGIC:
         return None
     found = None
+    checksum = _checksum_of(data)
     at = len(MAGIC)
     while at < data.size:
-        body = _frame_at(data, at)
+        body = _frame_at(data, at, checksum)
         if isinstance(body, str) or body.size < _GROUP_HEAD.size:
             break
         kind, seq, _ = _GROUP_HEAD.unpack(body.slice(0, _GROUP_HEAD.size).to_pybytes())
@@ -210,7 +215,24 @@ def last_group(data: pa.Buffer) -> int | None:
     return found
 
 
-def _frame_at(data: pa.Buffer, at: int) -> pa.Buffer | str:
+Checksum: TypeAlias = Callable[[pa.Buffer], int]
+
+
+def _checksum_of(data: pa.Buffer) -> Checksum:
+    """The checksum a file's frames carry, told by its first frame: CRC-32C, or zlib's CRC-32
+    of a file an older plateau wrote. A file never mixes them (a restart writes new files),
+    and a first frame matching neither is torn there as before."""
+    at = len(MAGIC)
+    if data.size - at >= FRAME.size:
+        length, crc = FRAME.unpack(data.slice(at, FRAME.size).to_pybytes())
+        if 0 < length <= data.size - at - FRAME.size:
+            body = data.slice(at + FRAME.size, length)
+            if crc32c.crc32c(body) != crc and zlib.crc32(body) == crc:
+                return zlib.crc32
+    return crc32c.crc32c
+
+
+def _frame_at(data: pa.Buffer, at: int, checksum: Checksum) -> pa.Buffer | str:
     """The body of the whole frame at byte `at`, checksum checked, or why there is none
     there (what ends a file as a torn tail)."""
     if data.size - at < FRAME.size:
@@ -223,7 +245,7 @@ def _frame_at(data: pa.Buffer, at: int) -> pa.Buffer | str:
     if data.size - at - FRAME.size < length:
         return f"a frame of {length} bytes is cut short"
     body = data.slice(at + FRAME.size, length)
-    if crc32c.crc32c(body) != crc:
+    if checksum(body) != crc:
         return "a frame's checksum does not match"
     return body
 

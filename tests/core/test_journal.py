@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from structlog.testing import capture_logs
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
 from plateau_core.errors import BackpressureError, FlushTimeoutError
 from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal, _write_all
-from plateau_core.journal_codec import JournalCorruptError
+from plateau_core.journal_codec import FRAME, MAGIC, JournalCorruptError
 from plateau_core.journal_replay import replay
 from plateau_core.listener import NoListener
 from plateau_core.producers import ProducerBatch
@@ -123,6 +124,58 @@ def test_a_tail_of_zeros_is_a_torn_tail(tmp_path: Path) -> None:
     assert again.next_seq == 2
     (event,) = [e for e in logs if e["event"] == "journal_tail_discarded"]
     assert event["reason"] == "the file ends in zeros"
+
+
+def with_zlib_checksums(data: bytes) -> bytes:
+    """A journal file as the journal's first releases wrote it: frames checksummed with
+    zlib's CRC-32, not CRC-32C, under the same MAGIC."""
+    out = bytearray(data)
+    at = len(MAGIC)
+    while at < len(out):
+        length, _ = FRAME.unpack_from(out, at)
+        body = bytes(out[at + FRAME.size : at + FRAME.size + length])
+        FRAME.pack_into(out, at, length, zlib.crc32(body))
+        at += FRAME.size + length
+    return bytes(out)
+
+
+def test_a_file_an_older_plateau_wrote_is_replayed_whole(tmp_path: Path) -> None:
+    """Upgrading over an unclean stop: the groups acknowledged from a journal file with the
+    older checksums are read back, not dropped as a torn tail, and numbering goes on after
+    them; a torn tail of such a file is still a torn tail."""
+    store = Store.open(tmp_path / "data")
+    writer = store.writer(WriterPolicy(tick_s=0.01), journal=True)
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+    writer.append_group([Append("t", 0, (batch(range(0, 5)),))])
+    writer.flush()
+    seq = writer.append_group([Append("t", 0, (batch(range(5, 9)),))])
+    writer.append_group([Append("t", 0, (batch(range(9, 12)),))])
+    assert writer.journal is not None and seq is not None
+    deadline = time.monotonic() + 10
+    while writer.journal.durable_seq < seq + 1:
+        assert time.monotonic() < deadline, "the journal did not sync"
+        time.sleep(0.005)
+    writer.journal.close(everything_sealed=False)
+    writer._closed = True  # the process dies: nothing more is sealed
+    for lock in writer._locks.values():
+        lock.release()
+    store.close()
+    directory = tmp_path / "data" / JOURNAL_DIR
+    (path,) = files(directory)
+    older = with_zlib_checksums(path.read_bytes())
+    path.write_bytes(older[:-3])  # the last group torn
+
+    store = Store.open(tmp_path / "data")
+    writer = store.writer(WriterPolicy(tick_s=0.01), journal=True)
+    assert writer.journal is not None and writer.journal.next_seq == seq + 1
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+    assert replay(writer, writer.acquire) == 4
+    assert store.read("t").to_table().column("offset").to_pylist() == list(range(9))
+    writer.close()
+    store.close()
+
+    path.write_bytes(older)
+    assert [g.seq for g in Journal(directory).recovered()] == [seq - 1, seq, seq + 1]
 
 
 def test_a_new_file_of_zeros_is_a_torn_file(tmp_path: Path) -> None:
