@@ -46,7 +46,9 @@ def write_store_id_file(data_dir: Path, store_id: str) -> None:
 def settle_store_id(data_dir: Path, manifest: Manifest) -> str:
     """The store's id, written to `data_dir` when the folder lacks it (a new store, or one
     from before ids) or holds a store's the manifest no longer is (a manifest created anew
-    is a new store). Returns it.
+    is a new store). A manifest from before ids beside a folder that has one takes the
+    folder's: it is the copy kept before an upgrade, put back to roll it back, and the
+    streams' checkpoints hold that id. Returns it.
 
     Raises:
         PlateauError: The manifest already had an id and the folder holds another: they are
@@ -64,6 +66,10 @@ def settle_store_id(data_dir: Path, manifest: Manifest) -> str:
             "storage.manifest_url at one store's (if they are one store's, delete "
             f"{data_dir / STORE_ID_FILE} and it is written again)"
         )
+    if on_disk is not None and 0 < manifest.version_at_open < STORE_ID_VERSION:
+        manifest.adopt_store_id(on_disk)
+        log.info("store_id_kept", data_dir=str(data_dir), store_id=on_disk, given=recorded)
+        return on_disk
     write_store_id_file(data_dir, recorded)
     log.info("store_id_recorded", data_dir=str(data_dir), store_id=recorded, replaced=on_disk)
     return recorded

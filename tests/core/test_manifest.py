@@ -322,6 +322,22 @@ def test_a_manifest_from_before_store_ids_gets_one_and_the_folder_a_copy(store: 
         assert again.manifest.store_id() == given
 
 
+def test_a_manifest_put_back_from_before_store_ids_keeps_the_store_id(store: Store) -> None:
+    """Rolled back after an upgrade by putting back the manifest copied before it (schema
+    version 8), then upgraded again: the store keeps the id its streams' checkpoints took
+    meanwhile, from the copy in the data folder, rather than getting a new one that refuses
+    them as another store's."""
+    fill_segments(store, 0, 1)
+    given = store.manifest.store_id()
+    with store.manifest.engine.begin() as conn:
+        conn.execute(text("DROP TABLE store_identity"))
+        conn.execute(text("DELETE FROM schema_version WHERE version >= 9"))
+    with Store.open(store.data_dir, manifest_url=store.manifest.url) as upgraded:
+        assert upgraded.manifest.schema_version == LATEST
+        assert upgraded.manifest.store_id() == given
+    assert (store.data_dir / STORE_ID_FILE).read_text() == f"{given}\n"
+
+
 def test_a_manifest_and_a_data_folder_of_two_stores_are_refused(store: Store) -> None:
     """Opened together, one store's manifest would take the other's segment files for
     orphans; the error names both ids."""
