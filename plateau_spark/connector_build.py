@@ -11,6 +11,7 @@ builds anew.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -28,6 +29,9 @@ from plateau_core.errors import PlateauError
 
 SOURCE_DIR = Path(__file__).with_name("connector")
 CONNECTOR_JAR = "plateau-spark-connector.jar"
+# connector-<key>.in-use is held shared by each process using that build, for its lifetime; a
+# build of another key removes it only when it can take it exclusively.
+IN_USE_SUFFIX = ".in-use"
 # The jars of Spark's own the connector compiles against (the pom's jar.* properties).
 COMPILE_JARS = (
     "spark-sql",
@@ -50,6 +54,9 @@ COMPILE_JARS = (
     "kryo-shaded",
 )
 _BUILD_TIMEOUT_S = 900
+# Open lock files of the builds this process uses (-1: none could be made): closing one
+# would release its lock.
+_held: dict[Path, int] = {}
 
 log = structlog.get_logger(__name__)
 
@@ -78,11 +85,40 @@ def source_key() -> str:
 
 
 def connector_jars() -> list[Path]:
-    """The connector's jar and the JDBC drivers it needs, built on first use."""
+    """The connector's jar and the JDBC drivers it needs, built on first use, and kept while
+    this process runs: Spark opens the jar again by its name whenever it looks a data source
+    up, so a build of another source or Spark version must not remove it meanwhile."""
     folder = default_cache_dir() / "spark" / f"connector-{source_key()}"
-    if not (folder / CONNECTOR_JAR).is_file():
-        _build(folder)
+    while folder not in _held:
+        if not (folder / CONNECTOR_JAR).is_file():
+            _build(folder)
+        _held_if_still_there(folder)
     return sorted(folder.glob("*.jar"))
+
+
+def _lock_path(folder: Path) -> Path:
+    # Beside the folder, not in it: it outlives the folder's removal until it is unlinked.
+    return folder.with_name(folder.name + IN_USE_SUFFIX)
+
+
+def _held_if_still_there(folder: Path) -> None:
+    lock = _lock_path(folder)
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        # A cache this user may not write to is not one a build of theirs removes from.
+        _held[folder] = -1
+        return
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        same = os.fstat(fd).st_ino == lock.stat().st_ino
+    except FileNotFoundError:
+        same = False
+    if same and (folder / CONNECTOR_JAR).is_file():
+        _held[folder] = fd
+    else:
+        # Removed as stale between the check and the lock: the caller builds it again.
+        os.close(fd)
 
 
 def _compile_jar(jars: Path, name: str) -> Path:
@@ -135,11 +171,24 @@ def _build(folder: Path) -> None:
 
 
 def _remove_stale(current: Path) -> None:
-    """Builds of earlier sources or Spark versions. A JVM that already loaded one keeps
-    reading it: it holds the jar open, and an open file outlives its name."""
+    """Builds of other sources or Spark versions that no running process uses."""
     for stale in current.parent.glob("connector-*"):
-        if stale != current:
+        if stale == current or not stale.is_dir():
+            continue
+        lock = _lock_path(stale)
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("spark_connector_kept_in_use", folder=str(stale))
+        else:
             shutil.rmtree(stale, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
 
 
 def main() -> None:

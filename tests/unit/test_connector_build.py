@@ -4,6 +4,8 @@ what is missing (no Spark session needed)."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,41 @@ def test_spark_jars_are_found_by_their_exact_name(tmp_path: Path) -> None:
     assert find(tmp_path, "lz4-java").name == "lz4-java-1.11.0.jar"
     with pytest.raises(ConnectorBuildError, match=r"no arrow-vector-<version>\.jar"):
         find(tmp_path, "arrow-vector")
+
+
+def test_a_new_build_keeps_an_earlier_one_a_running_process_uses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Two plateau versions sharing a cache (an upgrade while `plateau replicate` runs): the
+    # running JVM opens its connector jar again by name whenever Spark looks a data source
+    # up, so removing the build under it fails its next query or replication run.
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PLATEAU_CACHE_DIR", str(cache))
+    in_use = cache / "spark" / f"connector-{source_key()}"
+    in_use.mkdir(parents=True)
+    (in_use / connector_build.CONNECTOR_JAR).write_bytes(b"jar")
+    user = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from plateau_spark.connector_build import connector_jars\n"
+            "print(len(connector_jars()), flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert user.stdout is not None and user.stdout.readline().strip() == "1"
+        newer = cache / "spark" / "connector-0123456789abcdef"
+        newer.mkdir()
+        (newer / connector_build.CONNECTOR_JAR).write_bytes(b"newer jar")
+        connector_build._remove_stale(newer)
+        assert (in_use / connector_build.CONNECTOR_JAR).read_bytes() == b"jar"
+    finally:
+        user.communicate("")
+    assert user.returncode == 0
+    connector_build._remove_stale(newer)
+    assert not in_use.exists() and newer.is_dir()
