@@ -69,6 +69,11 @@ def prepare(item: Item) -> Prepared:
     if isinstance(item, pa.RecordBatch):
         batch, fingerprint = normalized(item)
         return Prepared(batch, fingerprint, batch.nbytes)
+    if isinstance(item, pa.Table):
+        raise InvalidInputError(
+            "a batch must be a pyarrow.RecordBatch, not a pyarrow.Table: append each of "
+            "table.to_batches()"
+        )
     return Prepared(item, item.fingerprint, item.nbytes)
 
 

@@ -181,3 +181,18 @@ def test_a_skip_to_an_offset_that_is_none_is_refused(store: Store, next_offset: 
     finally:
         writer.close()
     assert store.manifest.watermark("t", 0) == 5
+
+
+def test_a_table_instead_of_a_record_batch_is_refused_naming_both(store: Store) -> None:
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0)
+        table = pa.Table.from_batches([batch([0, 1])])
+        with pytest.raises(InvalidInputError, match=r"pyarrow\.RecordBatch, not a pyarrow\.Table"):
+            writer.append("t", 0, table)  # type: ignore[arg-type]
+        for part in table.to_batches():
+            writer.append("t", 0, part)
+        writer.flush()
+    finally:
+        writer.close()
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1]
