@@ -90,6 +90,16 @@ def _check_kafka(config: Config, timeout_s: float) -> list[str]:
             report.append(f"topic {mapping.source}: found {', '.join(matched)}")
         else:
             report.append(f"topic {mapping.source}: not found yet (consumed once created)")
+    for dlq in sorted({m.dlq for m in config.consumed if m.on_error == "dlq" and m.dlq}):
+        if dlq in metadata.topics:
+            report.append(f"dead-letter topic {dlq}: found")
+        else:
+            # A dead letter the cluster refuses stops the worker at the first record that
+            # does not decode, long after a check that said nothing.
+            report.append(
+                f"dead-letter topic {dlq}: not found: create it (plateau does not), unless the "
+                "cluster creates topics on first use; a dead letter it refuses stops the worker"
+            )
     return report
 
 

@@ -18,6 +18,7 @@ from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError
 from bridge.ingest.records import ERROR_HEADERS
 from bridge.local_kafka.topics import create_topic
+from bridge.ops.check import check
 from bridge.serve import EXIT_POISON, serve
 from bridge.store import open_store
 from plateau_core import Store
@@ -257,3 +258,21 @@ def test_trailing_poison_moves_the_watermark_and_is_not_read_again(
         wait_landed(tmp_path, topic, {0: 3})
     assert capsys.readouterr().out.count("record_skipped") == 1
     assert stored(tmp_path, topic).column("n").to_pylist() == [0, 2]
+
+
+def test_check_says_whether_the_dead_letter_topic_exists(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    # The test broker, as most clusters should, does not create topics on first use: a
+    # dead letter to a topic that is missing stops the worker.
+    topic = topic_factory(partitions=1)
+    dlq = f"{topic}-dlq"
+    config = make_config(
+        kafka,
+        tmp_path / "data",
+        [{"source": topic, "format": "json", "on_error": "dlq", "dlq": dlq}],
+        group=f"g-{topic}",
+    )
+    assert f"dead-letter topic {dlq}: not found: create it" in "\n".join(check(config))
+    create_topic(kafka, dlq, 1)
+    assert f"dead-letter topic {dlq}: found" in check(config)
