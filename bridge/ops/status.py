@@ -140,9 +140,12 @@ class KafkaOffsets:
         try:
             consumer = Consumer(
                 client_config(
-                    config, enforced={"group.id": config.kafka.group_id, **ENFORCED_CONSUMER}
+                    config,
+                    # librdkafka would print a line per connection attempt while Kafka does
+                    # not answer; the error says why once.
+                    defaults={"log_level": 0},
+                    enforced={"group.id": config.kafka.group_id, **ENFORCED_CONSUMER},
                 ),
-                logger=None,
             )
         except KafkaException as exc:
             self._error = (

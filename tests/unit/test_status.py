@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from bridge.cli import main
+from bridge.config import load_config
+from bridge.ops.status import collect
 from plateau_core import Store, WriterPolicy
 from tests.support import batch
 
@@ -42,3 +44,21 @@ def test_settings_the_kafka_client_refuses_are_named_and_the_store_still_shown(
     assert document["store_id"] == store_id
     assert "fetch.wait.max.ms" in err
     assert err.startswith("plateau status: Kafka at 127.0.0.1:1 refused the client settings")
+
+
+def test_kafka_not_answering_is_said_once_without_the_clients_own_lines(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # librdkafka would print a line per connection attempt (about 20 a second) on stderr
+    # while status waits for its answer.
+    config = load_config(_config(tmp_path))
+    with Store.open(tmp_path / "data") as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        writer.acquire("t", 0)
+        writer.append("t", 0, batch(range(10)))
+        writer.close()
+    capfd.readouterr()
+    document, error = collect(config, timeout_s=2.0)
+    assert document["topics"]["t"]["partitions"]["0"]["next_offset"] == 10
+    assert error is not None and error.startswith("Kafka at 127.0.0.1:1 did not answer")
+    assert "rdkafka" not in capfd.readouterr().err
