@@ -15,6 +15,7 @@ from bridge.consume.batches import Key
 from bridge.consume.pauses import Pauses
 from bridge.consume.positions import start_offset
 from bridge.consume.routes import Routes
+from bridge.consume.sealed import Committable
 from bridge.consume.state import PartitionState
 from bridge.consume.topic_ids import TopicIds
 from bridge.ops.telemetry import WorkerTelemetry
@@ -43,6 +44,7 @@ class Assignment:
         telemetry: WorkerTelemetry,
         topic_ids: TopicIds,
         commit_revoked: Callable[[set[Key]], None],
+        resumed: Callable[[Committable], None],
     ) -> None:
         self.config = config
         self.name = name
@@ -54,6 +56,7 @@ class Assignment:
         self.telemetry = telemetry
         self._topic_ids = topic_ids
         self._commit_revoked = commit_revoked  # sealed offsets of revoked partitions, synchronously
+        self._resumed = resumed  # where a set-up partition starts, committed with the seals
         # Assigned partitions whose setup failed: (when to try again, attempts so far).
         self._waiting: dict[Key, tuple[float, int]] = {}
 
@@ -125,6 +128,11 @@ class Assignment:
         tp.offset = start.offset
         if start.behind or start.recreated:
             self.telemetry.add("errors", ("source_behind_store",))
+        elif start.offset >= 0:
+            # The group's committed offset follows the store from the start, not from the
+            # next seal: after a stop that could not commit (Kafka not answering) it stayed
+            # behind, and lag tools showed lag the store did not have.
+            self._resumed((route.plateau_topic, tp.partition, start.offset))
         # Past the watermark when Kafka's retention or another node took the partition
         # further (a gap recorded already); a logical offset without a watermark.
         positioned = start.offset >= 0

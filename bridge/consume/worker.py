@@ -124,6 +124,7 @@ class Worker:
             telemetry=telemetry,
             topic_ids=self._topic_ids,
             commit_revoked=lambda keys: self._commit_sealed(only=keys, sync=True),
+            resumed=self._sealed.put,
         )
 
     def subscriptions(self) -> list[str]:

@@ -94,6 +94,28 @@ def test_manifest_wins_when_kafka_is_behind_or_ahead(
     assert committed(kafka, group, topic, 2) == ahead
 
 
+def test_the_group_offset_follows_the_store_from_assignment(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """A stop that could not commit (Kafka not answering) leaves the group's offset behind
+    the store: at the next assignment it is moved to where the store resumes, not only
+    once the partition seals again, so lag tools show no lag the store does not have."""
+    topic = topic_factory(partitions=2)
+    group = f"g-{topic}"
+    config = make_config(kafka, tmp_path, [{"source": topic}], group=group)
+    _produce(kafka, topic, 0, 400)
+    with serving(config):
+        wait_landed(tmp_path, topic, end_offsets(kafka, topic))
+    ends = end_offsets(kafka, topic)
+    _set_committed(kafka, group, dict.fromkeys(ends, 0), topic)
+    with serving(config):
+        deadline = time.monotonic() + 60
+        while committed(kafka, group, topic, 2) != ends and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert committed(kafka, group, topic, 2) == ends
+    _assert_exactly_once(tmp_path, topic, 400)
+
+
 def test_partition_without_watermark_can_start_at_the_committed_offset(
     kafka: str, topic_factory: Callable[..., str], tmp_path: Path
 ) -> None:
