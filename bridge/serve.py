@@ -202,11 +202,17 @@ def _child(
     threading.Thread(
         target=_stop_when_told, args=(told, stop), name="stop-word", daemon=True
     ).start()
-    store = open_store(config)
     try:
-        code = run_worker(config, store, stop, name, run)
-    finally:
-        store.close()
+        store = open_store(config)
+        try:
+            code = run_worker(config, store, stop, name, run)
+        finally:
+            store.close()
+    except Exception as exc:
+        # One event in serve's log, not multiprocessing's traceback on stderr between its
+        # JSON lines; still exit 1, a crash, which serve restarts.
+        log.exception("worker_failed", worker=name, error=str(exc), error_type=type(exc).__name__)
+        code = EXIT_ERROR
     raise SystemExit(code)
 
 

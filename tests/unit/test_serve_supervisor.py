@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import signal
 import subprocess
 import sys
@@ -132,3 +134,36 @@ def test_a_signal_after_a_stop_told_over_the_pipe_is_the_first_one() -> None:
     assert printed == ["still draining"]
     assert done.returncode == 130
     assert "exit_now" in done.stdout + done.stderr
+
+
+def test_a_worker_that_fails_logs_one_event_and_exits_as_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A worker process's unexpected error was multiprocessing's traceback on stderr, lines
+    that are not JSON in serve's JSON log; it is now one `worker_failed` event, and the exit
+    code is still a crash's (serve restarts the worker)."""
+    config = parse_config(
+        {
+            "kafka": {"bootstrap_servers": "127.0.0.1:1", "group_id": "g"},
+            "storage": {"data_dir": str(tmp_path)},
+            "topics": [{"source": "t"}],
+        }
+    )
+
+    def failing(*_args: object) -> int:
+        raise RuntimeError("dead letters to 'missing' failed")
+
+    monkeypatch.setattr(serve_module, "run_worker", failing)
+    monkeypatch.setattr(serve_module, "install_stop_handlers", lambda _stop: None)
+    ours, theirs = multiprocessing.Pipe()
+    with pytest.raises(SystemExit) as ended:
+        serve_module._child(config, "worker-0", "run", "INFO", "json", told=theirs)
+    ours.close()
+    assert ended.value.code == serve_module.EXIT_ERROR
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]  # every line is a JSON event
+    failed = [e for e in events if e["event"] == "worker_failed"]
+    assert len(failed) == 1
+    assert failed[0]["error_type"] == "RuntimeError"
+    assert "missing" in failed[0]["error"]
+    assert "Traceback" in failed[0]["exception"]
