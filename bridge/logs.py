@@ -41,7 +41,9 @@ def configure_logging(level: str = "INFO", fmt: str | None = "auto") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
+        # One write per event (print() makes two): the JSON lines of worker processes sharing
+        # serve's stderr do not run into each other.
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=CACHE_LOGGERS,
     )
 
