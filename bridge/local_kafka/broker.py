@@ -241,10 +241,7 @@ class LocalKafka:
         if pid is None:
             return
         stop_pid(pid, self.settings.stop_timeout_s, self._process)
-        self._pid = None
-        self._process = None
-        (self.work_dir / STATE_FILE).unlink(missing_ok=True)
-        log.info("kafka_stopped", bootstrap_servers=self.bootstrap_servers, pid=pid)
+        self._forget(pid, "kafka_stopped")
 
     def kill(self) -> None:
         """SIGKILL, no clean shutdown: for a broker whose data is thrown away with it (a
@@ -253,10 +250,14 @@ class LocalKafka:
         if pid is None:
             return
         kill_pid(pid, self._process)
+        self._forget(pid, "kafka_killed")
+
+    def _forget(self, pid: int, event: str) -> None:
+        """The broker process is gone: nothing of it is held or recorded any more."""
         self._pid = None
         self._process = None
         (self.work_dir / STATE_FILE).unlink(missing_ok=True)
-        log.info("kafka_killed", bootstrap_servers=self.bootstrap_servers, pid=pid)
+        log.info(event, bootstrap_servers=self.bootstrap_servers, pid=pid)
 
     def running(self) -> bool:
         return self._pid is not None and pid_alive(self._pid) and self._exit_code() is None

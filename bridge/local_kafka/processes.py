@@ -90,12 +90,7 @@ def stop_pid(pid: int, timeout_s: float, process: subprocess.Popen[bytes] | None
             return
         time.sleep(0.1)
     log.warning("kafka_stop_forced", pid=pid, timeout_s=timeout_s)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    if process is not None:
-        process.wait(timeout=10)
+    kill_pid(pid, process)
 
 
 def die_with_parent() -> None:
