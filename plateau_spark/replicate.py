@@ -28,7 +28,8 @@ def replicate(
     """Run until `stop` is set (or once), `interval_s` apart; returns the runs' reports.
     `spark` writes Parquet replicas (None: written in this process; Iceberg tables always are).
 
-    Raises ReplicationFailedError when a run with `once` fails: nothing of it was recorded.
+    Raises ReplicationFailedError when a run with `once` fails: nothing of what failed was
+    recorded (a run refusing a topic, ReplicaOwnerError, replicated the other topics).
     On an interval a failed run is logged (replication_failed) and the next one tries again:
     object storage that is away for a while must not stop replication for good.
     """

@@ -136,6 +136,10 @@ def _replicator(config: Config, store: Store, target: Target) -> Replicator:
     from plateau_spark.replication import IcebergReplicator, IcebergSettings, Replicator
 
     replication = config.replication
+
+    def consumed(topic: str) -> bool:
+        return config.source_of(topic) is not None
+
     if replication.format == "parquet":
         return Replicator(
             store,
@@ -143,6 +147,7 @@ def _replicator(config: Config, store: Store, target: Target) -> Replicator:
             file_bytes=replication.file_size,
             compression=replication.compression,
             topics=replication.topics,
+            consumed=consumed,
         )
     iceberg = replication.iceberg
     settings = IcebergSettings(
@@ -161,6 +166,7 @@ def _replicator(config: Config, store: Store, target: Target) -> Replicator:
         file_bytes=replication.file_size,
         compression=replication.compression,
         topics=replication.topics,
+        consumed=consumed,
     )
 
 

@@ -38,6 +38,10 @@ def source_topic(session: Session, topic: str, partition: int) -> tuple[str, str
     return None if row is None else (row.source, row.topic_id)
 
 
+def consumed_topics(session: Session) -> set[str]:
+    return set(session.scalars(select(SourceTopicRow.topic).distinct()))
+
+
 def record_source_topic(  # noqa: PLR0917 - the partition, its source and the time
     session: Session, topic: str, partition: int, source: str, topic_id: str, stamp: int
 ) -> None:

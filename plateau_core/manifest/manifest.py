@@ -237,6 +237,11 @@ class Manifest(SegmentReads):
         with self._read() as session:
             return consumed.source_topic(session, topic, partition)
 
+    def consumed_topics(self) -> set[str]:
+        """Topics with a Kafka source recorded for any of their partitions."""
+        with self._read() as session:
+            return consumed.consumed_topics(session)
+
     def record_source_topic(self, topic: str, partition: int, source: str, topic_id: str) -> None:
         """Record the Kafka topic (and its id) a consumed partition comes from now."""
         with self._write() as session:

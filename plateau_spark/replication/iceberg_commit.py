@@ -5,7 +5,9 @@ Every snapshot plateau commits carries, in its summary:
 - `plateau.offsets`: for every Kafka partition replicated so far, the offset after the last
   row the table holds (JSON `{"0": 300, "1": 200}`), cumulative, so the newest such snapshot
   answers alone and expiring older snapshots loses nothing;
-- `plateau.offset-ranges`: the offsets this commit added, per partition (`{"0": [150, 300]}`).
+- `plateau.offset-ranges`: the offsets this commit added, per partition (`{"0": [150, 300]}`);
+- `plateau.store-id`: for a produced topic, the id of the store feeding the table (its
+  offsets are that store's own numbering, see owner.py), carried forward like the offsets.
 This is how the Iceberg Kafka Connect sink keeps exactly once: the table, not the writer,
 remembers what it holds, so a writer that crashed after committing skips what is there.
 """
@@ -37,10 +39,12 @@ from plateau_spark.replication.iceberg_schema import (
     check_evolution,
     iceberg_arrow_schema,
 )
+from plateau_spark.replication.owner import refuse
 from plateau_spark.replication.target import TargetError
 
 OFFSETS = "plateau.offsets"
 RANGES = "plateau.offset-ranges"
+STORE_ID = "plateau.store-id"
 _RETRY_PAUSE_S = 0.05
 # pyiceberg retries a refused commit by re-applying it to the new snapshot with the summary
 # it had: offsets another writer committed meanwhile would be missing from it. plateau
@@ -105,25 +109,41 @@ def _create(catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema) ->
     return catalog.load_table(identifier)
 
 
+@dataclass(frozen=True)
+class Committed:
+    """What plateau's commits say a table holds."""
+
+    offsets: dict[int, int]  # per Kafka partition, the offset after its last row
+    store_id: str | None  # the store feeding a produced topic's table; None: none recorded
+
+
 def committed_offsets(table: Table) -> dict[int, int]:
-    """Per Kafka partition, the offset after the last row the table holds (empty if none).
+    """Per Kafka partition, the offset after the last row the table holds (empty if none)."""
+    return committed_state(table).offsets
+
+
+def committed_state(table: Table) -> Committed:
+    """The table's committed offsets, and the store id recorded with them.
 
     The newest snapshot of the current branch's history carrying plateau's offsets answers;
     snapshots without them (another engine's maintenance) are looked past. When none is
     left (expiry dropped those that carried them), the names of plateau's data files the
-    table reads say it: taking nothing for committed would re-add rows, and would delete
-    committed files as an uncommitted run's.
+    table reads say the offsets: taking nothing for committed would re-add rows, and would
+    delete committed files as an uncommitted run's. No store id is known then: the table
+    counts as recording none (like one written before store ids were recorded).
     """
     current = snapshot = table.current_snapshot()
     while snapshot is not None:
         summary = snapshot.summary
-        text = summary.additional_properties.get(OFFSETS) if summary is not None else None
+        properties = {} if summary is None else summary.additional_properties
+        text = properties.get(OFFSETS)
         if text is not None:
-            return {int(p): int(o) for p, o in json.loads(text).items()}
+            offsets = {int(p): int(o) for p, o in json.loads(text).items()}
+            return Committed(offsets, properties.get(STORE_ID))
         parent = snapshot.parent_snapshot_id
         snapshot = None if parent is None else table.snapshot_by_id(parent)
     if current is None:
-        return {}
+        return Committed({}, None)
     offsets = _offsets_from_files(table)
     if offsets:
         log.warning(
@@ -131,7 +151,7 @@ def committed_offsets(table: Table) -> dict[int, int]:
             table=table.name(),
             offsets={str(p): o for p, o in sorted(offsets.items())},
         )
-    return offsets
+    return Committed(offsets, None)
 
 
 def _offsets_from_files(table: Table) -> dict[int, int]:
@@ -149,6 +169,11 @@ def _offsets_from_files(table: Table) -> dict[int, int]:
     return offsets
 
 
+def described(table: Table) -> str:
+    """The table as an error or a log line names it."""
+    return f"Iceberg table {'.'.join(table.name())} at {table.location()}"
+
+
 def offset_properties(
     committed: Mapping[int, int], ranges: list[OffsetRange], extra: Mapping[str, str]
 ) -> dict[str, str]:
@@ -164,18 +189,32 @@ def offset_properties(
 
 
 def commit_files(
-    table: Table, paths: list[str], ranges: list[OffsetRange], *, topic: str, retries: int
+    table: Table,
+    paths: list[str],
+    ranges: list[OffsetRange],
+    *,
+    topic: str,
+    retries: int,
+    store_id: str | None = None,
 ) -> Table:
-    """Add the data files in one snapshot that records `ranges`; returns the table as
-    committed. A commit another writer got ahead of is tried again on the refreshed table,
-    unless that writer committed rows of these ranges (then nothing is committed and
-    TargetError says so); an outcome the catalog could not tell is settled by reading the
-    offsets back."""
+    """Add the data files in one snapshot that records `ranges` (and `store_id`, the store
+    feeding a produced topic's table); returns the table as committed. A commit another
+    writer got ahead of is tried again on the refreshed table, unless that writer committed
+    rows of these ranges (then nothing is committed and TargetError says so) or recorded
+    another store (ReplicaOwnerError); an outcome the catalog could not tell is settled by
+    reading the offsets back."""
+    owner = {} if store_id is None else {STORE_ID: store_id}
     for attempt in range(retries + 1):
-        committed = committed_offsets(table)
+        state = committed_state(table)
+        committed = state.offsets
+        if store_id is not None and state.store_id not in (None, store_id):
+            raise refuse(
+                topic, recorded=state.store_id, store_id=store_id, replica=described(table)
+            )
         _check_not_committed(committed, ranges, topic)
         transaction = table.transaction()
-        transaction.add_files(paths, snapshot_properties=offset_properties(committed, ranges, {}))
+        properties = offset_properties(committed, ranges, owner)
+        transaction.add_files(paths, snapshot_properties=properties)
         try:
             committed_table = transaction.commit_transaction()
         except CommitFailedException as exc:

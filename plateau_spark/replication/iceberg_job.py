@@ -1,6 +1,8 @@
 """Replication into Apache Iceberg tables, one per topic, exactly once.
 
 Order of a run, per topic, and why it neither loses nor duplicates a row:
+0. A produced topic whose table records another store's id is refused, and nothing of it
+   is touched (owner.py): below the committed offsets are other records than the store's.
 1. The table is created, or given the columns the store's schema added (refused, naming the
    field, when a column's type changed in a way Iceberg cannot follow).
 2. The table's committed offsets are read from its snapshots (iceberg_commit.py). Pending
@@ -10,7 +12,8 @@ Order of a run, per topic, and why it neither loses nor duplicates a row:
 3. Data files of an uncommitted run (named by offsets at or past the committed offset, in
    the day folders the pending segments map to) are deleted: no snapshot reads them.
 4. The data files are written, each complete under its final name.
-5. One Iceberg commit adds them all, with the offset ranges in the snapshot summary.
+5. One Iceberg commit adds them all, with the offset ranges (and for a produced topic
+   this store's id) in the snapshot summary.
 6. One manifest transaction marks the segments replicated.
 A crash before 5 leaves files that step 3 of the next run deletes; a crash between 5 and 6
 leaves segments that step 2 of the next run finds committed.
@@ -31,12 +34,14 @@ from pyiceberg.table import Table
 
 from plateau_core.schema import merge_schemas
 from plateau_core.store import Store
+from plateau_spark.errors import ReplicaOwnerError
 from plateau_spark.replication.files import ReplicaFile, ReplicaTask, pending_days
 from plateau_spark.replication.iceberg_catalog import IcebergSettings, open_catalog
 from plateau_spark.replication.iceberg_commit import (
     OffsetRange,
     commit_files,
-    committed_offsets,
+    committed_state,
+    described,
     ensure_table,
 )
 from plateau_spark.replication.iceberg_files import (
@@ -48,6 +53,7 @@ from plateau_spark.replication.iceberg_files import (
 from plateau_spark.replication.iceberg_maintenance import MaintenanceReport, compact, expire
 from plateau_spark.replication.iceberg_schema import table_schema
 from plateau_spark.replication.job import DEFAULT_FILE_BYTES, ReplicationReport, Replicator
+from plateau_spark.replication.owner import Consumed, OffsetOrigins, refuse
 from plateau_spark.replication.target import Target, TargetError
 
 if TYPE_CHECKING:
@@ -72,10 +78,16 @@ class IcebergReplicator(Replicator):
         file_bytes: int = DEFAULT_FILE_BYTES,
         compression: str = "zstd",
         topics: Sequence[str] | None = None,
+        consumed: Consumed | None = None,
         step: Step | None = None,
     ) -> None:
         super().__init__(
-            store, target, file_bytes=file_bytes, compression=compression, topics=topics
+            store,
+            target,
+            file_bytes=file_bytes,
+            compression=compression,
+            topics=topics,
+            consumed=consumed,
         )
         self.settings = settings or IcebergSettings()
         self._step = step or (lambda _name: None)
@@ -88,24 +100,35 @@ class IcebergReplicator(Replicator):
 
     def run_once(self, spark: SparkSession | None = None) -> ReplicationReport:
         """Replicate everything sealed now, one Iceberg commit per topic. The files are
-        written in this process by pyarrow; `spark` is not used."""
+        written in this process by pyarrow; `spark` is not used.
+
+        Raises ReplicaOwnerError, once the other topics are replicated, naming each produced
+        topic whose table another store feeds."""
         del spark
         started = time.monotonic()
         report = ReplicationReport()
+        refused: dict[str, str] = {}
         with self._lock():
             tasks = self.plan()
             if tasks:
                 catalog = self.catalog()
+                origins = OffsetOrigins(self.store, self.consumed)
+                store_id = self.store.manifest.store_id()
                 for topic in sorted({t.topic for t in tasks}):
                     mine = [t for t in tasks if t.topic == topic]
+                    owner = store_id if origins.store_numbered(topic) else None
                     try:
-                        self._replicate_topic(catalog, topic, mine, report)
+                        self._replicate_topic(catalog, topic, mine, report, owner)
+                    except ReplicaOwnerError as exc:
+                        refused.update(exc.refused)
                     except OSError as exc:  # pyarrow's and pyiceberg's I/O errors
                         raise TargetError(
                             f"topic {topic!r}: cannot write the Iceberg table under "
                             f"{self.target.uri}: {exc}"
                         ) from exc
         report.seconds = time.monotonic() - started
+        if refused:
+            raise ReplicaOwnerError(refused)
         return report
 
     def maintain(self, *, now: float | None = None) -> dict[str, MaintenanceReport]:
@@ -153,12 +176,22 @@ class IcebergReplicator(Replicator):
         return reports
 
     def _replicate_topic(
-        self, catalog: Catalog, topic: str, tasks: list[ReplicaTask], report: ReplicationReport
+        self,
+        catalog: Catalog,
+        topic: str,
+        tasks: list[ReplicaTask],
+        report: ReplicationReport,
+        owner: str | None,
     ) -> None:
+        """`owner`: this store's id when the topic's offsets are its own (None: Kafka's)."""
         identifier = self.settings.identifier(topic)
+        if owner is not None:
+            # Before the table is evolved or a file of it deleted: a refused topic's table
+            # is left as it is.
+            self._check_owner(catalog, identifier, topic, owner)
         schema = table_schema(merge_schemas(self.store.manifest.schemas(topic).values()), topic)
         table = ensure_table(catalog, identifier, schema, topic)
-        committed = committed_offsets(table)
+        committed = committed_state(table).offsets
         location = Target.parse(table.location(), self.target.s3)
         report.orphans_removed += self._remove_uncommitted(location, tasks, committed)
         self._step("planned")
@@ -187,7 +220,12 @@ class IcebergReplicator(Replicator):
         paths = [f"{table.location()}/{f.path}" for _, written in files for f in written]
         if paths:
             commit_files(
-                table, paths, _merged(ranges), topic=topic, retries=self.settings.commit_retries
+                table,
+                paths,
+                _merged(ranges),
+                topic=topic,
+                retries=self.settings.commit_retries,
+                store_id=owner,
             )
         self._step("committed")
         moved = set(self.store.manifest.mark_replicated([s.id for t in tasks for s in t.segments]))
@@ -209,6 +247,28 @@ class IcebergReplicator(Replicator):
             )
         for task in tasks:
             report.partitions[f"{topic}[{task.partition}]"] = task.end_offset
+
+    def _check_owner(
+        self, catalog: Catalog, identifier: tuple[str, ...], topic: str, owner: str
+    ) -> None:
+        """Raise ReplicaOwnerError when the topic's table records another store than `owner`.
+        A table recording none (new, written before store ids were recorded, or its
+        offsets read from file names) becomes `owner`'s with its next commit."""
+        try:
+            table = catalog.load_table(identifier)
+        except NoSuchTableError:
+            return
+        state = committed_state(table)
+        if state.store_id is not None and state.store_id != owner:
+            raise refuse(topic, recorded=state.store_id, store_id=owner, replica=described(table))
+        if state.store_id is None and state.offsets:
+            log.info(
+                "replica_store_adopted",
+                topic=topic,
+                store_id=owner,
+                target=described(table),
+                offsets={str(p): o for p, o in sorted(state.offsets.items())},
+            )
 
     def _remove_uncommitted(
         self, location: Target, tasks: list[ReplicaTask], committed: dict[int, int]

@@ -3,9 +3,10 @@
 Each run commits at least one file per (day, Kafka partition) it touched, so a table fed
 every minute gathers small files. Compaction rewrites the small plateau files of one
 (day, partition) into files of about `file_bytes`, in offset order, in one commit that
-carries the table's offsets forward (replication's exactly-once check reads them from the
-newest snapshot). Expiry then drops snapshots past the retention, keeping the newest few,
-and deletes the data files only the dropped snapshots read.
+carries the table's offsets and store id forward (replication's exactly-once and store
+checks read them from the newest snapshot). Expiry then drops snapshots past the
+retention, keeping the newest few, and deletes the data files only the dropped snapshots
+read.
 
 A compaction that fails definitely (the commit refused) deletes the files it wrote; one
 killed before committing leaves `.c<tag>` files no snapshot reads, which the next
@@ -34,7 +35,12 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from plateau_core.schema import OFFSET
-from plateau_spark.replication.iceberg_commit import committed_offsets, offset_properties
+from plateau_spark.replication.iceberg_commit import (
+    STORE_ID,
+    committed_offsets,
+    committed_state,
+    offset_properties,
+)
 from plateau_spark.replication.iceberg_files import DATA_DIR, data_dir, data_name, parse_data_name
 from plateau_spark.replication.iceberg_schema import iceberg_arrow_schema
 from plateau_spark.replication.target import Target
@@ -154,11 +160,14 @@ def _write(io: FileIO, rows: pa.Table, folder: str, compression: str) -> str:
 
 
 def _commit(table: Table, old: list[DataFile], new: list[str], topic: str) -> None:
-    """One overwrite snapshot replacing `old` with `new`; the offsets carried forward. A
-    commit another writer got ahead of is refused, not retried: the files it would drop
-    may be gone from the new current snapshot."""
-    offsets = committed_offsets(table)
-    properties = offset_properties(offsets, [], {"plateau.operation": "compact"})
+    """One overwrite snapshot replacing `old` with `new`; the offsets (and the store id)
+    carried forward. A commit another writer got ahead of is refused, not retried: the
+    files it would drop may be gone from the new current snapshot."""
+    state = committed_state(table)
+    extra = {"plateau.operation": "compact"}
+    if state.store_id is not None:
+        extra[STORE_ID] = state.store_id
+    properties = offset_properties(state.offsets, [], extra)
     transaction = table.transaction()
     with transaction.update_snapshot(snapshot_properties=properties).overwrite() as overwrite:
         for data in old:

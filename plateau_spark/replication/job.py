@@ -1,6 +1,9 @@
 """The replication job: plan sealed segments into files, write them with Spark, record them.
 
 Order of a run, and why it cannot duplicate rows:
+0. A produced topic whose replica records another store's id (its marker file, owner.py)
+   is refused, and none of its files is touched: its offsets name other records than the
+   replica's. One recording none is marked as this store's.
 1. Files left by an unfinished run (offsets at or past the partition's replicated_offset,
    in the folders the pending segments' dates map to) are deleted: their rows are about to
    be written again, perhaps grouped differently.
@@ -31,6 +34,7 @@ from plateau_core.names import MANIFEST_FILE
 from plateau_core.policies import MiB
 from plateau_core.schema import OFFSET, merge_schemas
 from plateau_core.store import Store
+from plateau_spark.errors import ReplicaOwnerError
 from plateau_spark.replication.files import (
     ReplicaFile,
     ReplicaTask,
@@ -40,6 +44,7 @@ from plateau_spark.replication.files import (
     replica_file_name,
     write_task,
 )
+from plateau_spark.replication.owner import Consumed, ParquetOwners
 from plateau_spark.replication.spark_write import run_spark
 from plateau_spark.replication.target import Target
 
@@ -83,12 +88,16 @@ class Replicator:
         file_bytes: int = DEFAULT_FILE_BYTES,
         compression: str = "zstd",
         topics: Sequence[str] | None = None,
+        consumed: Consumed | None = None,
     ) -> None:
+        """`consumed`: whether the configuration consumes a topic from Kafka (owner.py says
+        what else tells produced topics from consumed ones)."""
         self.store = store
         self.target = target
         self.file_bytes = file_bytes
         self.compression = compression
         self.topics = None if topics is None else list(topics)
+        self.consumed = consumed
 
     def plan(self) -> list[ReplicaTask]:
         """Sealed, unreplicated segments, grouped per partition into ~file_bytes tasks."""
@@ -115,7 +124,10 @@ class Replicator:
     def run_once(self, spark: SparkSession | None = None) -> ReplicationReport:
         """Replicate everything sealed now. With `spark`, the segments are read through the
         `plateau` connector and written by Spark's Parquet writer in one job; without, each
-        task is written in this process by pyarrow (the same files)."""
+        task is written in this process by pyarrow (the same files).
+
+        Raises ReplicaOwnerError, once the other topics are replicated, naming each produced
+        topic whose replica another store feeds."""
         started = time.monotonic()
         report = ReplicationReport()
         with self._lock():
@@ -123,6 +135,11 @@ class Replicator:
             if not tasks:
                 return report
             filesystem = self.target.filesystem()
+            owners = ParquetOwners(self.store, self.target, self.consumed)
+            refused = owners.claim(filesystem, {t.topic for t in tasks})
+            tasks = [t for t in tasks if t.topic not in refused]
+            if not tasks:
+                raise ReplicaOwnerError(refused)
             self.target.clear_staging(filesystem)
             report.orphans_removed = self._remove_unfinished(filesystem, tasks)
             results = (
@@ -161,6 +178,8 @@ class Replicator:
                 rows=sum(f.rows for f in files),
                 target=self.target.uri,
             )
+        if refused:
+            raise ReplicaOwnerError(refused)
         return report
 
     def _discard(

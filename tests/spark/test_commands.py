@@ -154,3 +154,30 @@ def test_query_and_replicate_with_a_postgresql_manifest(
         states = {s.state for s in store.manifest.segments("web-clicks")}
         assert states == {SegmentState.REPLICATED}
     assert not (tmp_path / "data" / "manifest.db").exists()
+
+
+def test_replicate_refuses_a_produced_topic_another_store_fed_and_copies_the_rest(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The config consumes web-clicks from Kafka; orders is produced to plateau. The replica
+    of each names another store: web-clicks is replicated all the same (Kafka's offsets
+    name the same records in any store), orders is refused and the command says why."""
+    with Store.open(tmp_path / "data") as store:
+        write_segments(store, "web-clicks", 0, minute_batches(0, 1), 100)
+        write_segments(store, "orders", 0, minute_batches(0, 1), 100)
+    replica = tmp_path / "replica"
+    for topic in ("web-clicks", "orders"):
+        (replica / topic).mkdir(parents=True)
+        (replica / topic / "_plateau_store_id").write_text("another-store\n")
+    capsys.readouterr()  # the writes' log lines
+    config = config_file(tmp_path, target=str(replica))
+
+    assert main(["replicate", "-c", str(config), "--once"]) == 2
+    err = capsys.readouterr().err
+    assert "topic 'orders' is not replicated" in err and "another-store" in err
+    with Store.open(tmp_path / "data") as store:
+        assert {s.state for s in store.manifest.segments("web-clicks")} == {SegmentState.REPLICATED}
+        assert {s.state for s in store.manifest.segments("orders")} == {SegmentState.SEALED}
+    assert spark_keys(spark, str(replica / "web-clicks")) == Counter(
+        {(0, o): 1 for o in range(100)}
+    )

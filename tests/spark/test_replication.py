@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections import Counter
 from pathlib import Path
@@ -17,7 +18,7 @@ from structlog.testing import capture_logs
 from plateau_core import RetentionPolicy, SegmentState, Store, StoreLimits
 from plateau_core.rebuild import rebuild_manifest
 from plateau_core.retention import Retention
-from plateau_spark.errors import ReplicationFailedError
+from plateau_spark.errors import ReplicaOwnerError, ReplicationFailedError
 from plateau_spark.replicate import replicate
 from plateau_spark.replication import (
     ReplicationReport,
@@ -26,6 +27,7 @@ from plateau_spark.replication import (
     TargetError,
     write_task,
 )
+from plateau_spark.replication.owner import MARKER_FILE, OffsetOrigins
 from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.support import BASE_MS, batch
 
@@ -163,7 +165,10 @@ def test_s3_target_idempotent_then_retention_deletes_only_replicated(
         return sorted(i.path for i in infos if i.type == fs.FileType.File)
 
     files = listing()
-    assert len(files) == 3
+    assert [f.rsplit("/", 1)[1] for f in files if not f.endswith(".parquet")] == [
+        "_plateau_store_id"
+    ]
+    assert len(files) == 4
     assert replicator.run_once(spark).segments == 0
     assert listing() == files
     assert s3_keys(s3_target) == stored_keys(store)
@@ -175,6 +180,113 @@ def test_s3_target_idempotent_then_retention_deletes_only_replicated(
     left = store.manifest.segments("t")
     assert [(s.partition, s.start_offset, s.state) for s in left] == [(1, 200, SegmentState.SEALED)]
     assert retention.forced_total == 0
+    store.close()
+
+
+def replica_values(target: Target, topic: str = "t") -> list[bytes]:
+    dataset = ds.dataset(target.path(topic), filesystem=target.filesystem(), format="parquet")
+    return sorted(dataset.to_table(columns=["value"]).column("value").to_pylist())
+
+
+def store_created_again(path: Path, store: Store) -> Store:
+    """The store at `path` lost with its data folder and created there again: a new id."""
+    store.close()
+    shutil.rmtree(path)
+    return Store.open(path)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_produced_topic_of_a_store_created_again_leaves_the_old_replica_whole(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    """A store created again at its data folder numbers a produced topic's offsets from 0
+    again: the same file names and offsets as the replica's, other records. The topic is
+    refused, naming both stores; the replica keeps its files, the segments stay unreplicated,
+    and the store's other topics are replicated."""
+    target = (
+        request.getfixturevalue("s3_target")
+        if where == "s3"
+        else Target.parse(str(tmp_path / "replica"))
+    )
+    old = Store.open(tmp_path / "data")
+    write_segments(old, "t", 0, minute_batches(0, 3), roll_rows=100)
+    assert Replicator(old, target).run_once().segments == 3
+    old_id, before = old.manifest.store_id(), replica_values(target)
+    store = store_created_again(tmp_path / "data", old)
+    different = [batch(range(i, i + 100), value_size=9) for i in (0, 100)]
+    write_segments(store, "t", 0, different, roll_rows=100)
+    write_segments(store, "u", 0, minute_batches(0, 1), roll_rows=100)
+
+    with capture_logs() as logs, pytest.raises(ReplicaOwnerError) as refused:
+        Replicator(store, target).run_once()
+    assert set(refused.value.refused) == {"t"}
+    message = str(refused.value)
+    assert old_id in message and store.manifest.store_id() in message
+    assert "another target" in message and "remove its replica" in message
+    [event] = [e for e in logs if e["event"] == "replica_of_another_store"]
+    assert event["log_level"] == "error"
+    assert (event["topic"], event["replica_store_id"]) == ("t", old_id)
+    assert event["store_id"] == store.manifest.store_id() and target.uri in event["target"]
+    assert replica_values(target) == before
+    assert s3_keys(target) == Counter({(0, o): 1 for o in range(300)})
+    assert {s.state for s in store.manifest.segments("t")} == {SegmentState.SEALED}
+    assert s3_keys(target, "u") == stored_keys(store, "u")
+    assert {s.state for s in store.manifest.segments("u", states=tuple(SegmentState))} == {
+        SegmentState.REPLICATED
+    }
+    store.close()
+
+
+def test_a_consumed_topic_of_a_store_created_again_is_replicated_as_before(
+    tmp_path: Path,
+) -> None:
+    """A consumed topic's offsets are Kafka's: the same records whichever store holds
+    them, so a store created again replicates them over the replica's as it always did."""
+    target = Target.parse(str(tmp_path / "replica"))
+    old = Store.open(tmp_path / "data")
+    old.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(old, "t", 0, minute_batches(0, 3), roll_rows=100)
+    Replicator(old, target).run_once()
+    store = store_created_again(tmp_path / "data", old)
+    store.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(store, "t", 0, minute_batches(0, 3)[1:], roll_rows=100)
+    assert Replicator(store, target).run_once().segments == 2
+    assert s3_keys(target) == Counter({(0, o): 1 for o in range(300)})
+    assert not (tmp_path / "replica" / "t" / "_plateau_store_id").exists()
+    store.close()
+
+
+def test_a_replica_recording_no_store_is_adopted_by_the_first_store_replicating_into_it(
+    tmp_path: Path,
+) -> None:
+    """A Parquet replica written before store ids were recorded has no marker: the store
+    replicating into it next writes its own, and the replica is that store's from then on."""
+    store = Store.open(tmp_path / "data")
+    target = Target.parse(str(tmp_path / "replica"))
+    write_segments(store, "t", 0, minute_batches(0, 1), roll_rows=100)
+    Replicator(store, target, consumed=lambda _topic: True).run_once()
+    marker = tmp_path / "replica" / "t" / MARKER_FILE
+    assert not marker.exists()
+    write_segments(store, "t", 0, [batch(range(100, 200))], roll_rows=100)
+    assert Replicator(store, target).run_once().segments == 1
+    assert marker.read_text() == f"{store.manifest.store_id()}\n"
+    assert s3_keys(target) == stored_keys(store)
+    store.close()
+
+
+def test_a_topic_is_produced_unless_the_store_or_the_config_says_it_is_consumed(
+    tmp_path: Path,
+) -> None:
+    """Kafka's offsets: a Kafka source recorded for a partition, or a mapping consuming
+    into the topic; a roll-up topic follows its topic. Everything else the store numbers."""
+    store = Store.open(tmp_path / "data")
+    topics = ("direct", "api", "sourced", "configured", "sourced.rollup.1m", "direct.rollup.1m")
+    for topic in topics:
+        write_segments(store, topic, 0, minute_batches(0, 1), roll_rows=100)
+    store.manifest.ensure_produced_topic("api", 1, "auto_create")
+    store.manifest.record_source_topic("sourced", 0, "clicks", "id-1")
+    origins = OffsetOrigins(store, consumed=lambda topic: topic == "configured")
+    assert {t for t in topics if origins.store_numbered(t)} == {"direct", "api", "direct.rollup.1m"}
     store.close()
 
 

@@ -124,7 +124,7 @@ def test_object_storage_outage_mid_replication(
         more = [batch(range(start, start + 100)) for start in range(400, 1000, 100)]
         write_segments(store, "t", partition, more, roll_rows=100)
     # The upload starts, then storage goes away under it: connections cut, new ones refused.
-    outage.cut_after(4_000)
+    outage.cut_after(6_000)  # past the store-id marker's read and the staging sweep
     with pytest.raises((PySparkException, TargetError), match=r"NETWORK_CONNECTION|Connection re"):
         replicator.run_once(spark)
     replicated = store.manifest.segments("t", states=(SegmentState.REPLICATED,))
@@ -158,7 +158,7 @@ def test_object_storage_outage_mid_replication(
     )
     reliability.record(
         "Object storage down mid-replication",
-        "S3 connections cut 4 kB into a replicate run's uploads and refused after; "
+        "S3 connections cut 6 kB into a replicate run's uploads and refused after; "
         "retention requiring replication ran meanwhile; S3 back, replicate again "
         "(records counted in the bucket)",
         result,

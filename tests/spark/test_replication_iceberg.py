@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,11 +17,25 @@ import pytest
 from pyarrow import fs
 from pyiceberg.expressions import EqualTo
 from pyspark.sql import SparkSession
+from structlog.testing import capture_logs
 
 from plateau_core import Retention, SegmentState, Store, StoreLimits
+from plateau_spark.errors import ReplicaOwnerError
 from plateau_spark.iceberg_read import iceberg_frame
-from plateau_spark.replication import IcebergSettings, SchemaConflictError, Target
-from plateau_spark.replication.iceberg_commit import OFFSETS, RANGES, committed_offsets
+from plateau_spark.replication import (
+    IcebergReplicator,
+    IcebergSettings,
+    SchemaConflictError,
+    Target,
+)
+from plateau_spark.replication.iceberg_commit import (
+    OFFSETS,
+    RANGES,
+    STORE_ID,
+    Committed,
+    committed_offsets,
+    committed_state,
+)
 from tests.spark.conftest import minute_batches, s3_bucket_target, write_segments
 from tests.spark.iceberg_support import data_files, replicator, table_keys
 from tests.spark.test_replication import across_midnight, stored_keys
@@ -175,8 +191,10 @@ def test_compaction_rewrites_small_files_and_expiry_deletes_what_only_old_snapsh
     after = data_files(table)
     assert len(after) == 2 and all(".c" in name for name in after)
     assert table_keys(table) == keys
-    # Offsets are carried forward by the compaction's snapshot, so replication goes on.
+    # Offsets are carried forward by the compaction's snapshot, so replication goes on,
+    # and the store feeding the table with them.
     assert committed_offsets(table) == {0: 400, 1: 400}
+    assert committed_state(table).store_id == store.manifest.store_id()
     # Expiry kept the newest min_snapshots (10 by default): all five here.
     assert done.snapshots_expired == 0 and len(table.snapshots()) == 5
 
@@ -320,4 +338,96 @@ def test_s3_warehouse_with_an_unfinished_run_first(tmp_path: Path, s3_warehouse:
     listing = s3_warehouse.filesystem().get_file_info(selector)
     parquet = [i.path for i in listing if i.path.endswith(".parquet")]
     assert len(parquet) == 3
+    store.close()
+
+
+def test_a_produced_topic_of_a_store_created_again_is_refused_not_taken_as_committed(
+    tmp_path: Path,
+) -> None:
+    """A store created again at its data folder numbers a produced topic's offsets from 0
+    again: below the table's committed offsets, yet other records. The topic is refused,
+    naming both stores: nothing is committed, its segments stay unreplicated (retention that
+    requires replication keeps them), and the store's other topics are replicated."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    old = Store.open(tmp_path / "data")
+    write_segments(old, "t", 0, minute_batches(0, 3), roll_rows=100)
+    replicator(old, warehouse, settings=shared).run_once()
+    old_id = old.manifest.store_id()
+    summary = replicator(old, warehouse, settings=shared).table("t").current_snapshot()
+    assert summary is not None and summary.summary is not None
+    assert summary.summary.additional_properties[STORE_ID] == old_id
+    old.close()
+    shutil.rmtree(tmp_path / "data")
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, [batch(range(200), value_size=9)], roll_rows=100)
+    write_segments(store, "u", 0, minute_batches(0, 1), roll_rows=100)
+    job = replicator(store, warehouse, settings=shared)
+
+    with capture_logs() as logs, pytest.raises(ReplicaOwnerError) as refused:
+        job.run_once()
+    assert set(refused.value.refused) == {"t"}
+    message = str(refused.value)
+    assert old_id in message and store.manifest.store_id() in message
+    assert "another target or table" in message and "remove its replica" in message
+    [event] = [e for e in logs if e["event"] == "replica_of_another_store"]
+    assert (event["topic"], event["replica_store_id"]) == ("t", old_id)
+    assert event["store_id"] == store.manifest.store_id() and "plateau.t" in event["target"]
+    table = job.table("t")
+    assert len(table.snapshots()) == 1 and committed_offsets(table) == {0: 300}
+    assert {s.state for s in store.manifest.segments("t")} == {SegmentState.SEALED}
+    assert table_keys(job.table("u")) == stored_keys(store, "u")
+    with pytest.raises(ReplicaOwnerError):  # every run, until someone decides
+        job.run_once()
+    store.close()
+
+
+def test_a_consumed_topic_of_a_store_created_again_skips_what_the_table_holds(
+    tmp_path: Path,
+) -> None:
+    """A consumed topic's offsets are Kafka's: below the committed offsets are the same
+    records, already in the table, as several nodes feeding one table rely on."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    old = Store.open(tmp_path / "data")
+    old.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(old, "t", 0, minute_batches(0, 3), roll_rows=100)
+    replicator(old, warehouse, settings=shared).run_once()
+    old.close()
+    shutil.rmtree(tmp_path / "data")
+    store = Store.open(tmp_path / "data")
+    store.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(store, "t", 0, minute_batches(0, 4)[2:], roll_rows=100)
+    job = replicator(store, warehouse, settings=shared)
+    assert job.run_once().segments == 2
+    table = job.table("t")
+    assert committed_offsets(table) == {0: 400}
+    assert table_keys(table) == Counter({(0, o): 1 for o in range(400)})
+    summary = table.current_snapshot().summary.additional_properties  # type: ignore[union-attr]
+    assert STORE_ID not in summary
+    store.close()
+
+
+def test_a_table_recording_no_store_is_adopted_by_the_first_store_replicating_into_it(
+    tmp_path: Path,
+) -> None:
+    """A table written before store ids were recorded (its snapshots carry offsets only):
+    the store replicating into it next records its id, and from then on the table is
+    that store's."""
+    store = Store.open(tmp_path / "data")
+    write_segments(store, "t", 0, minute_batches(0, 2), roll_rows=100)
+    warehouse = Target.parse(str(tmp_path / "warehouse"))
+    # Commits as a plateau of before made them: offsets, no store id.
+    IcebergReplicator(store, warehouse, consumed=lambda _topic: True).run_once()
+    table = replicator(store, warehouse).table("t")
+    assert committed_state(table) == Committed({0: 200}, None)
+
+    write_segments(store, "t", 0, [batch(range(200, 300))], roll_rows=100)
+    with capture_logs() as logs:
+        replicator(store, tmp_path / "warehouse").run_once()
+    assert [e["store_id"] for e in logs if e["event"] == "replica_store_adopted"] == [
+        store.manifest.store_id()
+    ]
+    table.refresh()
+    assert committed_state(table) == Committed({0: 300}, store.manifest.store_id())
     store.close()

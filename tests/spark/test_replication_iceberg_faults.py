@@ -21,6 +21,7 @@ from structlog.testing import capture_logs
 
 from bridge.cli import main
 from plateau_core import SegmentState, Store
+from plateau_spark.errors import ReplicaOwnerError
 from plateau_spark.replication import IcebergSettings, Target, TargetError, iceberg_maintenance
 from plateau_spark.replication.iceberg_commit import committed_offsets
 from tests.bridge_support import REPO
@@ -153,14 +154,18 @@ def test_kill_9_at_each_step_then_rerun(tmp_path: Path, step: str) -> None:
 def test_a_node_committing_first_makes_the_other_retry_on_the_new_snapshot(
     tmp_path: Path, catalog: str, request: pytest.FixtureRequest
 ) -> None:
-    """Two plateau nodes, their own stores and partitions, one catalog and warehouse: node B
-    commits between node A's load of the table and A's commit. A's commit is refused by the
-    catalog, retried on B's snapshot, and the offsets of both survive."""
+    """Two plateau nodes consuming one Kafka topic, their own stores and partitions, one
+    catalog and warehouse: node B commits between node A's load of the table and A's
+    commit. A's commit is refused by the catalog, retried on B's snapshot, and the offsets
+    of both survive."""
     shared = _catalog(catalog, tmp_path, request)
     warehouse = tmp_path / "warehouse"
     node_a = Store.open(tmp_path / "a")
+    for partition in (0, 1):
+        node_a.manifest.record_source_topic("t", partition, "clicks", "id-1")
     two_runs_of_data(node_a, first=True)
     node_b = Store.open(tmp_path / "b")
+    node_b.manifest.record_source_topic("t", 2, "clicks", "id-1")
     write_segments(node_b, "t", 2, minute_batches(2, 1), roll_rows=100)
     done: list[int] = []
 
@@ -175,6 +180,33 @@ def test_a_node_committing_first_makes_the_other_retry_on_the_new_snapshot(
     table = replicator(node_a, warehouse, settings=shared).table("t")
     assert committed_offsets(table) == {0: 300, 1: 300, 2: 100}
     assert table_keys(table) == stored_keys(node_a) + stored_keys(node_b)
+    node_a.close()
+    node_b.close()
+
+
+def test_another_store_committing_a_produced_topic_first_refuses_the_commit(
+    tmp_path: Path,
+) -> None:
+    """Another store commits a produced topic's first rows between this run's look at the
+    table and its commit: the commit is refused, naming both stores, and nothing of this
+    store is marked replicated."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    node_a = Store.open(tmp_path / "a")
+    two_runs_of_data(node_a, first=True)
+    node_b = Store.open(tmp_path / "b")
+    write_segments(node_b, "t", 2, minute_batches(2, 1), roll_rows=100)
+
+    def node_b_commits(name: str) -> None:
+        if name == "files_written":
+            replicator(node_b, warehouse, settings=shared).run_once()
+
+    job = replicator(node_a, warehouse, step=node_b_commits, settings=shared)
+    with pytest.raises(ReplicaOwnerError, match=node_b.manifest.store_id()):
+        job.run_once()
+    table = replicator(node_b, warehouse, settings=shared).table("t")
+    assert committed_offsets(table) == {2: 100}
+    assert sealed(node_a) == 6
     node_a.close()
     node_b.close()
 
