@@ -19,9 +19,10 @@ class ReplicationFailedError(SparkJobError):
 
 
 class ReplicaOwnerError(SparkJobError):
-    """A produced topic's replica was written by another store (or by this data folder
-    before it was created again): the topic is not replicated there. The other topics of the
-    run were; `refused` maps each refused topic to its reason."""
+    """A topic's replica is not this store's to write: a produced topic's replica fed by
+    another store (or by this data folder before it was created again), or an Iceberg table
+    folder the catalog does not list. The topic is not replicated there; the run's other
+    topics were. `refused` maps each refused topic to why."""
 
     def __init__(self, refused: dict[str, str]) -> None:
         super().__init__("; ".join(refused[topic] for topic in sorted(refused)))

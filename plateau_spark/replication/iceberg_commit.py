@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -64,15 +64,20 @@ class OffsetRange:
 
 
 def ensure_table(
-    catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema, topic: str
+    catalog: Catalog,
+    identifier: tuple[str, ...],
+    schema: pa.Schema,
+    topic: str,
+    vacant: Callable[[str], None],
 ) -> Table:
     """The topic's table, created partitioned by day(timestamp) and the Kafka partition, or
     given the columns `schema` adds. Raises SchemaConflictError naming a field whose type
-    changed incompatibly."""
+    changed incompatibly. `vacant(location)` is asked before a table is created there, and
+    raises to keep it from being created."""
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
-        table = _create(catalog, identifier, schema)
+        table = _create(catalog, identifier, schema, vacant)
         log.info("iceberg_table_created", topic=topic, table=".".join(identifier))
         return table
     if any(table.properties.get(k) != v for k, v in _OWN_RETRIES.items()):
@@ -90,13 +95,16 @@ def ensure_table(
     return table
 
 
-def _create(catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema) -> Table:
+def _create(
+    catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema, vacant: Callable[[str], None]
+) -> Table:
     try:
         transaction = catalog.create_table_transaction(
             identifier,
             schema=schema,
             properties={TableProperties.PARQUET_COMPRESSION: "zstd", **_OWN_RETRIES},
         )
+        vacant(transaction.table_metadata.location)
         with transaction.update_spec() as spec:
             spec.add_field(TIMESTAMP, DayTransform(), "timestamp_day")
             spec.add_field(PARTITION, IdentityTransform(), PARTITION)
@@ -106,6 +114,11 @@ def _create(catalog: Catalog, identifier: tuple[str, ...], schema: pa.Schema) ->
         transaction.commit_transaction()
     except TableAlreadyExistsError:  # another node created it first
         pass
+    except CommitFailedException:
+        # The SQL catalog's answer when another node created it between the staging and
+        # this commit.
+        if not catalog.table_exists(identifier):
+            raise
     return catalog.load_table(identifier)
 
 

@@ -190,7 +190,9 @@ class IcebergReplicator(Replicator):
             # is left as it is.
             self._check_owner(catalog, identifier, topic, owner)
         schema = table_schema(merge_schemas(self.store.manifest.schemas(topic).values()), topic)
-        table = ensure_table(catalog, identifier, schema, topic)
+        table = ensure_table(
+            catalog, identifier, schema, topic, partial(self._vacant, catalog, topic)
+        )
         committed = committed_state(table).offsets
         location = Target.parse(table.location(), self.target.s3)
         report.orphans_removed += self._remove_uncommitted(location, tasks, committed)
@@ -269,6 +271,38 @@ class IcebergReplicator(Replicator):
                 target=described(table),
                 offsets={str(p): o for p, o in sorted(state.offsets.items())},
             )
+
+    def _vacant(self, catalog: Catalog, topic: str, location: str) -> None:
+        """Raise ReplicaOwnerError when `location`, where the topic's table is about to be
+        created, holds a table already: one the catalog lost (the default catalog lives in
+        the data folder, and goes when it is wiped) or dropped without its files. A table
+        created over it would delete its data files as an uncommitted run's."""
+        folder = Target.parse(location, self.target.s3)
+        names = folder.list_files(folder.filesystem(), "metadata")
+        found = sorted(n for n in names if n.endswith(".metadata.json"))
+        if not found or catalog.table_exists(self.settings.identifier(topic)):
+            # Another node sharing the catalog created it meanwhile: it is loaded instead.
+            return
+        log.error(
+            "iceberg_table_not_in_catalog",
+            topic=topic,
+            table=".".join(self.settings.identifier(topic)),
+            location=location,
+            metadata_files=len(found),
+        )
+        raise ReplicaOwnerError(
+            {
+                topic: (
+                    f"topic {topic!r} is not replicated: {location} holds an Iceberg table "
+                    f"the catalog does not list as {'.'.join(self.settings.identifier(topic))} "
+                    "(the catalog was lost, as the default one is with its data folder, or "
+                    "the table was dropped without its files). Register that table in the "
+                    f"catalog again (its newest metadata file, metadata/{found[-1]}, with "
+                    "pyiceberg's register_table) or remove the folder; nothing in it is "
+                    "changed until then"
+                )
+            }
+        )
 
     def _remove_uncommitted(
         self, location: Target, tasks: list[ReplicaTask], committed: dict[int, int]

@@ -431,3 +431,38 @@ def test_a_table_recording_no_store_is_adopted_by_the_first_store_replicating_in
     table.refresh()
     assert committed_state(table) == Committed({0: 300}, store.manifest.store_id())
     store.close()
+
+
+def test_a_table_folder_the_catalog_does_not_list_is_left_whole(tmp_path: Path) -> None:
+    """The default catalog lives in the data folder: a data folder wiped takes it along, and
+    the store created there finds no table, though the warehouse still holds the old one's
+    files at the new table's location. Creating a table there would delete them as an
+    uncommitted run's; the topic is refused instead, saying how to get the table back."""
+    warehouse = tmp_path / "warehouse"
+    old = Store.open(tmp_path / "data")
+    old.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(old, "t", 0, minute_batches(0, 3), roll_rows=100)
+    replicator(old, warehouse).run_once()
+    old.close()
+    files = sorted(p for p in warehouse.rglob("*") if p.is_file())
+    shutil.rmtree(tmp_path / "data")
+    store = Store.open(tmp_path / "data")
+    store.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(store, "t", 0, minute_batches(0, 4)[3:], roll_rows=100)
+    write_segments(store, "u", 0, minute_batches(0, 1), roll_rows=100)
+    job = replicator(store, warehouse)
+
+    with pytest.raises(ReplicaOwnerError, match="register") as refused:
+        job.run_once()
+    assert set(refused.value.refused) == {"t"}
+    assert str(warehouse / "plateau" / "t") in str(refused.value)
+    assert all(p.exists() for p in files)
+    assert {s.state for s in store.manifest.segments("t")} == {SegmentState.SEALED}
+    assert table_keys(job.table("u")) == stored_keys(store, "u")
+
+    # What the message says to do: the table registered again, replication goes on in it.
+    newest = sorted((warehouse / "plateau" / "t" / "metadata").glob("*.metadata.json"))[-1]
+    job.catalog().register_table(("plateau", "t"), f"file://{newest}")
+    assert job.run_once().segments == 1
+    assert table_keys(job.table("t")) == Counter({(0, o): 1 for o in range(400)})
+    store.close()

@@ -184,6 +184,34 @@ def test_a_node_committing_first_makes_the_other_retry_on_the_new_snapshot(
     node_b.close()
 
 
+def test_a_table_another_node_creates_first_is_loaded_not_taken_for_a_lost_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nodes consuming one topic find no table; node B creates it (and commits) while
+    node A is about to: A finds B's metadata at the location, and since the catalog lists
+    the table now, A commits to it instead of refusing it as a table the catalog lost."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    node_a = Store.open(tmp_path / "a")
+    node_a.manifest.record_source_topic("t", 0, "clicks", "id-1")
+    write_segments(node_a, "t", 0, minute_batches(0, 1), roll_rows=100)
+    node_b = Store.open(tmp_path / "b")
+    node_b.manifest.record_source_topic("t", 1, "clicks", "id-1")
+    write_segments(node_b, "t", 1, minute_batches(1, 1), roll_rows=100)
+    job = replicator(node_a, warehouse, settings=shared)
+    vacant = job._vacant
+
+    def node_b_first(catalog: Any, topic: str, location: str) -> None:
+        assert replicator(node_b, warehouse, settings=shared).run_once().segments == 1
+        vacant(catalog, topic, location)
+
+    monkeypatch.setattr(job, "_vacant", node_b_first)
+    assert job.run_once().segments == 1
+    assert committed_offsets(job.table("t")) == {0: 100, 1: 100}
+    node_a.close()
+    node_b.close()
+
+
 def test_another_store_committing_a_produced_topic_first_refuses_the_commit(
     tmp_path: Path,
 ) -> None:
