@@ -28,6 +28,7 @@ import structlog
 
 from plateau_core.bloom import bloom_kind, canonical, value_hash
 from plateau_core.errors import InvalidInputError
+from plateau_core.json_text import as_json_text
 from plateau_core.schema import OFFSET, TIMESTAMP, TIMESTAMP_TYPE
 
 MetricKind = Literal["count", "sum", "min", "max", "distinct"]
@@ -183,10 +184,28 @@ def _aggregate_name(metric: RollupMetric) -> str:
 def _column(table: pa.Table, name: str, rows: int) -> pa.ChunkedArray | pa.Array:
     """A dimension of the segment, or nulls where the segment lacks it (a newer schema added
     it, or no record of a JSON segment had the field): its rows group under a null value.
-    Null-typed, so the segment's schema merges with those whose column has a type."""
-    if name in table.column_names:
-        return table.column(name)
-    return pa.nulls(rows)
+    Null-typed, so the segment's schema merges with those whose column has a type.
+
+    Arrow groups by no list, struct or map (a JSON field holding arrays or objects): such a
+    dimension groups by its values' JSON text, as a column whose types clash reads. Kept
+    as it was, it failed every seal of the partition, its raw records with it."""
+    if name not in table.column_names:
+        return pa.nulls(rows)
+    column = table.column(name)
+    if _groupable(column.type):
+        return column
+    return as_json_text(column)
+
+
+@cache
+def _groupable(data_type: pa.DataType) -> bool:
+    """Whether Arrow groups rows by values of this type (asked of no rows)."""
+    empty = pa.table({"k": pa.array([], data_type)})
+    try:
+        empty.group_by(["k"], use_threads=False).aggregate([])
+    except pa.ArrowNotImplementedError:
+        return False
+    return True
 
 
 def sketch(kind: str | None, values: Iterable[object]) -> bytes:

@@ -354,3 +354,37 @@ def test_only_a_metric_whose_column_type_has_no_aggregate_is_warned_about() -> N
     assert rolled.column("sum_latency").to_pylist() == [7]
     warned = [e for e in logs if e["event"] == "rollup_metrics_skipped"]
     assert [e["metrics"] for e in warned] == [{"sum_text": "string"}]
+
+
+def test_a_dimension_of_a_nested_type_groups_by_its_json_text(store: Store) -> None:
+    """Arrow groups by no list, struct or map: a JSON field holding an array or an object
+    as a dimension failed every seal of the partition, its raw records with it. It groups by
+    the value's JSON text, as a column whose types clash reads."""
+    policy = RollupPolicy("1m", 60_000, ("tags", "origin"), rollup_metrics(["count"]))
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire(
+            "logs", 0, roll=RollPolicy(max_rows=10**6, max_age_s=3600), rollups=(policy,)
+        )
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "offset": pa.array([0, 1, 2, 3], pa.int64()),
+                "timestamp": pa.array([BASE_MS, BASE_MS + 1, BASE_MS + 2, BASE_MS + 3], TS),
+                "tags": pa.array([["a"], ["b", "c"], ["a"], None], pa.list_(pa.string())),
+                "origin": pa.array(
+                    [{"zone": 1}, {"zone": 2}, {"zone": 1}, {"zone": 1}],
+                    pa.struct([pa.field("zone", pa.int64())]),
+                ),
+            }
+        )
+        append_patiently(writer, "logs", 0, batch)
+        writer.flush(timeout_s=5)
+    finally:
+        writer.close(timeout_s=5)
+    assert store.read("logs").to_table().num_rows == 4
+    table = reaggregate(store.read("logs.rollup.1m").to_table(), policy)
+    assert table.select(["tags", "origin", "count"]).to_pylist() == [
+        {"tags": '["a"]', "origin": '{"zone":1}', "count": 2},
+        {"tags": '["b","c"]', "origin": '{"zone":2}', "count": 1},
+        {"tags": None, "origin": '{"zone":1}', "count": 1},
+    ]
