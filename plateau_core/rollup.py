@@ -155,7 +155,12 @@ def rollup_table(
 def _aggregable(table: pa.Table, metric: RollupMetric) -> bool:
     if metric.column is None or not _typed(table, metric.column):
         return False
-    return _has_kernel(metric.kind, table.schema.field(metric.column).type)
+    data_type = table.schema.field(metric.column).type
+    if metric.kind == "distinct":
+        # Arrow lists the distinct values of any type, but a sketch hashes only these: any
+        # other gave empty sketches, a distinct count of 0, with nothing said.
+        return bloom_kind(data_type) is not None
+    return _has_kernel(metric.kind, data_type)
 
 
 def _typed(table: pa.Table, column: str) -> bool:

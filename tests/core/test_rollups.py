@@ -388,3 +388,25 @@ def test_a_dimension_of_a_nested_type_groups_by_its_json_text(store: Store) -> N
         {"tags": '["b","c"]', "origin": '{"zone":2}', "count": 1},
         {"tags": None, "origin": '{"zone":1}', "count": 1},
     ]
+
+
+def test_a_distinct_count_over_a_column_it_cannot_hash_is_warned_about() -> None:
+    """Distinct counts hash integers, strings and binary only: over a float, boolean, date
+    or timestamp column every sketch was empty, a distinct count of 0, with nothing said."""
+    policy = RollupPolicy(
+        "1m", 60_000, (), rollup_metrics(["count", "distinct:score", "distinct:user"])
+    )
+    table = pa.table(
+        {
+            "offset": pa.array([0, 1], pa.int64()),
+            "timestamp": pa.array([BASE_MS, BASE_MS + 1], TS),
+            "score": pa.array([0.5, 1.5], pa.float64()),
+            "user": pa.array([1, 2], pa.int64()),
+        }
+    )
+    with capture_logs() as logs:
+        rolled = rollup_table(table, policy, topic="logs", partition=0)
+    assert estimate(rolled.column("distinct_user")[0].as_py()) == 2.0
+    assert rolled.column("distinct_score").to_pylist() == [b""]
+    warned = [e for e in logs if e["event"] == "rollup_metrics_skipped"]
+    assert [e["metrics"] for e in warned] == [{"distinct_score": "double"}]
