@@ -121,6 +121,12 @@ class IcebergReplicator(Replicator):
                         self._replicate_topic(catalog, topic, mine, report, owner)
                     except ReplicaOwnerError as exc:
                         refused.update(exc.refused)
+                    except CommitFailedException as exc:  # another writer got ahead of a change
+                        raise TargetError(
+                            f"topic {topic!r}: another writer changed its Iceberg table "
+                            f"meanwhile, and this run's change was refused; the next run "
+                            f"tries again ({exc})"
+                        ) from exc
                     except OSError as exc:  # pyarrow's and pyiceberg's I/O errors
                         raise TargetError(
                             f"topic {topic!r}: cannot write the Iceberg table under "

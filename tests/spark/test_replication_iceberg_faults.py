@@ -22,7 +22,13 @@ from structlog.testing import capture_logs
 from bridge.cli import main
 from plateau_core import SegmentState, Store
 from plateau_spark.errors import ReplicaOwnerError
-from plateau_spark.replication import IcebergSettings, Target, TargetError, iceberg_maintenance
+from plateau_spark.replication import (
+    IcebergSettings,
+    Target,
+    TargetError,
+    iceberg_commit,
+    iceberg_maintenance,
+)
 from plateau_spark.replication.iceberg_commit import committed_offsets
 from tests.bridge_support import REPO
 from tests.postgres_server import PostgresServer
@@ -208,6 +214,45 @@ def test_a_table_another_node_creates_first_is_loaded_not_taken_for_a_lost_one(
     monkeypatch.setattr(job, "_vacant", node_b_first)
     assert job.run_once().segments == 1
     assert committed_offsets(job.table("t")) == {0: 100, 1: 100}
+    node_a.close()
+    node_b.close()
+
+
+def test_a_schema_change_another_node_commits_ahead_of_fails_the_run_not_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node A adds a column while node B adds another to the same table: the catalog
+    refuses A's schema commit. That is a failed run (TargetError, which plateau replicate on an
+    interval logs and tries again), not an exception that ends the process; the next run
+    adds the column."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    node_a = Store.open(tmp_path / "a")
+    node_b = Store.open(tmp_path / "b")
+    for node, partition in ((node_a, 0), (node_b, 1)):
+        node.manifest.record_source_topic("t", partition, "clicks", "id-1")
+        write_segments(node, "t", partition, minute_batches(partition, 1), roll_rows=100)
+        replicator(node, warehouse, settings=shared).run_once()
+    extra = {"user": pa.array([f"u{i}" for i in range(100)])}
+    write_segments(node_a, "t", 0, [batch(range(100, 200), extra=extra)], roll_rows=100)
+    level = {"level": pa.array(["info"] * 100)}
+    write_segments(node_b, "t", 1, [batch(range(100, 200), extra=level)], roll_rows=100)
+    real = iceberg_commit.check_evolution
+    done: list[int] = []
+
+    def node_b_commits_first(*args: Any) -> list[str]:
+        monkeypatch.setattr(iceberg_commit, "check_evolution", real)
+        done.append(replicator(node_b, warehouse, settings=shared).run_once().segments)
+        return real(*args)
+
+    monkeypatch.setattr(iceberg_commit, "check_evolution", node_b_commits_first)
+    with pytest.raises(TargetError, match="another writer"):
+        replicator(node_a, warehouse, settings=shared).run_once()
+    assert done == [1]
+    assert replicator(node_a, warehouse, settings=shared).run_once().segments == 1
+    table = replicator(node_a, warehouse, settings=shared).table("t")
+    assert {"user", "level"} <= set(table.schema().column_names)
+    assert committed_offsets(table) == {0: 200, 1: 200}
     node_a.close()
     node_b.close()
 
