@@ -12,7 +12,7 @@ from pathlib import Path
 
 import structlog
 
-from plateau_core.errors import PlateauError
+from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.handle import StoreHandle
 from plateau_core.listener import TopicPartition, WriterListener, tell
 from plateau_core.names import partition_dir, validate_topic
@@ -77,12 +77,22 @@ class PartitionOwner(SealPool):
             when nothing was ever written there.
 
         Raises:
-            InvalidInputError: The topic name or partition number is not valid.
+            InvalidInputError: The topic name or partition number is not valid, or two
+                of `rollups` have one granularity (one derived topic).
             PartitionLockedError: Another writer (process or handle) still holds it after
                 `timeout_s`.
             PlateauError: This writer owns it already.
         """
         key = (validate_topic(topic), partition)
+        derived = [rollup.derived_topic(topic) for rollup in rollups]
+        if len(set(derived)) != len(derived):
+            # Both would seal into one derived partition at the same offsets: every seal of
+            # the partition conflicted with itself.
+            twice = sorted({d for d in derived if derived.count(d) > 1})
+            raise InvalidInputError(
+                f"{topic}: two rollups of one granularity seal into {', '.join(twice)}; give "
+                "each rollup of a topic its own granularity"
+            )
         with self._cond:
             if key in self._logs:
                 raise PlateauError(f"{topic}[{partition}] is already acquired by this writer")

@@ -115,7 +115,7 @@ class ConsolidateConfig(Strict):
 class RollupConfig(Strict):
     granularity: str = Field(
         description="The time bucket: 10s, 1m, 1h, 1d. The derived topic is "
-        "{topic}.rollup.{granularity}."
+        "{topic}.rollup.{granularity}, so a topic's rollups each have their own."
     )
     dimensions: list[str] = Field(
         default_factory=list, description="Columns the rows are grouped by within a bucket."
@@ -305,6 +305,15 @@ class TopicMapping(Strict):
                 raise ValueError(f"dlq {short(self.dlq)}: {exc}") from None
         if self.schema_ is not None and self.format != "json":
             raise ValueError("schema applies to format: json only")
+        labels = [r.granularity for r in self.rollups]
+        for label in sorted({g for g in labels if labels.count(g) > 1}):
+            # Both would seal into {topic}.rollup.{label} at the same offsets: every seal of
+            # the topic conflicted with itself.
+            raise ValueError(
+                f"two rollups of granularity {label} would both be {{topic}}.rollup.{label}; "
+                "merge their metrics into one (with the dimensions of both), or give one "
+                "another granularity"
+            )
         self._check_key_format()
         if self.timestamp.startswith("field:") and self.format == "raw":
             raise ValueError("timestamp: field:<name> needs a format with fields (not raw)")

@@ -410,3 +410,17 @@ def test_a_distinct_count_over_a_column_it_cannot_hash_is_warned_about() -> None
     assert rolled.column("distinct_score").to_pylist() == [b""]
     warned = [e for e in logs if e["event"] == "rollup_metrics_skipped"]
     assert [e["metrics"] for e in warned] == [{"distinct_score": "double"}]
+
+
+def test_two_rollups_into_one_derived_topic_are_refused_at_acquire(store: Store) -> None:
+    """Both would seal into logs.rollup.1m at the same offsets: every seal of the partition
+    conflicted with itself, and its raw records never landed."""
+    by_host = RollupPolicy("1m", 60_000, ("host",), rollup_metrics(["count"]))
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        with pytest.raises(InvalidInputError, match=r"logs\.rollup\.1m"):
+            writer.acquire("logs", 0, rollups=(POLICY, by_host))
+        assert writer.owned() == []
+        writer.acquire("logs", 0, rollups=(POLICY,))  # the lock was let go
+    finally:
+        writer.close(timeout_s=5)

@@ -78,3 +78,14 @@ def test_bad_rollups_name_the_field(tmp_path: Path, rollup: dict[str, object], w
         load_config(path, env={})
     assert "topics.0.rollups.0" in str(refused.value)
     assert why in str(refused.value)
+
+
+def test_two_rollups_of_one_granularity_are_refused(tmp_path: Path) -> None:
+    # Both would seal into logs.rollup.1m at the same offsets: every seal of the topic
+    # conflicted with itself, and its partitions stalled.
+    other = {"granularity": "1m", "dimensions": ["host"], "metrics": ["count"]}
+    path = _config(tmp_path, [{"source": "logs", "rollups": [ROLLUP, other]}])
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, env={})
+    assert "topics.0" in str(refused.value)
+    assert "two rollups of granularity 1m" in str(refused.value)
