@@ -33,6 +33,7 @@ from plateau_core.rebuild_target import (
     interrupted_into,
     write_marker,
 )
+from plateau_core.rollup import rollup_base
 from plateau_core.segment_file import inspect_segment, open_segment
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.verify import SET_ASIDE_MARKER
@@ -182,8 +183,16 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
             else:
                 manifest.adopt_store_id(kept)
             report.store_id = manifest.store_id()
+            # A topic sorts before its roll-up topics (its name is their prefix): each raw
+            # partition's watermark is known when its roll-up partitions are rebuilt.
+            watermarks: dict[tuple[str, int], int | None] = {}
             for topic, partition, folder in folders:
-                _PartitionRebuild(root, manifest, topic, partition, report).run(folder)
+                base = rollup_base(topic)
+                rebuilt = _PartitionRebuild(root, manifest, topic, partition, report)
+                if base is not None:
+                    rebuilt.raw_watermark = watermarks.get((base, partition))
+                rebuilt.run(folder)
+                watermarks[(topic, partition)] = rebuilt.watermark
             # The old counter is gone: ids from the clock's microseconds are above any a
             # counter from 0 reached, and above those of an earlier rebuild.
             manifest.skip_producer_ids(time.time_ns() // 1000)
@@ -261,25 +270,25 @@ class _PartitionRebuild:
     segments: int = 0
     records: int = 0
     bytes: int = 0
+    # Of a roll-up partition: its raw partition's rebuilt watermark. A roll-up segment at or
+    # past it rolled up raw records read from Kafka again (their segment was set aside):
+    # recorded, the new seal's roll-up overlapped it, and the seal wrote over its file.
+    raw_watermark: int | None = None
 
     def run(self, folder: Path) -> None:
-        files: list[tuple[int, int, Path]] = []
-        for entry in sorted(folder.iterdir()):
-            if TEMP_MARKER in entry.name:
-                entry.unlink(missing_ok=True)
-                self.report.temp_removed.append(entry.relative_to(self.root).as_posix())
-                log.warning(
-                    "temp_file_removed", topic=self.topic, partition=self.partition, path=str(entry)
-                )
-            elif (span := segment_span(entry.name)) is not None:
-                # Of files starting at one offset, the widest first: a consolidated segment
-                # before the inputs it replaced, which may still wait out the deletion grace.
-                files.append((span[0], -(span[1] if span[1] is not None else -1), entry))
         unreadable: list[tuple[int, Path, str]] = []  # since the last good segment
-        for start, _, path in sorted(files):
+        for start, path in self.segment_files(folder):
             stats, schema, problem = _read(path, start)
             if stats is None or schema is None:
                 unreadable.append((start, path, problem or "unreadable"))
+            elif self.raw_watermark is not None and stats.start_offset >= self.raw_watermark:
+                self.set_aside(
+                    path,
+                    start,
+                    f"rolls up raw records from offset {start}, past the raw partition's "
+                    f"watermark {self.raw_watermark}",
+                    reason="its raw records are read from Kafka again and rolled up again",
+                )
             elif self.replaced(stats):
                 self.retire(path, stats)
             elif self.watermark is not None and stats.start_offset < self.watermark:
@@ -313,6 +322,22 @@ class _PartitionRebuild:
             records=self.records,
             next_offset=self.watermark,
         )
+
+    def segment_files(self, folder: Path) -> list[tuple[int, Path]]:
+        """The folder's segment files by first offset (temp files removed)."""
+        files: list[tuple[int, int, Path]] = []
+        for entry in sorted(folder.iterdir()):
+            if TEMP_MARKER in entry.name:
+                entry.unlink(missing_ok=True)
+                self.report.temp_removed.append(entry.relative_to(self.root).as_posix())
+                log.warning(
+                    "temp_file_removed", topic=self.topic, partition=self.partition, path=str(entry)
+                )
+            elif (span := segment_span(entry.name)) is not None:
+                # Of files starting at one offset, the widest first: a consolidated segment
+                # before the inputs it replaced, which may still wait out the deletion grace.
+                files.append((span[0], -(span[1] if span[1] is not None else -1), entry))
+        return [(start, path) for start, _, path in sorted(files)]
 
     def record(self, path: Path, stats: SegmentStats, schema: pa.Schema) -> None:
         # The file's own name: a consolidated segment's is its span, not its start.
@@ -390,7 +415,14 @@ class _PartitionRebuild:
             found_by="rebuild",
         )
 
-    def set_aside(self, path: Path, start: int, problem: str) -> None:
+    def set_aside(
+        self,
+        path: Path,
+        start: int,
+        problem: str,
+        reason: str = "unreadable and after the last readable segment: its records are read "
+        "from Kafka again",
+    ) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         target = path.with_name(f"{path.name}{SET_ASIDE_MARKER}{stamp}")
         path.rename(target)
@@ -405,8 +437,7 @@ class _PartitionRebuild:
             start_offset=start,
             path=relative,
             problem=problem,
-            reason="unreadable and after the last readable segment: its records are read "
-            "from Kafka again",
+            reason=reason,
         )
 
 

@@ -81,6 +81,12 @@ class RollupPolicy:
         return f"{topic}.rollup.{self.label}"
 
 
+def rollup_base(topic: str) -> str | None:
+    """The topic whose roll-up `topic` is named as (`{base}.rollup.{label}`), or None."""
+    base, marker, label = topic.rpartition(".rollup.")
+    return base if marker and base and _LABEL.fullmatch(label) else None
+
+
 def rollup_table(
     table: pa.Table, policy: RollupPolicy, *, topic: str | None = None, partition: int = -1
 ) -> pa.Table:

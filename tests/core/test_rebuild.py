@@ -16,6 +16,7 @@ from plateau_core import SegmentState, Store, WriterPolicy
 from plateau_core.errors import ManifestUnusableError
 from plateau_core.names import STORE_ID_FILE
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
+from plateau_core.rollup import RollupPolicy, reaggregate, rollup_metrics
 from plateau_core.segment_file import write_segment
 from plateau_core.verify import verify_store
 from tests.support import batch
@@ -299,3 +300,45 @@ def test_a_rebuild_of_a_folder_from_before_store_ids_gives_it_one(tmp_path: Path
     assert (data / STORE_ID_FILE).read_text().strip() == report.store_id
     with Store.open(data) as store:
         assert store.manifest.store_id() == report.store_id
+
+
+def test_a_roll_up_of_raw_records_read_again_is_set_aside_not_recorded(tmp_path: Path) -> None:
+    """The last raw segment unreadable: its records are read from Kafka again, sealed again
+    and rolled up again. Its roll-up segment, readable, was recorded too: the new seal's
+    roll-up, at the same offset, was taken for it and written over its file (the roll-up
+    read as corrupt and was quarantined, its rows lost)."""
+    data = tmp_path / "data"
+    counts = RollupPolicy("1m", 60_000, (), rollup_metrics(["count"]))
+    with Store.open(data) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("a", 0, rollups=(counts,))
+            for start in range(0, 30, 10):
+                writer.append("a", 0, batch(range(start, start + 10)))
+                writer.flush()
+        finally:
+            writer.close()
+    last = data / "topics/a/0" / f"{20:020d}.arrow"
+    last.write_bytes(last.read_bytes()[:200])
+    _drop_manifest(data)
+
+    report = rebuild_manifest(data)
+
+    assert sorted((s.topic, s.start_offset) for s in report.set_aside) == [
+        ("a", 20),
+        ("a.rollup.1m", 20),
+    ]
+    with Store.open(data) as store:
+        assert store.manifest.watermark("a.rollup.1m", 0) == 11
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            assert writer.acquire("a", 0, rollups=(counts,)) == 20
+            # The replay from Kafka, sealed in other cuts than before.
+            for start in (20, 25):
+                writer.append("a", 0, batch(range(start, start + 5)))
+                writer.flush(timeout_s=5)
+        finally:
+            writer.close(timeout_s=5)
+        rolled = reaggregate(store.read("a.rollup.1m").to_table(), counts)
+        assert sum(rolled.column("count").to_pylist()) == 30
+        assert store.manifest.segments("a.rollup.1m", states=(SegmentState.QUARANTINED,)) == []
