@@ -251,7 +251,12 @@ def estimate(merged: bytes) -> float:
 
 def reaggregate(table: pa.Table, policy: RollupPolicy) -> pa.Table:
     """Roll-up rows of several segments merged to one row per bucket and dimensions (what a
-    query over the derived topic computes), distinct sketches estimated."""
+    query over the derived topic computes), distinct sketches estimated. A dimension or
+    metric the rows lack (sealed before the policy had it) reads as nulls, as it does for a
+    segment without its column."""
+    for name in (*policy.dimensions, *(m.name for m in policy.metrics)):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows))
     keys = [TIMESTAMP, *policy.dimensions]
     aggregations: list[tuple[str, str]] = []
     for metric in policy.metrics:

@@ -424,3 +424,40 @@ def test_two_rollups_into_one_derived_topic_are_refused_at_acquire(store: Store)
         writer.acquire("logs", 0, rollups=(POLICY,))  # the lock was let go
     finally:
         writer.close(timeout_s=5)
+
+
+def test_reaggregating_roll_ups_sealed_before_a_metric_or_dimension_was_added(
+    store: Store,
+) -> None:
+    """A roll-up's config gained a metric and a dimension: until a segment is sealed with
+    them, the topic's rows have neither column, and re-aggregating them with the new policy
+    raised Arrow's "No match for FieldRef.Name(sum_latency)". They read as nulls, as a
+    segment without the column does."""
+    before = RollupPolicy("1m", 60_000, ("service",), rollup_metrics(["count"]))
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("logs", 0, rollups=(before,))
+        batch = pa.RecordBatch.from_pydict(
+            {
+                "offset": pa.array([0, 1], pa.int64()),
+                "timestamp": pa.array([BASE_MS, BASE_MS + 1], TS),
+                "service": ["api", "api"],
+                "latency": pa.array([3, 4], pa.int64()),
+            }
+        )
+        append_patiently(writer, "logs", 0, batch)
+        writer.flush(timeout_s=5)
+    finally:
+        writer.close(timeout_s=5)
+    after = RollupPolicy(
+        "1m",
+        60_000,
+        ("service", "zone"),
+        rollup_metrics(["count", "sum:latency", "distinct:user"]),
+    )
+    table = reaggregate(store.read("logs.rollup.1m").to_table(), after)
+    assert table.select(
+        ["service", "zone", "count", "sum_latency", "distinct_user"]
+    ).to_pylist() == [
+        {"service": "api", "zone": None, "count": 2, "sum_latency": None, "distinct_user": 0.0}
+    ]
