@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import structlog
 
 from plateau_core.errors import InvalidInputError, PartitionLockedError
@@ -22,11 +23,13 @@ from plateau_core.names import (
     MANIFEST_FILE,
     REBUILD_MARKER,
     TEMP_MARKER,
+    consolidated_name,
     fsync_path,
     segment_span,
     validate_topic,
 )
 from plateau_core.partition_lock import PartitionLock
+from plateau_core.policies import IndexPolicy
 from plateau_core.rebuild_target import (
     RebuildRefusedError,
     clear_manifest,
@@ -34,7 +37,8 @@ from plateau_core.rebuild_target import (
     write_marker,
 )
 from plateau_core.rollup import rollup_base
-from plateau_core.segment_file import inspect_segment, open_segment
+from plateau_core.schema import OFFSET
+from plateau_core.segment_file import inspect_segment, open_segment, write_segment
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.verify import SET_ASIDE_MARKER
 
@@ -277,8 +281,8 @@ class _PartitionRebuild:
 
     def run(self, folder: Path) -> None:
         unreadable: list[tuple[int, Path, str]] = []  # since the last good segment
-        for start, path in self.segment_files(folder):
-            stats, schema, problem = _read(path, start)
+        for start, listed in self.segment_files(folder):
+            path, stats, schema, problem = self.read(listed, start)
             if stats is None or schema is None:
                 unreadable.append((start, path, problem or "unreadable"))
             elif self.raw_watermark is not None and stats.start_offset >= self.raw_watermark:
@@ -322,6 +326,34 @@ class _PartitionRebuild:
             records=self.records,
             next_offset=self.watermark,
         )
+
+    def read(
+        self, path: Path, start: int
+    ) -> tuple[Path, SegmentStats | None, pa.Schema | None, str | None]:
+        """The file's stats and schema, or its problem. A consolidated roll-up file reaching
+        past its raw partition's watermark is replaced by a file of its rows below it (the
+        rest are rolled up again with the raw records read again): recorded whole, the
+        replayed seal's roll-up overlapped it, and every seal of the partition failed."""
+        stats, schema, problem = _read(path, start)
+        limit = self.raw_watermark
+        if stats is None or limit is None or not stats.start_offset < limit < stats.end_offset:
+            return path, stats, schema, problem
+        table = open_segment(path).read_all()
+        kept = table.filter(pc.less(table.column(OFFSET), limit))
+        end = pc.max(kept.column(OFFSET)).as_py() + 1
+        trimmed, _ = write_segment(
+            path.parent, kept, index=IndexPolicy(), name=consolidated_name(start, end)
+        )
+        self.set_aside(
+            path,
+            start,
+            f"rolls up raw records up to offset {stats.end_offset}, past the raw partition's "
+            f"watermark {limit}; its rows below it are in {trimmed.name}",
+            reason="its raw records from the watermark are read from Kafka again and rolled "
+            "up again",
+        )
+        stats, schema, problem = _read(trimmed, start)
+        return trimmed, stats, schema, problem
 
     def segment_files(self, folder: Path) -> list[tuple[int, Path]]:
         """The folder's segment files by first offset (temp files removed)."""

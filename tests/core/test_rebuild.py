@@ -13,8 +13,10 @@ from sqlalchemy import text
 
 import plateau_core.rebuild as rebuild_module
 from plateau_core import SegmentState, Store, WriterPolicy
+from plateau_core.consolidate import Consolidator
 from plateau_core.errors import ManifestUnusableError
 from plateau_core.names import STORE_ID_FILE
+from plateau_core.policies import ConsolidatePolicy
 from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
 from plateau_core.rollup import RollupPolicy, reaggregate, rollup_metrics
 from plateau_core.segment_file import write_segment
@@ -342,3 +344,43 @@ def test_a_roll_up_of_raw_records_read_again_is_set_aside_not_recorded(tmp_path:
         rolled = reaggregate(store.read("a.rollup.1m").to_table(), counts)
         assert sum(rolled.column("count").to_pylist()) == 30
         assert store.manifest.segments("a.rollup.1m", states=(SegmentState.QUARANTINED,)) == []
+
+
+def test_a_consolidated_roll_up_past_the_raw_watermark_keeps_only_the_rows_below_it(
+    tmp_path: Path,
+) -> None:
+    """A consolidated roll-up file holding the roll-up of a raw segment that is set aside
+    (read from Kafka again): recorded whole, the replayed seal's roll-up overlapped it, and
+    every seal of the partition failed from then on."""
+    data = tmp_path / "data"
+    counts = RollupPolicy("1m", 60_000, (), rollup_metrics(["count"]))
+    with Store.open(data) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("a", 0, rollups=(counts,))
+            for start in range(0, 30, 10):
+                writer.append("a", 0, batch(range(start, start + 10)))
+                writer.flush()
+        finally:
+            writer.close()
+        merging = ConsolidatePolicy(target_bytes=10**6, min_age_s=0)
+        assert Consolidator(store, {"a.rollup.1m": merging}).run().segments_removed == 2
+    last = data / "topics/a/0" / f"{20:020d}.arrow"
+    last.write_bytes(last.read_bytes()[:200])
+    _drop_manifest(data)
+
+    report = rebuild_manifest(data)
+
+    aside = {s.path.split(".unreadable-")[0] for s in report.set_aside}
+    assert f"topics/a.rollup.1m/0/{0:020d}-{21:020d}.arrow" in aside
+    with Store.open(data) as store:
+        assert store.manifest.watermark("a.rollup.1m", 0) == 11
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            assert writer.acquire("a", 0, rollups=(counts,)) == 20
+            writer.append("a", 0, batch(range(20, 30)))  # the replay from Kafka
+            writer.flush(timeout_s=5)
+        finally:
+            writer.close(timeout_s=5)
+        rolled = reaggregate(store.read("a.rollup.1m").to_table(), counts)
+        assert sum(rolled.column("count").to_pylist()) == 30
