@@ -27,6 +27,11 @@ log = structlog.get_logger(__name__)
 
 DiskFree = Callable[[], int]
 WATCH_INTERVAL_S = 0.1
+# A pass the watch brings on starts no sooner than this many times the last pass's length
+# after it ended. A pass lists every live segment: on a store of hundreds of thousands of
+# small segments it takes seconds, and at a store-wide limit a seal crosses it again every
+# second, so passes back to back would keep a core (and the interpreter lock) busy for good.
+PASS_SPACING = 9
 
 
 @dataclass
@@ -89,6 +94,13 @@ class Retention(BackgroundTask):
         self.failed_passes = 0
         self._resolve = resolve
         self._observer = observer  # told of every pass's report (metrics)
+        # The watch's totals per topic (bytes, count) of the readable segments with ids up
+        # to _seen_id: each look adds the segments sealed since, and a pass forgets them
+        # (segments it, consolidation or verify took out are only counted out by a full sum).
+        self._totals: dict[str, tuple[int, int]] | None = None
+        self._seen_id = 0
+        self._passes = 0  # a look that a pass ran beside keeps nothing it counted
+        self._watch_from = 0.0  # monotonic time before which the watch starts no pass
 
     def policy(self, topic: str) -> RetentionPolicy:
         """`topics[topic]`, else what `resolve(topic)` says, else the default."""
@@ -96,6 +108,23 @@ class Retention(BackgroundTask):
             return self.topics[topic]
         resolved = self._resolve(topic) if self._resolve is not None else None
         return resolved or self.default
+
+    def _watched_totals(self) -> dict[str, tuple[int, int]]:
+        manifest = self.store.manifest
+        passes = self._passes
+        upto = manifest.last_segment_id()
+        if self._totals is None or upto < self._seen_id:  # the first look, or a new manifest
+            totals = manifest.topic_totals(upto_id=upto)
+        else:
+            totals = dict(self._totals)
+            if upto > self._seen_id:
+                added = manifest.topic_totals(after_id=self._seen_id, upto_id=upto)
+                for topic, (size, count) in added.items():
+                    before = totals.get(topic, (0, 0))
+                    totals[topic] = (before[0] + size, before[1] + count)
+        if passes == self._passes:
+            self._totals, self._seen_id = totals, upto
+        return totals
 
     # --- one pass ---------------------------------------------------------------------------
 
@@ -126,6 +155,8 @@ class Retention(BackgroundTask):
                 group[:] = [s for s in group if s.id in moved]
             self._log_marks(report)
             report.deleted += self._finish_deletions(stamp)
+            self._totals = None
+            self._passes += 1
         if self._observer is not None:
             self._observer(report)
         return report
@@ -277,11 +308,17 @@ class Retention(BackgroundTask):
         stuck = False
         while not self._stop.is_set():
             try:
-                if time.monotonic() >= next_pass or (not stuck and self.over_limits()):
+                now = time.monotonic()
+                if now >= next_pass or (
+                    not stuck and now >= self._watch_from and self.over_limits()
+                ):
+                    began = time.monotonic()
                     report = self.run()
                     freed = bool(report.marked_bytes or report.deleted)
                     stuck = not freed and self.over_limits()
-                    next_pass = time.monotonic() + interval_s
+                    ended = time.monotonic()
+                    self._watch_from = ended + PASS_SPACING * (ended - began)
+                    next_pass = ended + interval_s
             except Exception as exc:  # a failed pass is retried on the next tick
                 self.failed_passes += 1
                 next_pass = time.monotonic() + interval_s
@@ -289,14 +326,16 @@ class Retention(BackgroundTask):
             self._stop.wait(min(WATCH_INTERVAL_S, max(0.0, next_pass - time.monotonic())))
 
     def over_limits(self) -> bool:
-        """Whether a size or count limit is exceeded now (one aggregate query)."""
+        """Whether a size or count limit is exceeded now: the totals of the segments sealed
+        since the last look (or since the last pass, all of them) added to what the looks
+        before counted."""
         if (
             self.limits.min_free_disk_bytes is not None
             and self._disk_free() < self.limits.min_free_disk_bytes
             and self._disk_free_soon() < self.limits.min_free_disk_bytes
         ):
             return True
-        totals = self.store.manifest.topic_totals()
+        totals = self._watched_totals()
         if self.limits.max_bytes is not None:
             manifest = self.store.manifest.database_bytes()
             if sum(size for size, _ in totals.values()) + manifest > self.limits.max_bytes:

@@ -69,18 +69,33 @@ class SegmentReads(ManifestDatabase):
         with self._read() as session:
             return [listing.SegmentSpan(*row) for row in session.execute(query)]
 
-    def topic_totals(self) -> dict[str, tuple[int, int]]:
-        """Bytes and count of each topic's readable segments: what retention watches ten
-        times a second. One aggregate of plain columns; `spans` builds a partition entity
-        per row, which held the interpreter lock for milliseconds on every look."""
+    def topic_totals(
+        self, *, after_id: int = 0, upto_id: int | None = None
+    ) -> dict[str, tuple[int, int]]:
+        """Bytes and count of each topic's readable segments; with `after_id` / `upto_id`,
+        of those whose id lies in (after_id, upto_id] only. One aggregate of plain columns;
+        `spans` builds a partition entity per row, which held the interpreter lock for
+        milliseconds on every look."""
         seg = SegmentRow
-        query = (
-            select(seg.topic, func.coalesce(func.sum(seg.size_bytes), 0), func.count(seg.id))
-            .where(seg.state.in_([s.value for s in READABLE_STATES]))
-            .group_by(seg.topic)
-        )
+        query = select(
+            seg.topic, func.coalesce(func.sum(seg.size_bytes), 0), func.count(seg.id)
+        ).where(seg.state.in_([s.value for s in READABLE_STATES]))
+        if after_id:
+            query = query.where(seg.id > after_id)
+        if upto_id is not None:
+            query = query.where(seg.id <= upto_id)
         with self._read() as session:
-            return {topic: (int(size), int(count)) for topic, size, count in session.execute(query)}
+            found = session.execute(query.group_by(seg.topic))
+            return {topic: (int(size), int(count)) for topic, size, count in found}
+
+    def last_segment_id(self) -> int:
+        """The highest segment id given so far (0: none yet). Ids only grow (SQLite's
+        AUTOINCREMENT, PostgreSQL's sequence), so the segments added since a look are those
+        above the id it saw: counting them costs what they are, not what the store holds."""
+        with self._read() as session:
+            return int(
+                session.execute(select(func.coalesce(func.max(SegmentRow.id), 0))).scalar_one()
+            )
 
     def segments_by_id(self, segment_ids: Sequence[int]) -> list[SegmentRecord]:
         """These segments' records in any state, in (partition, start_offset) order."""

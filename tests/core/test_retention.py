@@ -10,6 +10,7 @@ import pytest
 from plateau_core import (
     Retention,
     RetentionPolicy,
+    RetentionReport,
     SegmentState,
     Store,
     StoreLimits,
@@ -247,3 +248,80 @@ def test_the_background_loop_reacts_to_a_limit_crossed_between_passes(store: Sto
         assert not retention.over_limits()
     finally:
         retention.stop()
+
+
+def test_the_watch_counts_only_what_was_sealed_since_its_last_look(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each look sums the segments added since the one before: on a store of hundreds of
+    thousands of small segments a sum over all of them, ten times a second, took a core.
+    The sums still add up to the store's, and a pass (which may have taken segments out)
+    starts the count afresh."""
+    fill_segments(store, 0, 3)
+    size = store.manifest.segments("t")[0].size_bytes
+    retention = Retention(
+        store, default=RetentionPolicy(max_bytes=4 * size), limits=StoreLimits(deletion_grace_s=0)
+    )
+    asked: list[tuple[int, int | None]] = []
+    totals = store.manifest.topic_totals
+
+    def spy(*, after_id: int = 0, upto_id: int | None = None) -> dict[str, tuple[int, int]]:
+        asked.append((after_id, upto_id))
+        return totals(after_id=after_id, upto_id=upto_id)
+
+    monkeypatch.setattr(store.manifest, "topic_totals", spy)
+    assert not retention.over_limits()
+    last = store.manifest.last_segment_id()
+    assert asked == [(0, last)]
+    assert not retention.over_limits()  # nothing sealed since: nothing summed
+    assert asked == [(0, last)]
+    fill_segments(store, 1, 2)  # five segments now, over the topic's four
+    assert retention.over_limits()
+    assert asked[1:] == [(last, store.manifest.last_segment_id())]
+    retention.run(now=_now_after(6))
+    live = store.manifest.segments("t")
+    assert store.manifest.topic_totals() == {"t": (sum(s.size_bytes for s in live), 4)}
+    assert not retention.over_limits()
+    assert asked[-1] == (0, store.manifest.last_segment_id())  # recounted after the pass
+
+
+def test_a_look_recounts_after_a_pass_took_segments_out(store: Store) -> None:
+    fill_segments(store, 0, 4)
+    retention = Retention(
+        store, default=RetentionPolicy(max_segments=3), limits=StoreLimits(deletion_grace_s=60)
+    )
+    assert retention.over_limits()
+    assert [s.start_offset for s in retention.run(now=_now_after(4)).marked] == [0]
+    assert not retention.over_limits()
+    fill_segments(store, 1, 1)
+    assert retention.over_limits()
+    assert store.manifest.topic_totals()["t"][1] == 4
+
+
+class _SlowPasses(Retention):
+    """Every pass takes 0.2 s and frees something, and the store stays over its limit."""
+
+    passes = 0
+
+    def run(self, now: int | None = None) -> RetentionReport:
+        self.passes += 1
+        time.sleep(0.2)
+        return RetentionReport(deleted=[self.store.manifest.segments("t")[0]])
+
+    def over_limits(self) -> bool:
+        return True
+
+
+def test_the_watch_spaces_out_passes_that_take_long(store: Store) -> None:
+    """A pass lists every live segment: seconds on a large store. A seal crossing the
+    store's limit every second must not start them back to back; the watch waits
+    PASS_SPACING times a pass's length after it (0.2 s passes: one every 2 s)."""
+    fill_segments(store, 0, 1)
+    retention = _SlowPasses(store, limits=StoreLimits(max_bytes=1))
+    retention.start(interval_s=3600)
+    try:
+        time.sleep(3.0)
+    finally:
+        retention.stop()
+    # Back to back, 3 s hold about 15 passes of 0.2 s; spaced, 2 (at 0 s and about 2 s).
+    assert 1 <= retention.passes <= 3, retention.passes
