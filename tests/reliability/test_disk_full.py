@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,10 @@ def test_injected_enospc_pauses_and_resumes(
 ) -> None:
     topic = topic_factory(partitions=2)
     disk = FullDisk()
+    # Imported before the patch: a subclass of the patched name (the Kafka API's journaled
+    # writer, imported on first use) would otherwise subclass the partial, and the test
+    # passed only after another test had imported it.
+    import_module("plateau_core.journaled_writer")
     monkeypatch.setattr("plateau_core.writer.Writer", functools.partial(Writer, write=disk))
     config = make_config(
         kafka,
