@@ -250,3 +250,39 @@ def test_a_json_field_two_workers_inferred_differently_reads_as_text(tmp_path: P
     decoded = decoder.decode(records_of([_message(1, b'{"id": "three", "user": 3}')]))
     assert set(_poison(decoded)) == {1}  # `id` is stored as int64 everywhere
     store.close()
+
+
+def test_inferred_json_text_that_looks_like_a_time_stays_text() -> None:
+    """Arrow's reader types text like `2024-01-01` or `...T10:00:00Z` as timestamp[s]: a
+    field whose first value had whole seconds (as Python's isoformat writes them) made every
+    later value with fractions of a second, or any other text, poison."""
+    decoder = decoder_for(TopicMapping(source="t", format="json"))
+    values = [
+        b'{"at": "2024-01-01T10:00:00+00:00", "o": {"d": "2024-01-01"}, "l": ["2024-01-01"]}',
+        b'{"at": "2024-01-01T10:00:00.250000+00:00", "o": {"d": "soon"}, "l": ["later"]}',
+        b'{"at": "not yet"}',
+    ]
+    results = [decoder.decode(records_of([_message(i, v)])) for i, v in enumerate(values)]
+    assert [_poison(r) for r in results] == [{}, {}, {}]
+    rows = [r for result in results for b in result.batches for r in b.to_pylist()]
+    assert [(r["at"], r.get("o"), r.get("l")) for r in rows] == [
+        ("2024-01-01T10:00:00+00:00", {"d": "2024-01-01"}, ["2024-01-01"]),
+        ("2024-01-01T10:00:00.250000+00:00", {"d": "soon"}, ["later"]),
+        ("not yet", None, None),
+    ]
+
+
+def test_event_times_of_an_inferred_json_topic_take_fractions_and_need_a_zone() -> None:
+    decoder = decoder_for(TopicMapping(source="t", format="json", timestamp="field:ts"))
+    values = [
+        b'{"ts": "2024-01-01T10:00:00Z"}',
+        b'{"ts": "2024-01-01T10:00:00.500Z"}',
+        b'{"ts": "2024-01-01T10:00:01"}',
+    ]
+    results = [decoder.decode(records_of([_message(i, v)])) for i, v in enumerate(values)]
+    rows = [r for result in results for b in result.batches for r in b.to_pylist()]
+    assert [r["timestamp"].isoformat() for r in rows] == [
+        "2024-01-01T10:00:00+00:00",
+        "2024-01-01T10:00:00.500000+00:00",
+    ]
+    assert "not ISO 8601 with a zone" in _poison(results[2])[2]

@@ -135,7 +135,7 @@ class JsonDecoder:
                     raise (ranged or [as_text])[0] from None
                 self._as_numbers = not self._as_numbers
         else:
-            table = self._read_json(data, _pinned(self.known))
+            table = self._read_inferred(data, _pinned(self.known))
         if table.num_rows != len(lines):
             raise _RowCountError(f"{len(lines)} messages gave {table.num_rows} rows")
         if self.declared is None:
@@ -149,6 +149,20 @@ class JsonDecoder:
         )
         read = pajson.ReadOptions(block_size=max(len(data) + 1, 1 << 16), use_threads=False)
         return pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
+
+    def _read_inferred(self, data: bytes, pinned: pa.Schema | None) -> pa.Table:
+        """A block of an inferred schema, text kept as text.
+
+        Arrow's reader types text like `2024-01-01` or `2024-01-01T10:00:00Z` as
+        timestamp[s]: the field was then pinned to it, and every later value with fractions
+        of a second, without a zone's format, or any other text, was poison. JSON has no
+        time type; a field meant as one is declared in the topic's `schema`.
+        """
+        table = self._read_json(data, pinned)
+        texted = _texted(table.schema, pinned)
+        if texted.equals(table.schema):
+            return table
+        return self._read_json(data, texted)
 
     def _read_times(self, data: bytes, as_numbers: bool) -> pa.Table:
         """A block of a declared schema, its timestamps read as text or as epoch ms."""
@@ -277,6 +291,37 @@ def _pinned(known: pa.Schema | None) -> pa.Schema | None:
     if known is None:
         return None
     return pa.schema([f for f in known if not _has_null(f.type)])
+
+
+def _texted(schema: pa.Schema, pinned: pa.Schema | None) -> pa.Schema:
+    """`schema` with the timestamps Arrow inferred as strings (those pinned stay)."""
+    kept = {} if pinned is None else {f.name: f.type for f in pinned}
+    return pa.schema([f.with_type(_text_type(f.type, kept.get(f.name))) for f in schema])
+
+
+def _text_type(dtype: pa.DataType, pinned: pa.DataType | None) -> pa.DataType:
+    if pinned is not None and dtype.equals(pinned):
+        return dtype
+    if pa.types.is_timestamp(dtype):
+        return pa.string()
+    if pa.types.is_list(dtype):
+        inner = pinned.value_type if pinned is not None and pa.types.is_list(pinned) else None
+        return pa.list_(dtype.value_field.with_type(_text_type(dtype.value_type, inner)))
+    if pa.types.is_struct(dtype):
+        inner_fields = (
+            {pinned.field(i).name: pinned.field(i).type for i in range(pinned.num_fields)}
+            if pinned is not None and pa.types.is_struct(pinned)
+            else {}
+        )
+        return pa.struct(
+            [
+                dtype.field(i).with_type(
+                    _text_type(dtype.field(i).type, inner_fields.get(dtype.field(i).name))
+                )
+                for i in range(dtype.num_fields)
+            ]
+        )
+    return dtype
 
 
 def _has_null(dtype: pa.DataType) -> bool:
