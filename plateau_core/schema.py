@@ -233,24 +233,52 @@ def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
             for s in unique
         ]
         merged = pa.unify_schemas(texts, promote_options="permissive")
-    unsigned = {
-        f.name for s in unique for f in s if pa.types.is_uint64(f.type) and f.name not in clashes
-    }
     fields = [merged.field(OFFSET), merged.field(TIMESTAMP)]
     fields[0] = fields[0].with_nullable(False)
     fields += [
-        # Arrow merges uint64 with a signed integer to int64, which cannot hold the values
-        # above 2**63 - 1 (the read then failed on the first one); decimal(20, 0) holds both,
-        # as the Spark connector reads such a column.
-        (
-            f.with_type(UINT64_WITH_SIGNED)
-            if f.name in unsigned and pa.types.is_int64(f.type)
-            else f
+        f.with_type(
+            _unsigned_held(f.type, [s.field(f.name).type for s in unique if f.name in s.names])
         ).with_nullable(True)
         for f in merged
         if f.name not in (OFFSET, TIMESTAMP)
     ]
     return MergedSchema(pa.schema(fields), clashes)
+
+
+def _unsigned_held(merged: pa.DataType, stored: list[pa.DataType]) -> pa.DataType:
+    """`merged` with decimal(20, 0) wherever Arrow merged a stored uint64 with a signed
+    integer to int64, in a column or inside a struct, list or map.
+
+    int64 cannot hold the values above 2**63 - 1 (the read then failed on the first one);
+    decimal(20, 0) holds both, as the Spark connector reads such a column.
+    """
+    t = pa.types
+    if t.is_int64(merged):
+        return UINT64_WITH_SIGNED if any(t.is_uint64(s) for s in stored) else merged
+    if t.is_struct(merged):
+        children = []
+        for child in merged:
+            inner = [
+                s.field(child.name).type
+                for s in stored
+                if t.is_struct(s) and s.get_field_index(child.name) >= 0
+            ]
+            children.append(child.with_type(_unsigned_held(child.type, inner)))
+        return pa.struct(children)
+    if t.is_map(merged):
+        maps = [s for s in stored if t.is_map(s)]
+        key = merged.key_field.with_type(
+            _unsigned_held(merged.key_type, [s.key_type for s in maps])
+        )
+        item = merged.item_field.with_type(
+            _unsigned_held(merged.item_type, [s.item_type for s in maps])
+        )
+        return pa.map_(key, item, keys_sorted=merged.keys_sorted)
+    if t.is_list(merged) or t.is_large_list(merged):
+        inner = [s.value_type for s in stored if t.is_list(s) or t.is_large_list(s)]
+        value = merged.value_field.with_type(_unsigned_held(merged.value_type, inner))
+        return pa.list_(value) if t.is_list(merged) else pa.large_list(value)
+    return merged
 
 
 def _clashes(schemas: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
@@ -292,8 +320,37 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _widened(column: pa.Array, target: pa.DataType) -> pa.Array:
-    # An integer column a topic widened to a double is rounded to the nearest one, as any
-    # reader of the merged type does; a checked cast refused every value beyond 2**53 and
-    # left the topic unreadable.
-    unchecked = pa.types.is_integer(column.type) and pa.types.is_floating(target)
-    return column.cast(target, safe=not unchecked)
+    # Integers a topic widened to a double, in a column or inside a struct, list or map, are
+    # rounded to the nearest one, as any reader of the merged type does; a checked cast
+    # refused every value beyond 2**53 and left the topic unreadable. Only those are cast
+    # unchecked: every other change stays checked.
+    floated = _floated(column.type, target)
+    if floated != column.type:
+        column = column.cast(floated, safe=False)
+    return column.cast(target)
+
+
+def _floated(stored: pa.DataType, target: pa.DataType) -> pa.DataType:
+    """`stored` with the integers that `target` has as floating point made so."""
+    t = pa.types
+    if t.is_integer(stored) and t.is_floating(target):
+        return target
+    if t.is_struct(stored) and t.is_struct(target):
+        return pa.struct(
+            [
+                f.with_type(_floated(f.type, target.field(f.name).type))
+                if target.get_field_index(f.name) >= 0
+                else f
+                for f in stored
+            ]
+        )
+    if t.is_map(stored) and t.is_map(target):
+        key = stored.key_field.with_type(_floated(stored.key_type, target.key_type))
+        item = stored.item_field.with_type(_floated(stored.item_type, target.item_type))
+        return pa.map_(key, item, keys_sorted=stored.keys_sorted)
+    if (t.is_list(stored) or t.is_large_list(stored)) and (
+        t.is_list(target) or t.is_large_list(target)
+    ):
+        value = stored.value_field.with_type(_floated(stored.value_type, target.value_type))
+        return pa.list_(value) if t.is_list(stored) else pa.large_list(value)
+    return stored

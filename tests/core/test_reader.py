@@ -151,6 +151,53 @@ def test_uint64_beside_a_signed_integer_reads_as_a_decimal_that_holds_both(store
     assert found.column("offset").to_pylist() == [0]
 
 
+def test_nested_integers_read_as_the_types_a_topic_widened_them_to(store: Store) -> None:
+    """Inside a struct, list or map the same widening as in a column: integers beyond 2**53
+    beside a double, and uint64 beside a signed integer. Every read of such a topic failed
+    on the first of them."""
+    big, unsigned = 2**53 + 1, 2**64 - 1
+
+    def struct(value: object, dtype: pa.DataType) -> pa.Array:
+        return pa.array([{"v": value}], pa.struct([("v", dtype)]))
+
+    def lists(value: object, dtype: pa.DataType) -> pa.Array:
+        return pa.array([[value]], pa.list_(dtype))
+
+    def mapped(value: object, dtype: pa.DataType) -> pa.Array:
+        return pa.array([[("k", value)]], pa.map_(pa.string(), dtype))
+
+    segments = [
+        {"s": struct(big, pa.int64()), "l": lists(big, pa.int64()), "m": mapped(big, pa.int64())},
+        {
+            "s": struct(0.5, pa.float64()),
+            "l": lists(0.5, pa.float64()),
+            "m": mapped(0.5, pa.float64()),
+        },
+        {"us": struct(unsigned, pa.uint64()), "ul": lists(unsigned, pa.uint64())},
+        {"us": struct(-1, pa.int64()), "ul": lists(-1, pa.int64())},
+    ]
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        for offset, extra in enumerate(segments):
+            writer.append("t", 0, batch([offset], extra=extra))
+            writer.flush()
+    finally:
+        writer.close()
+    for order_by in ("offset", "timestamp"):
+        table = store.read("t", order_by=order_by).to_table()  # type: ignore[arg-type]
+        assert table.schema.field("us").type == pa.struct([("v", pa.decimal128(20, 0))])
+        rows = sorted(table.to_pylist(), key=lambda r: r["offset"])
+        assert [(r["s"], r["l"], r["m"]) for r in rows[:2]] == [
+            ({"v": float(big)}, [float(big)], [("k", float(big))]),
+            ({"v": 0.5}, [0.5], [("k", 0.5)]),
+        ]
+        assert [(r["us"], r["ul"]) for r in rows[2:]] == [
+            ({"v": unsigned}, [unsigned]),
+            ({"v": -1}, [-1]),
+        ]
+
+
 def _clashing(store: Store, columns: list[dict[str, pa.Array]], index: bool = False) -> None:
     """One segment per entry, each in its own partition, as workers that each inferred a
     JSON field's type write them."""

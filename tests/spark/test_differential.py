@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 import plateau_core.segment_file
@@ -337,6 +337,11 @@ def test_reader_ranges_equal_the_same_filters_pushed(spark: SparkSession, varied
             pa.array([Decimal("-3.75"), None], pa.decimal128(10, 2)),
         ),
         (pa.array([2**64 - 1, 3], pa.uint64()), pa.array([0.5, 1.5])),
+        (
+            pa.array([{"v": 2**53 + 1}, None], pa.struct([("v", pa.int64())])),
+            pa.array([{"v": 0.5}, {"v": None}], pa.struct([("v", pa.float64())])),
+        ),
+        (pa.array([[2**64 - 1], None], pa.list_(pa.uint64())), pa.array([[-1], []])),
     ],
     ids=[
         "string-binary",
@@ -344,6 +349,8 @@ def test_reader_ranges_equal_the_same_filters_pushed(spark: SparkSession, varied
         "decimal-double",
         "float-decimal",
         "uint64-double",
+        "nested-long-double",
+        "nested-uint64-long",
     ],
 )
 def test_a_column_the_store_merges_across_segments_loads_in_spark(
@@ -361,8 +368,13 @@ def test_a_column_the_store_merges_across_segments_loads_in_spark(
         df.schema["x"].dataType == spark.createDataFrame(pa.table({"x": want})).schema["x"].dataType
     )
 
+    def value(x: object) -> object:
+        if isinstance(x, bytearray):
+            return bytes(x)
+        return x.asDict(recursive=True) if isinstance(x, Row) else x
+
     def values(frame: DataFrame) -> list[object]:
-        return [bytes(r.x) if isinstance(r.x, bytearray) else r.x for r in frame.collect()]
+        return [value(r.x) for r in frame.collect()]
 
     got = values(df.orderBy("offset").select("x"))
     assert got == want.to_pylist()

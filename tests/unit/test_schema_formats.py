@@ -235,6 +235,37 @@ def test_seeded_columns_keep_a_restart_from_narrowing(registry: RegistryServer) 
     assert after.field("channel").type == pa.string()
 
 
+def test_records_of_an_older_version_land_after_a_nested_long_became_a_double(
+    registry: RegistryServer,
+) -> None:
+    """Avro promotes long to double; a version-1 record after version 2, its nested long
+    beyond 2**53, raised out of decode instead of landing rounded, as it does in a
+    top-level column."""
+    client = SchemaRegistryClient({"url": registry.url})
+
+    def version(number: str) -> dict[str, Any]:
+        inner = {"type": "record", "name": "In", "fields": [{"name": "x", "type": number}]}
+        return {
+            "type": "record",
+            "name": "Out",
+            "fields": [{"name": "n", "type": number}, {"name": "o", "type": inner}],
+        }
+
+    v1 = avro_serializer(client, version("long"), "promoted")
+    v2 = avro_serializer(client, version("double"), "promoted")
+    big = 2**53 + 1
+    decoder = _decoder(registry, "avro")
+    values = [v1({"n": big, "o": {"x": big}}), v2({"n": 0.5, "o": {"x": 0.5}})]
+    values.append(values[0])
+    decoded = [decoder.decode(_records([v])) for v in values]
+    assert [d.poison for d in decoded] == [[], [], []]
+    assert [_rows(d) for d in decoded] == [
+        [{"n": big, "o": {"x": big}}],
+        [{"n": 0.5, "o": {"x": 0.5}}],
+        [{"n": float(big), "o": {"x": float(big)}}],
+    ]
+
+
 def test_basic_auth_from_the_config_and_refused_credentials_pause() -> None:
     with RegistryServer(basic_auth=("plateau", "s3cret")) as server:
         client = SchemaRegistryClient({"url": server.url, "basic.auth.user.info": "plateau:s3cret"})
