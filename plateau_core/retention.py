@@ -20,6 +20,7 @@ import structlog
 from plateau_core.background import BackgroundTask
 from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
+from plateau_core.manifest.listing import SegmentAge
 from plateau_core.names import segment_start
 from plateau_core.policies import RetentionPolicy, StoreLimits
 
@@ -50,7 +51,7 @@ class RetentionReport:
         return sum(s.size_bytes for s in [*self.marked, *self.global_marked, *self.forced])
 
 
-def _age_key(segment: SegmentRecord) -> tuple[int, int, int]:
+def _age_key(segment: SegmentAge) -> tuple[int, int, int]:
     return (segment.time_max, segment.partition, segment.start_offset)
 
 
@@ -144,15 +145,26 @@ class Retention(BackgroundTask):
             stamp = now_ms() if now is None else now
             report = RetentionReport()
             report.deleted += self._finish_deletions(stamp)
-            live = self.store.manifest.segments()
+            live = self.store.manifest.segment_ages()
+            by_topic: dict[str, list[SegmentAge]] = {}
+            for segment in live:
+                by_topic.setdefault(segment.topic, []).append(segment)
             chosen: set[int] = set()
-            for topic in sorted({s.topic for s in live}):
-                segments = sorted((s for s in live if s.topic == topic), key=_age_key)
-                report.marked += self._by_topic_policy(topic, segments, stamp, chosen)
-            self._by_store_limits(live, chosen, report)
-            for group in (report.marked, report.global_marked, report.forced):
-                moved = set(self.store.manifest.mark_deleting([s.id for s in group], at=stamp))
-                group[:] = [s for s in group if s.id in moved]
+            marked: list[SegmentAge] = []
+            for topic in sorted(by_topic):
+                segments = sorted(by_topic[topic], key=_age_key)
+                marked += self._by_topic_policy(topic, segments, stamp, chosen)
+            global_marked, forced = self._by_store_limits(live, chosen)
+            # Full records of the few chosen only: the report and the log lines tell them.
+            records = {r.id: r for r in self.store.manifest.segments_by_id(sorted(chosen))}
+            for group, picked in (
+                (report.marked, marked),
+                (report.global_marked, global_marked),
+                (report.forced, forced),
+            ):
+                found = [records[s.id] for s in picked if s.id in records]
+                moved = set(self.store.manifest.mark_deleting([s.id for s in found], at=stamp))
+                group += [s for s in found if s.id in moved]
             self._log_marks(report)
             report.deleted += self._finish_deletions(stamp)
             self._totals = None
@@ -162,17 +174,13 @@ class Retention(BackgroundTask):
         return report
 
     def _by_topic_policy(
-        self, topic: str, segments: list[SegmentRecord], now: int, chosen: set[int]
-    ) -> list[SegmentRecord]:
+        self, topic: str, segments: list[SegmentAge], now: int, chosen: set[int]
+    ) -> list[SegmentAge]:
         policy = self.policy(topic)
-        eligible = [
-            s
-            for s in segments
-            if not policy.require_replicated or s.state == SegmentState.REPLICATED
-        ]
-        picked: list[SegmentRecord] = []
+        eligible = [s for s in segments if not policy.require_replicated or s.replicated]
+        picked: list[SegmentAge] = []
 
-        def pick(segment: SegmentRecord) -> None:
+        def pick(segment: SegmentAge) -> None:
             if segment.id not in chosen:
                 chosen.add(segment.id)
                 picked.append(segment)
@@ -201,34 +209,33 @@ class Retention(BackgroundTask):
         return picked
 
     def _by_store_limits(
-        self, live: list[SegmentRecord], chosen: set[int], report: RetentionReport
-    ) -> None:
+        self, live: list[SegmentAge], chosen: set[int]
+    ) -> tuple[list[SegmentAge], list[SegmentAge]]:
+        """(marked, forced): what the store-wide limits retire beyond `chosen`, which they
+        extend."""
         remaining = sorted((s for s in live if s.id not in chosen), key=_age_key)
         retiring = sum(s.size_bytes for s in live if s.id in chosen)
         need = self._bytes_to_free(remaining, retiring)
+        marked: list[SegmentAge] = []
+        forced: list[SegmentAge] = []
         if need <= 0:
-            return
+            return marked, forced
         # Replicated (or unconstrained) segments go first; unreplicated ones of topics that
         # require replication go only when nothing else is left: a forced deletion.
         soft = [s for s in remaining if self._deletable_without_force(s)]
         hard = [s for s in remaining if not self._deletable_without_force(s)]
-        for segment, bucket in [
-            *((s, report.global_marked) for s in soft),
-            *((s, report.forced) for s in hard),
-        ]:
+        for segment, bucket in [*((s, marked) for s in soft), *((s, forced) for s in hard)]:
             if need <= 0:
                 break
             bucket.append(segment)
             chosen.add(segment.id)
             need -= segment.size_bytes
+        return marked, forced
 
-    def _deletable_without_force(self, segment: SegmentRecord) -> bool:
-        return (
-            not self.policy(segment.topic).require_replicated
-            or segment.state == SegmentState.REPLICATED
-        )
+    def _deletable_without_force(self, segment: SegmentAge) -> bool:
+        return not self.policy(segment.topic).require_replicated or segment.replicated
 
-    def _bytes_to_free(self, remaining: Iterable[SegmentRecord], retiring: int) -> int:
+    def _bytes_to_free(self, remaining: Iterable[SegmentAge], retiring: int) -> int:
         """What the store-wide limits still need freed once `remaining` is what stays live and
         `retiring` bytes (the topic policies' picks of this pass) wait out the grace."""
         need = 0

@@ -69,6 +69,18 @@ class SegmentReads(ManifestDatabase):
         with self._read() as session:
             return [listing.SegmentSpan(*row) for row in session.execute(query)]
 
+    def segment_ages(self) -> list[listing.SegmentAge]:
+        """Every readable segment, as retention weighs it (listing.SegmentAge)."""
+        replicated = SegmentState.REPLICATED.value
+        query = listing.segment_query(listing.AGE_COLUMNS, None)
+        with self._read() as session:
+            return [
+                listing.SegmentAge(
+                    id_, topic, partition, start, time_max, size, state == replicated
+                )
+                for id_, topic, partition, start, time_max, size, state in session.execute(query)
+            ]
+
     def topic_totals(
         self, *, after_id: int = 0, upto_id: int | None = None
     ) -> dict[str, tuple[int, int]]:
