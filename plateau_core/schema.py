@@ -306,17 +306,20 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         if index < 0:
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
-        column = batch.column(index)
-        if column.type == field.type:
-            arrays.append(column)
-        elif pa.types.is_string(field.type) and not (
-            json_text.is_text(column.type) or pa.types.is_null(column.type)
-        ):
-            # Only a column whose stored types clash is a string column over another type.
-            arrays.append(json_text.as_json_text(column))
-        else:
-            arrays.append(_widened(column, field.type))
+        arrays.append(conform_column(batch.column(index), field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def conform_column(column: pa.Array, target: pa.DataType) -> pa.Array:
+    """A stored column as the merged type `target`: widened, or as JSON text when `target`
+    is a string over another type (only a column whose stored types clash is)."""
+    if column.type == target:
+        return column
+    if pa.types.is_string(target) and not (
+        json_text.is_text(column.type) or pa.types.is_null(column.type)
+    ):
+        return json_text.as_json_text(column)
+    return _widened(column, target)
 
 
 def _widened(column: pa.Array, target: pa.DataType) -> pa.Array:

@@ -11,12 +11,11 @@ written today and one written next year agree:
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
 from plateau_core.errors import PlateauError
-from plateau_core.schema import OFFSET, TIMESTAMP
+from plateau_core.schema import OFFSET, conform_column
 
 PARTITION = "partition"
 
@@ -157,8 +156,7 @@ def to_table_batch(batch: pa.RecordBatch, partition: int, schema: pa.Schema) -> 
         if index < 0:
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
-        column = batch.column(index)
-        if field.name == TIMESTAMP or column.type != field.type:
-            column = pc.cast(column, field.type)
-        arrays.append(column)
+        # As the store reads it: a clashed column as JSON text, integers widened to a double
+        # rounded (a checked cast refused those beyond 2**53, and every run failed).
+        arrays.append(conform_column(batch.column(index), field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

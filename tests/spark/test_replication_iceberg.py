@@ -170,6 +170,35 @@ def test_new_fields_become_columns_and_a_changed_type_is_refused(tmp_path: Path)
     store.close()
 
 
+def test_widened_and_clashed_columns_hold_what_the_store_reads(tmp_path: Path) -> None:
+    """An integer beyond 2**53 in a column widened to a double, and a clashed column holding
+    a struct or bytes, failed every run (the topic never replicated); a clashed column's
+    other values were Arrow's casts (`1` for 1.0, bytes as themselves), not the JSON text
+    the store reads them as."""
+    store = Store.open(tmp_path / "data")
+    segments = [
+        {"x": pa.array([2**53 + 1, 1]), "u": pa.array([1.0, 2.5e-7])},
+        {"x": pa.array([0.5, 1.5]), "u": pa.array([{"id": 7}, None])},
+        {"u": pa.array([b"\x00\xff", b"a"])},
+        {"u": pa.array(["ann", "42"])},
+    ]
+    for partition, extra in enumerate(segments):
+        write_segments(store, "t", partition, [batch(range(2), extra=extra)], roll_rows=2)
+    job = replicator(store, tmp_path / "warehouse")
+    job.run_once()
+
+    def rows(table: pa.Table) -> list[tuple[object, ...]]:
+        picked = table.select(["partition", "offset", "x", "u"]).to_pylist()
+        return sorted(tuple(r.values()) for r in picked)
+
+    stored = store.read("t").to_table()
+    partitions = pa.array([p for p in range(4) for _ in range(2)], pa.int32())
+    want = rows(stored.append_column("partition", partitions))
+    assert want[1:4] == [(0, 1, 1.0, "2.5e-07"), (1, 0, 0.5, '{"id":7}'), (1, 1, 1.5, None)]
+    assert rows(job.table("t").scan().to_arrow()) == want
+    store.close()
+
+
 def test_compaction_rewrites_small_files_and_expiry_deletes_what_only_old_snapshots_read(
     tmp_path: Path,
 ) -> None:
