@@ -50,21 +50,27 @@ def retention_for(
 
 
 def consolidator_for(
-    config: Config, store: Store, writer: Writer, telemetry: Telemetry | None = None
+    config: Config,
+    store: Store,
+    writer: Writer,
+    telemetry: Telemetry | None = None,
+    *,
+    produced: bool = False,
 ) -> Consolidator:
     """Consolidation of the partitions `writer` owns, for topics whose mapping sets
-    `consolidate`; each pass is counted in `telemetry` (the plateau_consolidat* metrics)."""
+    `consolidate` and produced topics that do not say (Config.consolidation; `produced`:
+    the writer is the Kafka API's, so a topic no mapping names is one a producer created);
+    each pass is counted in `telemetry` (the plateau_consolidat* metrics)."""
 
     def resolve(topic: str) -> tuple[ConsolidatePolicy, IndexPolicy] | None:
-        derived = config.rollup_of(topic)
-        if derived is not None:
-            # A roll-up topic is consolidated as its topic is (without its bloom filters).
-            consolidate = derived[0].consolidate
-            return None if consolidate is None else (consolidate.policy(), IndexPolicy())
-        mapping = config.mapping_for_plateau_topic(topic)
-        if mapping is None or mapping.consolidate is None:
+        consolidate = config.consolidation(topic, produced=produced)
+        if consolidate is None:
             return None
-        return mapping.consolidate.policy(), mapping.index.policy()
+        if config.rollup_of(topic) is not None:
+            # A roll-up topic is consolidated as its topic is (without its bloom filters).
+            return consolidate.policy(), IndexPolicy()
+        mapping = config.mapping_for_plateau_topic(topic)
+        return consolidate.policy(), IndexPolicy() if mapping is None else mapping.index.policy()
 
     def guard(topic: str, partition: int) -> contextlib.AbstractContextManager[bool]:
         # Only the raw partition's writer seals into its roll-up partitions: holding the

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from bridge.config.fields import Duration, MiB, Size, Strict
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.registry import SchemaRegistryConfig
-from bridge.config.topics import Defaults, RollupConfig, TopicMapping
+from bridge.config.topics import ConsolidateConfig, Defaults, RollupConfig, TopicMapping
 from plateau_core.names import validate_topic
 from plateau_core.policies import RetentionPolicy, RollPolicy
 
@@ -447,6 +447,16 @@ class Config(Strict):
                 if source and mapping.matches(source):
                     return mapping, source
         return None
+
+    def consolidation(self, topic: str, *, produced: bool = False) -> ConsolidateConfig | None:
+        """What merges `topic`'s small segments: its mapping's (a roll-up topic's: its raw
+        topic's). A topic no mapping names that producers created (`produced`:
+        kafka_api.auto_create_topics) is merged as a produced topic that does not say."""
+        derived = self.rollup_of(topic)
+        mapping = derived[0] if derived is not None else self.mapping_for_plateau_topic(topic)
+        if mapping is None:
+            return ConsolidateConfig() if produced else None
+        return mapping.consolidation
 
     def roll_policy(self, mapping: TopicMapping) -> RollPolicy:
         return mapping.roll.apply(self.defaults.roll.apply(RollPolicy()))

@@ -213,7 +213,9 @@ class TopicMapping(Strict):
     consolidate: ConsolidateConfig | None = Field(
         default=None,
         description="Merge runs of small sealed segments (what a short roll.max_age leaves) "
-        "in the background; leave out to keep segments as sealed.",
+        "in the background. Left out: a consumed topic keeps its segments as sealed; a "
+        "produced topic (no source), which seals every second, is merged with these "
+        "defaults. false turns it off.",
     )
     rollups: list[RollupConfig] = Field(
         default_factory=list,
@@ -340,6 +342,25 @@ class TopicMapping(Strict):
             raise ValueError("a topic without a source needs a name (what producers write to)")
         if "{source}" in self.name:
             raise ValueError("a topic without a source has no {source} to put in its name")
+
+    @field_validator("consolidate", mode="before")
+    @classmethod
+    def _consolidate_off(cls, value: object) -> object:
+        return None if value is False else value
+
+    @property
+    def consolidation(self) -> ConsolidateConfig | None:
+        """What merges the topic's small segments: `consolidate` as configured; a produced
+        topic that does not say gets the defaults. Its partitions seal every second (86,400
+        segments a day each, a file to open and a manifest row to plan over for every
+        read), and that second is plateau's choice, for freshness, not the user's."""
+        if (
+            self.consolidate is None
+            and self.produced
+            and "consolidate" not in self.model_fields_set
+        ):
+            return ConsolidateConfig()
+        return self.consolidate
 
     def rollup_policies(self) -> tuple[RollupPolicy, ...]:
         return tuple(r.policy() for r in self.rollups)

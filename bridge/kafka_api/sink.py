@@ -100,7 +100,7 @@ class ProduceSink:
         self._capacity = asyncio.Event()
         self._closed = False
         self.creation = TopicCreation(self.topics, self.owned, loop)
-        self.consolidator = consolidator_for(config, store, self.writer)
+        self.consolidator = consolidator_for(config, store, self.writer, produced=True)
         self.consolidator.start(storage.consolidate_interval)
 
     # --- partitions ---------------------------------------------------------------------------

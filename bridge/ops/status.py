@@ -88,10 +88,12 @@ def _add_consolidation(config: Config, topics: dict[str, Any], files: list[dict[
             if name == "consolidated_segments" and labels:
                 removed[labels[0]] = removed.get(labels[0], 0) + value
     for topic, body in topics.items():
-        mapping = config.mapping_for_plateau_topic(topic)
-        if mapping is None or mapping.consolidate is None:
+        # A topic no mapping names, beside the Kafka API, is one a producer created.
+        produced = config.kafka_api is not None and config.source_of(topic) is None
+        consolidate = config.consolidation(topic, produced=produced)
+        if consolidate is None:
             continue
-        policy = mapping.consolidate.policy()
+        policy = consolidate.policy()
         body["consolidate"] = {
             "target_bytes": policy.target_bytes,
             "min_age_s": policy.min_age_s,

@@ -3,12 +3,14 @@ metrics counted."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from bridge.config import load_config
+from bridge.config.topics import ConsolidateConfig
 from bridge.errors import ConfigError
 from bridge.ops.telemetry import WorkerTelemetry, parse_dump
 from bridge.store import consolidator_for, open_store
@@ -193,3 +195,66 @@ def test_a_writer_does_not_consolidate_below_min_free_disk(tmp_path: Path) -> No
             writer.close()
         assert (report.merged, report.deferred) == ([], 1)
         assert len(store.manifest.segments("logs")) == 4
+
+
+def _api_config(tmp_path: Path, topics: list[dict[str, object]]) -> Path:
+    path = tmp_path / "plateau.yaml"
+    body = {
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "kafka_api": {"listen": "127.0.0.1:0", "auto_create_topics": True},
+        "topics": topics,
+    }
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_a_produced_topic_that_does_not_say_is_merged_with_the_defaults(tmp_path: Path) -> None:
+    """A produced topic seals every second (86,400 segments a partition a day): left as
+    sealed, every read would open them all. Consumed topics keep theirs unless asked."""
+    topics = [
+        {"name": "said-nothing"},
+        {"name": "turned-off", "consolidate": False},
+        {"name": "null-too", "consolidate": None},
+        {"name": "own", "consolidate": {"min_age": "5m"}},
+        {"source": "consumed"},
+        {
+            "name": "rolled",
+            "format": "json",
+            "rollups": [{"granularity": "1m", "metrics": ["count"]}],
+        },
+    ]
+    config = load_config(_api_config(tmp_path, topics), env={})
+    defaults = ConsolidateConfig()
+    assert config.consolidation("said-nothing") == defaults
+    assert config.consolidation("turned-off") is None
+    assert config.consolidation("null-too") is None
+    own = config.consolidation("own")
+    assert own is not None and own.policy().min_age_s == 300.0
+    assert config.consolidation("consumed") is None
+    assert config.consolidation("rolled.rollup.1m") == defaults  # as its raw topic
+    # A topic a producer created (auto_create_topics) is a produced topic that did not say,
+    # on the Kafka API's writer; a topic no mapping names is not merged elsewhere.
+    assert config.consolidation("made-by-a-producer", produced=True) == defaults
+    assert config.consolidation("made-by-a-producer") is None
+
+
+def test_the_kafka_apis_writer_merges_a_topic_a_producer_created(tmp_path: Path) -> None:
+    config = load_config(
+        _api_config(tmp_path, [{"name": "declared", "consolidate": False}]), env={}
+    )
+    with open_store(config) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            for topic in ("created", "declared"):
+                writer.acquire(topic, 0, roll=RollPolicy(max_rows=50, max_age_s=3600))
+                for i in range(4):
+                    append_patiently(writer, topic, 0, _batch(i * 50))
+            writer.flush()
+            # Segments are merged once a minute old (the default min_age): look from later.
+            later = int((time.time() + 120) * 1000)
+            consume_side = consolidator_for(config, store, writer).run(now=later)
+            api_side = consolidator_for(config, store, writer, produced=True).run(now=later)
+        finally:
+            writer.close()
+    assert consume_side.merged == []
+    assert [(m.topic, m.segments) for m in api_side.merged] == [("created", 4)]
