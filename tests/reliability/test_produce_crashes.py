@@ -63,12 +63,17 @@ def stored_keys(store: Store, topic: str, dead_letters: bool) -> dict[bytes, lis
 
 
 @pytest.mark.parametrize(
-    ("poison", "durability"),
-    [(False, "journal"), (True, "journal"), (False, "segment")],
-    ids=["clean", "poison-to-dlq", "clean-segment-durability"],
+    ("poison", "durability", "merging"),
+    [
+        (False, "journal", False),
+        (True, "journal", False),
+        (False, "segment", False),
+        (False, "journal", True),
+    ],
+    ids=["clean", "poison-to-dlq", "clean-segment-durability", "consolidating"],
 )
 def test_kill_9_during_idempotent_produce(
-    tmp_path: Path, reliability: Recorder, poison: bool, durability: str
+    tmp_path: Path, reliability: Recorder, poison: bool, durability: str, merging: bool
 ) -> None:
     rng = random.Random(int(os.environ.get("PLATEAU_CRASH_SEED", "7")))
     port = free_port()
@@ -77,12 +82,20 @@ def test_kill_9_during_idempotent_produce(
     config.write_text(
         yaml.safe_dump(
             {
-                "storage": {"data_dir": str(data_dir)},
+                # Produced topics are consolidated by default, once segments are a minute
+                # old; "consolidating" merges at once, every second, to be killed mid-merge.
+                "storage": {"data_dir": str(data_dir)}
+                | ({"consolidate_interval": "1s"} if merging else {}),
                 "kafka_api": {"listen": f"127.0.0.1:{port}", "durability": durability},
                 "metrics": {"listen": "127.0.0.1:0"},
                 "topics": [
                     {"name": "events", "partitions": 3, "format": "json"}
                     | ({"on_error": "dlq", "dlq": "events-dlq"} if poison else {})
+                    | (
+                        {"consolidate": {"min_age": "0s", "target_bytes": "1MiB"}}
+                        if merging
+                        else {}
+                    )
                 ],
             }
         )
@@ -154,6 +167,7 @@ def test_kill_9_during_idempotent_produce(
     assert not thread.is_alive()
     with Store.open(data_dir) as store:
         places = stored_keys(store, "events", dead_letters=False)
+        merged = [s for s in store.manifest.segments("events") if "-" in Path(s.path).name]
         if poison:
             for key, found in stored_keys(store, "events-dlq", dead_letters=True).items():
                 places.setdefault(key, []).extend(found)
@@ -172,14 +186,16 @@ def test_kill_9_during_idempotent_produce(
     reliability.record(
         "kill -9 during produce"
         + (" with poison" if poison else "")
-        + (", durability: segment" if durability == "segment" else ""),
+        + (", durability: segment" if durability == "segment" else "")
+        + (", consolidating every second" if merging else ""),
         f"serve killed {kills} times while an idempotent acks=all producer writes to its "
         f"Kafka API (3 partitions; acks=all from the {durability})"
         + (
             f"; every {POISON_EVERY}th record is not JSON and goes to a dead-letter topic"
             if poison
             else ""
-        ),
+        )
+        + ("; segments merged as soon as sealed, a pass every second" if merging else ""),
         result,
         recover_s=max(recoveries),
         unacknowledged_stored=sum(1 for key in stored if key not in acked),
@@ -188,6 +204,8 @@ def test_kill_9_during_idempotent_produce(
     assert failed == [], failed[:5]
     assert result.exact, (lost[:5], moved[:5], result)
     assert len(acked) > 1000, "too little was produced for the test to mean anything"
+    if merging:  # a consolidated segment is named by its span: first-end
+        assert merged, "nothing was consolidated for the test to mean anything"
     if poison:
         letters = sum(1 for key in acked if int(key[1:]) % POISON_EVERY == 0)
         assert letters > 10, "too few poison records were produced to mean anything"
