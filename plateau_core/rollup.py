@@ -87,6 +87,9 @@ def rollup_base(topic: str) -> str | None:
     return base if marker and base and _LABEL.fullmatch(label) else None
 
 
+_BUCKET = "__bucket"
+
+
 def rollup_table(
     table: pa.Table, policy: RollupPolicy, *, topic: str | None = None, partition: int = -1
 ) -> pa.Table:
@@ -95,9 +98,13 @@ def rollup_table(
     rows = table.num_rows
     stamps = table.column(TIMESTAMP).cast(pa.int64()).to_numpy()
     buckets = stamps // policy.granularity_ms * policy.granularity_ms
-    columns: dict[str, pa.ChunkedArray | pa.Array] = {"__bucket": pa.array(buckets)}
-    for dimension in policy.dimensions:
-        columns[dimension] = _column(table, dimension, rows)
+    # Grouped under names of their place, not the topic's own: a dimension or metric column
+    # called like one of these would have taken its place in the grouping.
+    columns: dict[str, pa.ChunkedArray | pa.Array] = {_BUCKET: pa.array(buckets)}
+    keys = [_BUCKET]
+    for at, dimension in enumerate(policy.dimensions):
+        keys.append(f"__d{at}")
+        columns[keys[-1]] = _column(table, dimension, rows)
     # A metric over a column the segment lacks, holds only as nulls of no type (a JSON
     # field seen only as null), or holds in a type its aggregate has no kernel for (the sum
     # of text, the minimum of a list) adds nothing: its groups get nulls or empty sketches.
@@ -121,24 +128,24 @@ def rollup_table(
             end_offset=table.column(OFFSET)[rows - 1].as_py(),
             metrics=unfit,
         )
-    sources = sorted({m.column for m in taken if m.column is not None})
-    for source in sources:
-        columns[f"__m_{source}"] = table.column(source)
-    keys = ["__bucket", *policy.dimensions]
+    named = sorted({m.column for m in taken if m.column is not None})
+    sources = {column: f"__m{at}" for at, column in enumerate(named)}
+    for source, name in sources.items():
+        columns[name] = table.column(source)
     aggregations: list[tuple[str | list[str], str]] = []
     for metric in taken:
-        if metric.kind == "count":
+        if metric.column is None:  # count
             aggregations.append(([], "count_all"))
         else:
-            aggregations.append((f"__m_{metric.column}", metric.kind))
+            aggregations.append((sources[metric.column], metric.kind))
     grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
     out: dict[str, pa.Array | pa.ChunkedArray] = {
         OFFSET: pa.array([table.column(OFFSET)[0].as_py()] * grouped.num_rows, pa.int64()),
-        TIMESTAMP: grouped.column("__bucket").cast(pa.int64()).cast(TIMESTAMP_TYPE),
+        TIMESTAMP: grouped.column(_BUCKET).cast(pa.int64()).cast(TIMESTAMP_TYPE),
     }
-    for dimension in policy.dimensions:
-        out[dimension] = grouped.column(dimension)
+    for dimension, key in zip(policy.dimensions, keys[1:], strict=True):
+        out[dimension] = grouped.column(key)
     for metric in policy.metrics:
         if metric not in taken:
             missing = grouped.num_rows
@@ -148,9 +155,10 @@ def rollup_table(
                 else pa.nulls(missing)
             )
             continue
-        produced = grouped.column(_aggregate_name(metric))
-        if metric.kind == "distinct":
-            kind = bloom_kind(columns[f"__m_{metric.column}"].type)
+        grouped_as = None if metric.column is None else sources[metric.column]
+        produced = grouped.column(_aggregate_name(metric, grouped_as))
+        if metric.kind == "distinct" and grouped_as is not None:
+            kind = bloom_kind(columns[grouped_as].type)
             produced = pa.array(
                 [sketch(kind, values or []) for values in produced.to_pylist()], pa.binary()
             )
@@ -185,11 +193,12 @@ def _has_kernel(kind: MetricKind, data_type: pa.DataType) -> bool:
     return True
 
 
-def _aggregate_name(metric: RollupMetric) -> str:
+def _aggregate_name(metric: RollupMetric, source: str | None) -> str:
+    """Arrow's name for the aggregate of `metric` over the grouped column `source`."""
     if metric.kind == "count":
         return "count_all"
     suffix = "distinct" if metric.kind == "distinct" else metric.kind
-    return f"__m_{metric.column}_{suffix}"
+    return f"{source}_{suffix}"
 
 
 def _column(table: pa.Table, name: str, rows: int) -> pa.ChunkedArray | pa.Array:

@@ -461,3 +461,35 @@ def test_reaggregating_roll_ups_sealed_before_a_metric_or_dimension_was_added(
     ).to_pylist() == [
         {"service": "api", "zone": None, "count": 2, "sum_latency": None, "distinct_user": 0.0}
     ]
+
+
+def test_columns_named_like_the_grouping_s_own_are_rolled_up_as_any_other() -> None:
+    """The grouping table names its columns by their place: a topic's own `__bucket`
+    dimension took the bucket's place, and a metric over `__m_x` the metric of `x`."""
+    policy = RollupPolicy(
+        "1m",
+        60_000,
+        ("__bucket", "__d0"),
+        rollup_metrics(["count", "sum:__m0", "max:__m_x", "min:x"]),
+    )
+    table = pa.table(
+        {
+            "offset": pa.array([0, 1, 2], pa.int64()),
+            "timestamp": pa.array([BASE_MS, BASE_MS + 1, BASE_MS + 60_000], TS),
+            "__bucket": ["a", "b", "a"],
+            "__d0": ["p", "p", "p"],
+            "__m0": pa.array([10, 20, 30], pa.int64()),
+            "__m_x": pa.array([5, 6, 7], pa.int64()),
+            "x": pa.array([1, 2, 3], pa.int64()),
+        }
+    )
+    rolled = rollup_table(table, policy).to_pylist()
+    assert [
+        (r["timestamp"], r["__bucket"], r["__d0"], r["count"], r["sum___m0"]) for r in rolled
+    ] == [
+        (rolled[0]["timestamp"], "a", "p", 1, 10),
+        (rolled[0]["timestamp"], "b", "p", 1, 20),
+        (rolled[2]["timestamp"], "a", "p", 1, 30),
+    ]
+    assert [(r["max___m_x"], r["min_x"]) for r in rolled] == [(5, 1), (6, 2), (7, 3)]
+    assert rolled[0]["timestamp"] != rolled[2]["timestamp"]
