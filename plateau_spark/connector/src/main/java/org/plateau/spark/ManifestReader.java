@@ -6,6 +6,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -22,6 +23,7 @@ import java.util.TreeMap;
  */
 final class ManifestReader implements AutoCloseable {
   private static final String READABLE = "state IN ('sealed', 'replicated')";
+  private static final String SEGMENT_SUFFIX = ".arrow";
   private final Connection connection;
 
   ManifestReader(SourceOptions options) {
@@ -57,9 +59,46 @@ final class ManifestReader implements AutoCloseable {
   /**
    * Segments of the topic retention retired or consolidation replaced, whose files stay on disk
    * for the deletion grace (until the row goes), by partition and offset.
+   *
+   * <p>A row consolidation retired holds -id - 1 as its start offset, which frees the key for the
+   * merged row: its start is read from its file's name, `{start:020d}.arrow` or
+   * `{start:020d}-{end:020d}.arrow`, as the store reads it. Taken as negative, it would seem to
+   * hold every offset below its end. A row whose name tells no start is left out: what it holds
+   * is unknown, so its offsets count as gone.
    */
   List<Segment> retiring(String topic) {
-    return segments(topic, Bounds.NONE, "state = 'deleting'");
+    List<Segment> out = new ArrayList<>();
+    for (Segment s : segments(topic, Bounds.NONE, "state = 'deleting'")) {
+      long start = s.startOffset() >= 0 ? s.startOffset() : nameStart(s.path());
+      if (start < 0) {
+        continue;
+      }
+      out.add(
+          new Segment(
+              s.id(), s.partition(), start, s.endOffset(), s.recordCount(), s.timeMin(),
+              s.timeMax(), s.sizeBytes(), s.path(), s.checksums()));
+    }
+    out.sort(Comparator.comparingInt(Segment::partition).thenComparingLong(Segment::startOffset));
+    return out;
+  }
+
+  /** The start offset a segment file's name encodes, or -1 when it is not a segment's name. */
+  static long nameStart(String path) {
+    String name = path.substring(path.lastIndexOf('/') + 1);
+    if (!name.endsWith(SEGMENT_SUFFIX) || name.length() < 20 + SEGMENT_SUFFIX.length()) {
+      return -1;
+    }
+    String stem = name.substring(0, name.length() - SEGMENT_SUFFIX.length());
+    String start = stem.substring(0, 20);
+    if (!start.chars().allMatch(c -> c >= '0' && c <= '9')
+        || !(stem.length() == 20 || stem.charAt(20) == '-')) {
+      return -1;
+    }
+    try {
+      return Long.parseLong(start);
+    } catch (NumberFormatException e) {
+      return -1; // beyond a long: no offset
+    }
   }
 
   /** Segments of the topic quarantined: their files are damaged, they are never read again. */
