@@ -9,10 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
 
 from plateau_core.errors import BackpressureError
+from plateau_core.journal import SUFFIX, Journal
 from plateau_core.journal_codec import JournalCorruptError
 from plateau_core.lazy import span
 from plateau_core.listener import TopicPartition
@@ -31,7 +33,11 @@ class _Replayed:
 
 
 def replay(
-    writer: Writer, acquire: Callable[[str, int], object], *, timeout_s: float = 300.0
+    writer: Writer,
+    acquire: Callable[[str, int], object],
+    *,
+    timeout_s: float = 300.0,
+    journal: Journal | None = None,
 ) -> int:
     """Append the journal's unsealed groups to `writer` again and seal them; returns how many
     records that was. `acquire(topic, partition)` makes the writer own a partition a group
@@ -39,8 +45,9 @@ def replay(
     read back whole, or a group overlaps what is sealed (then the manifest and the journal
     disagree, and neither is changed), FlushTimeoutError when the replayed records are not
     sealed within `timeout_s` (the journal keeps them for the next replay), and what
-    `acquire` raises (PartitionLockedError)."""
-    journal = writer.journal
+    `acquire` raises (PartitionLockedError). `journal`: another writer's journal to replay
+    (see `replay_left`), instead of `writer`'s own."""
+    journal = journal if journal is not None else writer.journal
     if journal is None:
         return 0
     owned = set(writer.owned())
@@ -84,6 +91,27 @@ def replay(
             seconds=round(time.monotonic() - started, 3),
         )
     return total
+
+
+def replay_left(
+    writer: Writer,
+    acquire: Callable[[str, int], object],
+    directory: Path,
+    *,
+    timeout_s: float = 300.0,
+) -> int:
+    """Replay, through a writer without a journal, what a journaled writer left in
+    `directory` (the Kafka API switched from `durability: journal` to `segment` between a
+    crash and the restart): acknowledged records, which new appends would otherwise take
+    the offsets of. Returns how many records that was (0 when nothing is left)."""
+    if not directory.is_dir() or not any(directory.glob(f"*{SUFFIX}")):
+        return 0
+    journal = Journal(directory, fsync=writer.policy.fsync)
+    try:
+        return replay(writer, acquire, timeout_s=timeout_s, journal=journal)
+    finally:
+        # It wrote no file: only the replay deletes the ones it found, once all is sealed.
+        journal.close(everything_sealed=True)
 
 
 def _unsealed(append: Append, next_offset: int, seq: int) -> tuple[int, int] | None:

@@ -20,7 +20,8 @@ from plateau_core.errors import (
     ManifestUnusableError,
     PartitionLockedError,
 )
-from plateau_core.journal_replay import replay
+from plateau_core.journal import JOURNAL_DIR
+from plateau_core.journal_replay import replay, replay_left
 from plateau_core.policies import RollPolicy
 from plateau_core.schema import merged_schema
 
@@ -77,8 +78,13 @@ class OwnedPartitions:
                     retried="by the next request naming it",
                 )
                 self.topics.unopen(topic)
+        timeout_s = max(self.config.shutdown_timeout, 60.0)
         if self.writer.journal is not None:
-            replay(self.writer, self._own, timeout_s=max(self.config.shutdown_timeout, 60.0))
+            replay(self.writer, self._own, timeout_s=timeout_s)
+        else:
+            # durability: segment now, journal before a crash: what it acknowledged first.
+            directory = self.store.data_dir / JOURNAL_DIR
+            replay_left(self.writer, self._own, directory, timeout_s=timeout_s)
         for topic, count in sorted(self.topics.partitions.items()):
             self.open_topic(topic, count)
 
