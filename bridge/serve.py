@@ -34,6 +34,7 @@ from bridge.ops.monitor import Monitor
 from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
 from bridge.store import open_store, retention_for
 from plateau_core import Store
+from plateau_core.journal import JOURNAL_DIR, SUFFIX
 from plateau_core.verify import verify_at_start
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def _stop_listener_with(listener: KafkaApiServer, stop: threading.Event, timeout
 def _start_listener(config: Config, store: Store, run: str) -> KafkaApiServer | None:
     """The Kafka API listener, when configured; it opens the produced partitions first."""
     if config.kafka_api is None:
+        _warn_of_a_journal_left(store)
         return None
     from bridge.kafka_api.server import KafkaApiServer  # noqa: PLC0415
 
@@ -165,6 +167,23 @@ def _start_listener(config: Config, store: Store, run: str) -> KafkaApiServer | 
     listener = KafkaApiServer(config, store, run=run)
     listener.start()
     return listener
+
+
+def _warn_of_a_journal_left(store: Store) -> None:
+    """Only the Kafka API's writer replays its journal: without a kafka_api section, what
+    it acknowledged and did not seal before a crash stays unread until the section is back."""
+    directory = store.data_dir / JOURNAL_DIR
+    files = sorted(directory.glob(f"*{SUFFIX}")) if directory.is_dir() else []
+    if files:
+        log.warning(
+            "journal_not_replayed",
+            directory=str(directory),
+            files=len(files),
+            bytes=sum(path.stat().st_size for path in files),
+            detail="records the Kafka API acknowledged before it stopped without sealing "
+            "them; they are not readable until serve runs with a kafka_api section again, "
+            "which replays them",
+        )
 
 
 def run_worker(

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 from confluent_kafka import KafkaError, Message, Producer
+from structlog.testing import capture_logs
 
+from bridge.config import parse_config
+from bridge.serve import serve
 from plateau_core import Store
 from plateau_core.journal import JOURNAL_DIR, SUFFIX
 from tests.bridge_support import free_port, serve_process
@@ -113,3 +117,43 @@ def test_segment_durability_after_a_crash_replays_what_the_journal_acknowledged(
     finally:
         stopped(process)
     assert values_of(data_dir, "events")[-1] == (7, b"c0")
+
+
+def test_serve_without_the_kafka_api_says_the_journal_holds_unsealed_records(
+    tmp_path: Path,
+) -> None:
+    """The kafka_api section removed between a crash and the restart: nothing replays the
+    journal then (no writer owns the produced topics), so the start says so, rather than
+    leaving acknowledged records unread without a word. They are replayed once the section
+    is back."""
+    port = free_port()
+    data_dir = tmp_path / "data"
+    config = tmp_path / "plateau.yaml"
+    topics = [{"name": "events", "partitions": 1, "roll": {"max_age": "1h"}}]
+    config.write_text(config_of(data_dir, port, topics))
+    journaled_then_killed(config, port, "events", [b"a0", b"a1", b"a2"])
+
+    consuming = parse_config(
+        {
+            "storage": {"data_dir": str(data_dir)},
+            # Never reached: serve is stopped before it consumes.
+            "kafka": {"bootstrap_servers": f"127.0.0.1:{free_port()}"},
+            "topics": [{"name": "orders", "source": "orders"}],
+            "metrics": {"enabled": False},
+        }
+    )
+    stop = threading.Event()
+    stop.set()
+    with capture_logs() as logs:
+        assert serve(consuming, stop=stop) == 0
+    warned = [e for e in logs if e["event"] == "journal_not_replayed"]
+    assert len(warned) == 1 and warned[0]["log_level"] == "warning"
+    assert warned[0]["files"] == 1 and warned[0]["directory"] == str(data_dir / JOURNAL_DIR)
+    assert list((data_dir / JOURNAL_DIR).glob(f"*{SUFFIX}"))
+
+    process = serve_process(config)
+    try:
+        wait_listening(port)
+    finally:
+        stopped(process)
+    assert values_of(data_dir, "events") == [(0, b"a0"), (1, b"a1"), (2, b"a2")]
