@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
@@ -60,13 +60,14 @@ def replay(
             if key not in owned:
                 acquire(*key)
                 owned.add(key)
-            span = _unsealed(append, writer.next_offset(*key), group.seq)
-            if span is None:
+            unsealed = _unsealed(append, writer.next_offset(*key), group.seq)
+            if unsealed is None:
                 continue
-            kept.append(append)
+            rest, span = unsealed
+            kept.append(rest)
             found = replayed.setdefault(key, _Replayed(*span))
             found.end_offset = span[1]
-            found.records += sum(b.num_rows for b in append.batches)
+            found.records += sum(b.num_rows for b in rest.batches)
             found.groups += 1
         if kept:
             _append(writer, kept, timeout_s)
@@ -114,8 +115,9 @@ def replay_left(
         journal.close(everything_sealed=True)
 
 
-def _unsealed(append: Append, next_offset: int, seq: int) -> tuple[int, int] | None:
-    """[start, end) of the offsets `append` covers when they are not sealed yet, else None."""
+def _unsealed(append: Append, next_offset: int, seq: int) -> tuple[Append, tuple[int, int]] | None:
+    """What of `append` is not sealed yet, and the [start, end) of offsets it covers; None
+    when all of it is."""
     spans = [found for b in append.batches if (found := span(b)) is not None]
     first = spans[0][0] if spans else None
     end = spans[-1][1] + 1 if spans else 0
@@ -123,13 +125,18 @@ def _unsealed(append: Append, next_offset: int, seq: int) -> tuple[int, int] | N
         end = max(end, append.advance_to)
     if end <= next_offset:
         return None
+    if spans and spans[-1][1] < next_offset:
+        # Its rows are sealed and its watermark move past them is not: a manifest rebuilt
+        # from the segment files ends the watermark at the last row, and the records after
+        # it (skipped, dead-lettered) are moved over again, with the producer's batch.
+        return replace(append, batches=()), (next_offset, end)
     if first is not None and first < next_offset:
         raise JournalCorruptError(
             f"journal group {seq} holds {append.topic}[{append.partition}] offsets "
             f"{first}..{end - 1}, across its sealed watermark {next_offset}: the manifest and "
             "the journal disagree"
         )
-    return (first if first is not None else next_offset), end
+    return append, ((first if first is not None else next_offset), end)
 
 
 def _append(writer: Writer, appends: list[Append], timeout_s: float) -> None:

@@ -27,6 +27,7 @@ from plateau_core.journal_codec import FRAME, MAGIC, JournalCorruptError
 from plateau_core.journal_replay import replay
 from plateau_core.listener import NoListener
 from plateau_core.producers import ProducerBatch
+from plateau_core.rebuild import rebuild_manifest
 from plateau_core.schema import normalized
 from plateau_core.slog import Prepared
 from tests.support import batch
@@ -582,5 +583,48 @@ def test_the_replay_is_not_held_back_by_the_disk_floor(tmp_path: Path) -> None:
     assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
     with pytest.raises(BackpressureError):  # new records still wait for room
         writer.append_group([Append("t", 0, (batch([5]),))])
+    writer.close()
+    store.close()
+
+
+def test_a_rebuilt_manifest_takes_back_the_watermark_move_a_sealed_group_made(
+    tmp_path: Path,
+) -> None:
+    """A group of rows and a watermark move over the records after them (poison skipped or
+    dead-lettered) is sealed, and stays in the journal's file being written; the process
+    dies and the manifest is rebuilt from the segment files, which end the watermark at the
+    last row. The replay moves it over the skipped records again (it refused the group as
+    reaching across the watermark, and serve could not start)."""
+    data = tmp_path / "data"
+    store = Store.open(data)
+    listener = Journaled()
+    writer = store.writer(WriterPolicy(tick_s=0.01), listener, journal=True)
+    writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+    producer = ProducerBatch(7, 0, 0, 4, 0)
+    seq = writer.append_group([Append("t", 0, (batch(range(3)),), producer, advance_to=5)])
+    assert seq is not None
+    listener.wait(seq)
+    writer.flush()
+    assert store.manifest.watermark("t", 0) == 5
+    assert writer.journal is not None
+    writer.journal.close(everything_sealed=False)  # a crash: the file being written stays
+    writer._closed = True
+    for lock in writer._locks.values():
+        lock.release()
+    store.close()
+    assert files(data / JOURNAL_DIR)
+    for path in data.glob("manifest.db*"):
+        path.unlink()
+    rebuild_manifest(data)
+
+    store = Store.open(data)
+    assert store.manifest.watermark("t", 0) == 3
+    writer = store.writer(WriterPolicy(tick_s=0.01), journal=True)
+    writer.acquire("t", 0)
+    assert replay(writer, writer.acquire, timeout_s=10) == 0
+    assert store.manifest.watermark("t", 0) == 5
+    assert store.manifest.producer_states("t", 0)[7].batches[-1] == producer
+    assert store.read("t").to_table().column("offset").to_pylist() == [0, 1, 2]
+    assert files(data / JOURNAL_DIR) == []
     writer.close()
     store.close()
