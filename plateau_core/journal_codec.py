@@ -298,15 +298,28 @@ def groups_in_order(reads: Iterable[tuple[str, FileRead]]) -> Iterator[Group]:
     gap: a gap is a group that was written, possibly acknowledged, and cannot be read.
     """
     last: int | None = None
-    for name, read in reads:
+    first: int | None = None
+    for index, (name, read) in enumerate(reads):
+        if index == 0:
+            # A file is named by its first group: the oldest one reading none of its own
+            # (emptied, zeroed, damaged from its start) has lost them, which the next
+            # file's groups would not show otherwise.
+            first = _named_first(name)
         for group in read.groups:
             if last is not None and group.seq <= last:
                 continue
-            if last is not None and group.seq != last + 1:
+            expected = last + 1 if last is not None else first
+            if expected is not None and group.seq > expected:
                 raise JournalCorruptError(
-                    f"journal file {name}: groups {last + 1}..{group.seq - 1} are missing "
+                    f"journal file {name}: groups {expected}..{group.seq - 1} are missing "
                     "(an earlier file is damaged); move the journal folder aside to start "
                     "without them"
                 )
             last = group.seq
             yield group
+
+
+def _named_first(name: str) -> int | None:
+    """The first group a file's name says it holds (None: not so named)."""
+    stem = name.split(".", 1)[0]
+    return int(stem) if len(stem) == 20 and stem.isdigit() else None

@@ -217,6 +217,33 @@ def test_a_group_missing_between_files_stops_the_start(tmp_path: Path) -> None:
     assert first.exists()  # nothing is deleted on the way out
 
 
+@pytest.mark.parametrize("damage", ["emptied", "zeroed", "first frame damaged"])
+def test_a_first_file_that_reads_no_group_before_later_files_stops_the_start(
+    tmp_path: Path, damage: str
+) -> None:
+    """The oldest file's groups are lost whole (emptied, zeroed, or damaged from its first
+    frame on) while later files follow: its name says which groups it held, so they are
+    missing, as between two files (the start went on without them, saying only that a
+    tail was discarded)."""
+    directory = tmp_path / JOURNAL_DIR
+    journal = Journal(directory, file_bytes=1)  # a new file for every round of writes
+    for start in (0, 3, 6):
+        write(journal, [group(0, start)])
+    journal.close(everything_sealed=False)
+    first, _second, _third = files(directory)
+    data = bytearray(first.read_bytes())
+    if damage == "emptied":
+        data = bytearray()
+    elif damage == "zeroed":
+        data = bytearray(len(data))
+    else:
+        data[len(MAGIC) + FRAME.size + 3] ^= 0xFF
+    first.write_bytes(bytes(data))
+
+    with pytest.raises(JournalCorruptError, match=r"groups 0\.\.0 are missing"):
+        list(Journal(directory).recovered())
+
+
 def test_a_group_written_twice_is_read_once(tmp_path: Path) -> None:
     """After a failed sync the journal writes the groups again in a new file."""
     directory = tmp_path / JOURNAL_DIR
