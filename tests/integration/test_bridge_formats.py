@@ -11,6 +11,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, TopicPartition
 
 from bridge.demo.producer import Record, produce
+from plateau_core import Store
 from tests.bridge_support import end_offsets, make_config, serving, stored, wait_landed
 
 BASE_MS = 1_750_000_000_000
@@ -184,3 +185,44 @@ def test_arrow_messages_of_many_rows(
         )
     assert set(rows_per_message.values()) == {100}
     assert len(rows_per_message) == 200
+
+
+def test_fields_named_like_plateaus_columns_in_any_case_land_suffixed(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """`Timestamp` beside plateau's `timestamp` made both ambiguous in Spark (names resolve
+    ignoring case), and a field `partition` took the name readers give the Kafka partition:
+    `where={"partition": ...}` was refused, the Spark connector refused the topic."""
+    as_json, as_arrow = topic_factory(partitions=1), topic_factory(partitions=1)
+    fields = [{"Timestamp": i, "partition": i % 3, "Key": f"k{i}", "n": i} for i in range(60)]
+    produce(kafka, as_json, (Record(value=json.dumps(f).encode()) for f in fields))
+    produce(
+        kafka,
+        as_arrow,
+        (Record(value=_ipc(pa.table({k: [v] for k, v in f.items()}))) for f in fields),
+    )
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": as_json, "format": "json"}, {"source": as_arrow, "format": "arrow"}],
+        group=f"g-{as_json}",
+    )
+    with serving(config):
+        wait_landed(tmp_path, as_json, end_offsets(kafka, as_json))
+        wait_landed(tmp_path, as_arrow, end_offsets(kafka, as_arrow))
+    with Store.open(tmp_path) as store:
+        for topic in (as_json, as_arrow):
+            result = store.read(topic, where={"partition_": 2})
+            names = result.schema.names
+            assert len({n.lower() for n in names}) == len(names), names
+            assert {"Timestamp_", "partition_", "Key_", "n"} <= set(names)
+            rows = result.to_table().to_pylist()
+            assert [r["n"] for r in rows] == list(range(2, 60, 3))
+            assert [r["Timestamp_"] for r in rows] == list(range(2, 60, 3))
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())

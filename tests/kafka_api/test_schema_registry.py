@@ -4,6 +4,7 @@ with a retriable error, so the producer retries and nothing is lost or doubled."
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bridge.config import Config, parse_config
+from plateau_core import Store
 from tests.kafka_api.support import listening, stored
 from tests.registry_server import RegistryServer
 from tests.schema_support import (
@@ -183,3 +185,42 @@ def test_a_slow_registry_holds_up_only_the_batch_that_waits_for_it(
     assert [len(m) for m in slow] == [10]
     assert [r["id"] for r in _rows(tmp_path, "orders")] == list(range(10))
     assert stored(tmp_path, "plain").num_rows == 200
+
+
+def test_fields_named_like_plateaus_columns_in_any_case_land_suffixed(
+    tmp_path: Path, registry: RegistryServer
+) -> None:
+    """As on the consume path: `Timestamp` beside plateau's `timestamp` was ambiguous to
+    readers that resolve names ignoring case, and `partition` is the name they give the
+    Kafka partition."""
+    client = SchemaRegistryClient({"url": registry.url})
+    schema = {
+        "type": "record",
+        "name": "Named",
+        "fields": [
+            {"name": "Timestamp", "type": "long"},
+            {"name": "Partition", "type": "int"},
+            {"name": "n", "type": "int"},
+        ],
+    }
+    fields = [{"Timestamp": i, "Partition": i % 3, "n": i} for i in range(60)]
+    config = _config(
+        tmp_path,
+        registry,
+        [
+            {"name": "named-avro", "partitions": 1, "format": "avro"},
+            {"name": "named-json", "partitions": 1, "format": "json"},
+        ],
+    )
+    with listening(config) as (_, bootstrap):
+        serialize = avro_serializer(client, schema, "named-avro")
+        _produce(bootstrap, "named-avro", [serialize(f) for f in fields])
+        _produce(bootstrap, "named-json", [json.dumps(f).encode() for f in fields])
+    with Store.open(tmp_path) as store:
+        for topic in ("named-avro", "named-json"):
+            result = store.read(topic, where={"Partition_": 2})
+            names = result.schema.names
+            assert len({n.lower() for n in names}) == len(names), names
+            rows = result.to_table().to_pylist()
+            assert [r["n"] for r in rows] == list(range(2, 60, 3))
+            assert [r["Timestamp_"] for r in rows] == list(range(2, 60, 3))

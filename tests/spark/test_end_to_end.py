@@ -6,12 +6,15 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from confluent_kafka import Producer
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as fn
 
 from bridge.demo.producer import Record, produce
 from plateau_core import Store
 from plateau_spark.replication import Replicator, Target
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
+from tests.kafka_api.support import api_config, listening
 
 BASE_MS = 1_760_000_000_000
 
@@ -49,3 +52,37 @@ def test_produced_json_is_queried_and_replicated(
     copy = spark.read.parquet(str(tmp_path / "replica" / topic))
     assert copy.count() == 4000
     assert copy.agg({"n": "sum"}).first()[0] == sum(range(4000))
+
+
+def test_fields_named_like_plateaus_columns_in_any_case_are_queried_and_replicated(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark resolves names ignoring case: a json field `Timestamp` stored as is made every
+    reference to `timestamp` ambiguous ([AMBIGUOUS_REFERENCE]), and one named `partition`
+    made the connector refuse the topic."""
+    data_dir = tmp_path / "data"
+    config = api_config(data_dir, [{"name": "named", "partitions": 2, "format": "json"}])
+    values = [
+        json.dumps({"Timestamp": i, "Partition": i % 3, "KEY": f"k{i}", "n": i}).encode()
+        for i in range(300)
+    ]
+    with listening(config) as (_, bootstrap):
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for i, value in enumerate(values):
+            producer.produce("named", value, partition=i % 2, timestamp=BASE_MS + i)
+        assert producer.flush(60) == 0
+
+    df = spark.read.format("plateau").option("path", str(data_dir)).option("topic", "named").load()
+    late = df.filter(fn.col("timestamp") >= fn.timestamp_millis(fn.lit(BASE_MS + 200)))
+    assert sorted(r.n for r in late.select("n").collect()) == list(range(200, 300))
+    by_partition = {r.partition: r[1] for r in df.groupBy("partition").count().collect()}
+    assert by_partition == {0: 150, 1: 150}
+    assert df.filter("Partition_ = 2").count() == 100
+    assert df.agg(fn.sum("Timestamp_")).first()[0] == sum(range(300))
+
+    with Store.open(data_dir) as store:
+        report = Replicator(store, Target.parse(str(tmp_path / "replica"))).run_once(spark)
+    assert report.rows == 300
+    copy = spark.read.parquet(str(tmp_path / "replica" / "named"))
+    assert copy.filter("partition = 1").count() == 150
+    assert copy.agg(fn.sum("n")).first()[0] == sum(range(300))

@@ -15,6 +15,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from bridge.config import TopicMapping
 from bridge.consume.messages import records_of
 from bridge.ingest.decode import Decoded, decoder_for
+from bridge.ingest.decode.names import stored_name
 from plateau_core import RollPolicy, Store, WriterPolicy
 from plateau_core.schema import merged_schema
 
@@ -98,7 +99,7 @@ def test_arrow_stream_truncated_anywhere_is_poison_or_complete() -> None:
         (pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"]), "duplicate"),
         (pa.table({"u": pa.array(["a"]).dictionary_encode()}), "unsupported"),
         (pa.table({"d": pa.array([1], pa.duration("s"))}), "unsupported"),
-        (pa.table({"key": [1]}), "shadow"),
+        (pa.table({"key": [1], "key_": [2]}), "both present"),
     ],
 )
 def test_arrow_columns_plateau_cannot_store_are_poison(table: pa.Table, why: str) -> None:
@@ -191,6 +192,72 @@ def test_json_field_named_like_plateaus_and_its_renamed_twin_is_poison() -> None
     assert decoded.batches[0].column("offset_").to_pylist() == [3, None]
 
 
+@pytest.mark.parametrize("fmt", ["json", "arrow"])
+def test_fields_named_like_plateaus_columns_in_any_case_get_the_suffix(fmt: str) -> None:
+    # Spark resolves names ignoring case: a column `Timestamp` beside plateau's `timestamp`
+    # made every reference to either ambiguous, and `partition` is the column readers add.
+    fields = {"Timestamp": 1, "OFFSET": 2, "Key": "k", "headers": 3, "partition": 4, "n": 5}
+    value = (
+        json.dumps(fields).encode()
+        if fmt == "json"
+        else _ipc(pa.table({k: [v] for k, v in fields.items()}))
+    )
+    decoded = _decode({"format": fmt}, [value])
+    assert _poison(decoded) == {}
+    (row,) = decoded.batches[0].to_pylist()
+    own = ("offset", "timestamp", "key", "headers")
+    assert {k: v for k, v in row.items() if k not in own} == {
+        "Timestamp_": 1,
+        "OFFSET_": 2,
+        "Key_": "k",
+        "headers_": 3,
+        "partition_": 4,
+        "n": 5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "stored"),
+    [
+        ("PARTITION", "PARTITION_"),
+        ("\u212aey", "\u212aey_"),  # KELVIN SIGN: Java's equalsIgnoreCase takes it for k
+        ("t\u0130mestamp", "t\u0130mestamp_"),  # dotted capital I, as Java folds it
+        ("header\u017f", "header\u017f_"),  # long s
+        ("of\ufb00set", "of\ufb00set"),  # a ligature Java does not fold: a name of its own
+        ("offsets", "offsets"),
+        ("offset_", "offset_"),
+    ],
+)
+def test_names_clash_as_sparks_resolver_compares_them(name: str, stored: str) -> None:
+    assert stored_name(name) == stored
+
+
+@pytest.mark.parametrize("fmt", ["json", "arrow"])
+def test_a_field_in_any_case_and_its_renamed_twin_is_poison(fmt: str) -> None:
+    def value(fields: dict[str, int]) -> bytes:
+        if fmt == "json":
+            return json.dumps(fields).encode()
+        return _ipc(pa.table({k: [v] for k, v in fields.items()}))
+
+    decoded = _decode(
+        {"format": fmt},
+        [value({"Partition": 1, "Partition_": 2}), value({"Partition_": 3}), value({"n": 4})],
+    )
+    assert "both present" in _poison(decoded)[0] and _rows(decoded) == 2
+    rows = [r for b in decoded.batches for r in b.to_pylist()]
+    assert {r["offset"]: r.get("Partition_") for r in rows} == {1: 3, 2: None}
+    assert all("Partition" not in r for r in rows)
+
+
+def test_a_seeded_decoder_maps_suffixed_columns_of_any_case_back_to_their_fields() -> None:
+    decoder = decoder_for(TopicMapping(source="t", format="json"))
+    decoder.seed(
+        pa.schema([("offset", pa.int64()), ("timestamp", pa.int64()), ("Timestamp_", pa.int64())])
+    )
+    decoded = decoder.decode(records_of([_message(0, b'{"Timestamp": "x"}')]))
+    assert "changed from number to string" in _poison(decoded)[0]
+
+
 def test_declared_timestamps_take_epoch_milliseconds_as_well_as_iso_8601() -> None:
     """A declared `timestamp` field takes what `timestamp: field:` takes: epoch milliseconds
     (were poison) or ISO 8601 text, mixed in one batch too."""
@@ -250,6 +317,43 @@ def test_a_json_field_two_workers_inferred_differently_reads_as_text(tmp_path: P
     decoded = decoder.decode(records_of([_message(1, b'{"id": "three", "user": 3}')]))
     assert set(_poison(decoded)) == {1}  # `id` is stored as int64 everywhere
     store.close()
+
+
+def test_a_store_sealed_before_the_suffix_reads_old_and_new_columns_side_by_side(
+    tmp_path: Path,
+) -> None:
+    """A segment sealed before `Timestamp` took the suffix keeps it as `Timestamp`; the
+    topic then reads both columns, each null in the other's rows, and a restarted worker
+    still checks the field's type against the old column."""
+    old = pa.RecordBatch.from_pydict(
+        {
+            "offset": pa.array([0], pa.int64()),
+            "timestamp": pa.array([1_700_000_000_000_000], pa.timestamp("us", tz="UTC")),
+            "Timestamp": pa.array([10], pa.int64()),
+        }
+    )
+    with Store.open(tmp_path / "data") as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+            writer.append("t", 0, old)
+            writer.flush()
+            decoder = decoder_for(TopicMapping(source="t", format="json"))
+            decoder.seed(merged_schema(store.manifest.schemas("t").values()).settled())
+            decoded = decoder.decode(
+                records_of([_message(1, b'{"Timestamp": 11}'), _message(2, b'{"Timestamp": "x"}')])
+            )
+            assert set(_poison(decoded)) == {2}
+            for batch in decoded.batches:
+                writer.append("t", 0, batch)
+            writer.flush()
+        finally:
+            writer.close()
+        table = store.read("t", columns=["offset", "Timestamp", "Timestamp_"]).to_table()
+    assert table.to_pylist() == [
+        {"offset": 0, "Timestamp": 10, "Timestamp_": None},
+        {"offset": 1, "Timestamp": None, "Timestamp_": 11},
+    ]
 
 
 def test_inferred_json_text_that_looks_like_a_time_stays_text() -> None:

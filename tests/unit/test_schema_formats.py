@@ -508,6 +508,78 @@ def test_protobuf_and_json_schema_keys_beside_a_raw_value(registry: RegistryServ
         assert found == expected
 
 
+def _avro_record(*fields: tuple[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "Named",
+        "fields": [{"name": name, "type": kind} for name, kind in fields],
+    }
+
+
+def test_fields_named_like_plateaus_columns_in_any_case_get_the_suffix(
+    registry: RegistryServer,
+) -> None:
+    # Spark resolves names ignoring case: `Timestamp` beside plateau's `timestamp` made both
+    # ambiguous; `partition` is the column readers add.
+    client = SchemaRegistryClient({"url": registry.url})
+    schema = _avro_record(("Timestamp", "long"), ("partition", "int"), ("KEY", "string"))
+    serialize = avro_serializer(client, schema, "named")
+    mapping = TopicMapping(source="t", format="avro", timestamp="field:Timestamp")
+    decoder = decoder_for(mapping, SchemaRegistryConfig(url=registry.url))
+    produced = {"Timestamp": 1_700_000_000_123, "partition": 7, "KEY": "k"}
+    decoded = decoder.decode(_records([serialize(produced)]))
+    assert decoded.poison == []
+    (row,) = [r for b in decoded.batches for r in b.to_pylist()]
+    assert _rows(decoded) == [{"Timestamp_": 1_700_000_000_123, "partition_": 7, "KEY_": "k"}]
+    assert row["timestamp"] == datetime.datetime(2023, 11, 14, 22, 13, 20, 123000, datetime.UTC)
+
+
+def test_a_field_and_its_suffixed_twin_in_one_schema_is_poison_not_a_lost_value(
+    registry: RegistryServer,
+) -> None:
+    # `offset` is stored as `offset_`: beside a field `offset_`, one of the two values was
+    # dropped without a word.
+    client = SchemaRegistryClient({"url": registry.url})
+    schema = _avro_record(("Offset", ["null", "long"]), ("Offset_", "long"))
+    serialize = avro_serializer(client, schema, "twins")
+    decoded = _decoder(registry, "avro").decode(
+        _records(
+            [serialize({"Offset": 1, "Offset_": 2}), serialize({"Offset": None, "Offset_": 3})]
+        )
+    )
+    assert [p.offset for p in decoded.poison] == [100]
+    assert "both present" in decoded.poison[0].error
+    assert _rows(decoded) == [{"Offset_": 3}]
+
+
+@pytest.mark.parametrize("name", ["key_decoded", "Key_Decoded"])
+def test_a_value_field_named_key_decoded_is_kept_beside_the_decoded_key(
+    registry: RegistryServer, name: str
+) -> None:
+    # The decoded key wrote over a value field of its column's name.
+    client = SchemaRegistryClient({"url": registry.url})
+    value = avro_serializer(client, _avro_record((name, "string")), f"keyed-{name}")
+    key = avro_key_serializer(client, f"keyed-{name}")
+    decoded = _decoder(registry, "avro", key_format="avro").decode(
+        _records([value({name: "from the value"})], [key({"id": 1})])
+    )
+    assert decoded.poison == []
+    assert _rows(decoded) == [{"key_decoded": {"id": 1}, f"{name}_": "from the value"}]
+
+
+def test_a_restart_leaves_out_a_column_stored_before_its_field_took_the_suffix(
+    registry: RegistryServer,
+) -> None:
+    client = SchemaRegistryClient({"url": registry.url})
+    serialize = avro_serializer(client, _avro_record(("Timestamp", "long")), "restarted-named")
+    decoder = _decoder(registry, "avro")
+    stored = [("offset", pa.int64()), ("Timestamp", pa.int64()), ("Timestamp_", pa.int64())]
+    decoder.seed(pa.schema(stored))
+    (batch,) = decoder.decode(_records([serialize({"Timestamp": 5})])).batches
+    assert "Timestamp" not in batch.schema.names
+    assert batch.column("Timestamp_").to_pylist() == [5]
+
+
 @pytest.mark.parametrize("fmt", ["avro", "protobuf", "json_schema"])
 def test_random_bytes_behind_a_valid_header_are_rows_or_poison_never_an_exception(
     registry: RegistryServer, fmt: str

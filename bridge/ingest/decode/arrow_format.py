@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.event_times import event_times
-from bridge.ingest.decode.json_format import RESERVED
+from bridge.ingest.decode.names import renamed, seeded_fields, twins
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.errors import InvalidInputError
 from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch
@@ -26,8 +26,7 @@ class ArrowDecoder:
 
     def seed(self, stored: pa.Schema) -> None:
         """Start from the columns the plateau topic already has (after a restart)."""
-        fields = [f for f in stored if f.name not in RESERVED]
-        self.known = _unified(self.known, pa.schema(fields)) or self.known
+        self.known = _unified(self.known, pa.schema(seeded_fields(stored))) or self.known
 
     def decode(self, records: pa.RecordBatch) -> Decoded:
         result = Decoded()
@@ -69,8 +68,7 @@ class ArrowDecoder:
         columns = kept_columns(records, self.kept, rows=repeated)
         if timestamps is not None:
             columns["timestamp"] = timestamps
-        for name in table.column_names:
-            columns[name] = table.column(name).combine_chunks()
+        columns.update(renamed(_columns(table)))
         return [pa.RecordBatch.from_pydict(columns)]
 
 
@@ -107,24 +105,34 @@ def _type_change(known: pa.Schema | None, schema: pa.Schema) -> str:
 
 def _schema_problem(table: pa.Table) -> str | None:
     """Why the writer would refuse these columns (duplicate names, a type plateau does not
-    store, plateau's own names), or None.
+    store), why they cannot be stored as they are (a column named like one of plateau's and
+    one of its stored name, both with values), or None.
 
     Checked per message so that the message is poison: the writer's refusal of an append
     would stop the worker whatever on_error says.
     """
-    clash = [n for n in table.column_names if n in RESERVED]
-    if clash:
-        return f"columns {clash} shadow plateau's own"
+    names = table.column_names
     empty = table.to_batches()[0].slice(0, 0)
+    columns = list(empty.columns)
+    if len(set(names)) == len(names):  # duplicates are the writer's to name
+        both = twins({name: table.column(name) for name in names})
+        if both:
+            return next(iter(both.values()))
+        kept = renamed(dict(zip(names, columns, strict=True)))
+        names, columns = list(kept), list(kept.values())
     probe = pa.RecordBatch.from_arrays(
-        [pa.array([], pa.int64()), pa.array([], TIMESTAMP_TYPE), *empty.columns],
-        names=["offset", "timestamp", *empty.schema.names],
+        [pa.array([], pa.int64()), pa.array([], TIMESTAMP_TYPE), *columns],
+        names=["offset", "timestamp", *names],
     )
     try:
         normalize_batch(probe)
     except InvalidInputError as exc:
         return f"not storable: {exc}"
     return None
+
+
+def _columns(table: pa.Table) -> dict[str, pa.Array]:
+    return {name: table.column(name).combine_chunks() for name in table.column_names}
 
 
 def _merge_runs(result: Decoded) -> Decoded:

@@ -17,10 +17,10 @@ import pyarrow.json as pajson
 
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.event_times import epoch_ms, event_times
+from bridge.ingest.decode.names import renamed, seeded_fields, twins
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.schema import TIMESTAMP_TYPE, conform
 
-RESERVED = ("offset", "timestamp", "key", "headers")
 ARROW_TYPES: Mapping[str, pa.DataType] = {
     "string": pa.string(),
     "int": pa.int64(),
@@ -58,11 +58,7 @@ class JsonDecoder:
         instead of landing as a column the topic's segments cannot be read together with."""
         if self.declared is not None:
             return
-        fields = [
-            f.with_name(f.name[:-1]) if f.name[:-1] in RESERVED else f
-            for f in stored
-            if f.name not in RESERVED
-        ]
+        fields = seeded_fields(stored)
         # When the stored segments already disagree, decoding goes on from what it learns.
         with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
             self.known = _widen([self.known, pa.schema(fields)])
@@ -185,7 +181,7 @@ class JsonDecoder:
     ) -> None:
         """`table` holds the decoded rows `rows` of `records`, in order."""
         timestamps = None
-        bad = _twins(table)
+        bad = twins({name: table.column(name) for name in table.column_names})
         if self.timestamp_field is not None:
             timestamps, late = event_times(table, self.timestamp_field)
             bad = {**late, **bad}
@@ -201,11 +197,9 @@ class JsonDecoder:
         columns = kept_columns(
             records, self.kept, rows=pa.array(rows, pa.int64()), timestamps=timestamps
         )
-        for name in table.column_names:
-            renamed = f"{name}_" if name in RESERVED else name
-            if renamed != name and renamed in table.column_names:
-                continue  # only nulls left in it (_twins): the field `name_` is the column
-            columns[renamed] = table.column(name).combine_chunks()
+        columns.update(
+            renamed({name: table.column(name).combine_chunks() for name in table.column_names})
+        )
         result.batches.append(pa.RecordBatch.from_pydict(columns))
 
 
@@ -215,22 +209,6 @@ class _RowCountError(ValueError):
 
 class _NotEpochMsError(ValueError):
     pass
-
-
-def _twins(table: pa.Table) -> dict[int, str]:
-    """Rows with a field named like one of plateau's columns (stored with a `_` suffix)
-    and a field already named so: one would overwrite the other."""
-    bad: dict[int, str] = {}
-    for name in RESERVED:
-        if name in table.column_names and f"{name}_" in table.column_names:
-            present = table.column(name).is_valid()
-            for i, here in enumerate(present.to_pylist()):
-                if here:
-                    bad[i] = (
-                        f"fields {name!r} and {name + '_'!r} both present: {name!r} is stored "
-                        f"as {name + '_'!r}"
-                    )
-    return bad
 
 
 def _one_line(value: bytes | None) -> tuple[bytes, str | None]:

@@ -26,7 +26,7 @@ import structlog
 from bridge.ingest.decode.avro_arrow import UnsupportedSchemaError
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.event_times import event_times
-from bridge.ingest.decode.json_format import RESERVED
+from bridge.ingest.decode.names import OWN, TAKEN, clashes, renamed, stored_name, twins
 from bridge.ingest.decode.registry import SchemaSource, UnknownSchemaError
 from bridge.ingest.decode.wire import (
     HEADER,
@@ -75,16 +75,21 @@ class SchemaDecoder:
         self.value = _Side(PLAIN_VALUE, value_format)
         self.key = _Side(KEY_DECODED, key_format) if key_format != "raw" else None
         self.timestamp_field = timestamp_field
+        # Names a field is stored beside with a `_` suffix: a decoded key's column too.
+        self.taken = TAKEN if self.key is None else (*TAKEN, KEY_DECODED)
+        # The columns so far, under their stored names.
         self.known: pa.Schema | None = None
         self._readers: dict[tuple[str, int, tuple[int, ...]], Reader | str] = {}
         self._named: dict[int, tuple[Reader, str]] = {}  # id(reader) -> (reader, its schema)
 
     def seed(self, stored: pa.Schema) -> None:
         """Start from the columns the plateau topic already has (after a restart)."""
+        # A column of a field stored under its own name before it took the suffix is left
+        # out: carried on, every new segment would hold it again, empty.
         fields = [
-            f.with_name(f.name[:-1]) if f.name[:-1] in RESERVED else f
+            f
             for f in stored
-            if f.name not in RESERVED
+            if f.name not in OWN and (f.name == KEY_DECODED or not clashes(f.name, self.taken))
         ]
         try:
             self.known = _widen(self.known, pa.schema(fields))
@@ -225,7 +230,7 @@ class SchemaDecoder:
         value_type = self._type(run[0].group[0], self.value)
         key_type = self._type(run[0].group[1], self.key) if self.key is not None else None
         try:
-            columns = self._columns(run, value_type, key_type)
+            fields, keys = self._columns(run, value_type, key_type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
             if len(run) > 1:  # bisect: only the records Arrow refuses become poison
                 middle = len(run) // 2
@@ -236,6 +241,10 @@ class SchemaDecoder:
             reason = f"the value decoded with {where} does not fit its columns: {_short(exc)}"
             result.poison.append(poison_at(records, run[0].row, reason))
             return
+        bad = twins(fields, self.taken)
+        columns = renamed(fields, self.taken)
+        if keys is not None:
+            columns[KEY_DECODED] = keys
         table = pa.RecordBatch.from_pydict(columns)
         try:
             schema = _widen(self.known, table.schema)
@@ -249,20 +258,22 @@ class SchemaDecoder:
         rows = [r.row for r in run]
         timestamps = None
         if self.timestamp_field is not None:
-            stamps, bad = event_times(pa.Table.from_batches([table]), self.timestamp_field)
-            if bad:
-                result.poison += [poison_at(records, rows[i], bad[i]) for i in sorted(bad)]
-                keep = pa.array([i for i in range(len(rows)) if i not in bad], pa.int64())
-                table, stamps = table.take(keep), stamps.take(keep)
-                rows = [rows[i] for i in keep.to_pylist()]
-            timestamps = stamps
+            field = stored_name(self.timestamp_field, self.taken)
+            timestamps, late = event_times(pa.Table.from_batches([table]), field)
+            bad = {**late, **bad}
+        if bad:
+            result.poison += [poison_at(records, rows[i], bad[i]) for i in sorted(bad)]
+            keep = pa.array([i for i in range(len(rows)) if i not in bad], pa.int64())
+            table = table.take(keep)
+            timestamps = None if timestamps is None else timestamps.take(keep)
+            rows = [rows[i] for i in keep.to_pylist()]
         if not rows:
             return
         out = kept_columns(
             records, self.kept, rows=pa.array(rows, pa.int64()), timestamps=timestamps
         )
         for name in table.schema.names:
-            out[f"{name}_" if name in RESERVED else name] = table.column(name)
+            out[name] = table.column(name)
         result.batches.append(pa.RecordBatch.from_pydict(out))
 
     def _type(self, identity: int, side: _Side | None) -> pa.DataType | None:
@@ -275,17 +286,19 @@ class SchemaDecoder:
 
     def _columns(
         self, run: list[_Row], value_type: pa.DataType | None, key_type: pa.DataType | None
-    ) -> dict[str, pa.Array]:
-        columns: dict[str, pa.Array] = {}
+    ) -> tuple[dict[str, pa.Array], pa.Array | None]:
+        """The value's fields by name, and the decoded keys (None without `key_format`)."""
+        fields: dict[str, pa.Array] = {}
         values = pa.array([r.value for r in run], type=value_type)
         if pa.types.is_struct(values.type):
             for field, column in zip(values.type, values.flatten(), strict=True):
-                columns[field.name] = column
+                fields[field.name] = column
         else:
-            columns[self.value.column] = values
+            fields[self.value.column] = values
+        keys = None
         if self.key is not None:
-            columns[KEY_DECODED] = pa.array([r.key for r in run], type=key_type)
-        return columns
+            keys = pa.array([r.key for r in run], type=key_type)
+        return fields, keys
 
 
 class _RecordError(Exception):
