@@ -20,6 +20,21 @@ TEMP_MARKER = ".tmp-"
 STORE_ID_FILE = "store-id"
 
 
+def fold_case(name: str) -> str:
+    """`name` compared ignoring case as Java's `String.equalsIgnoreCase` compares it (Spark's
+    resolver): one character at a time, upper-cased then lower-cased, never growing."""
+    folded = []
+    for char in name:
+        upper = char.upper()
+        if len(upper) != 1:
+            upper = char
+        lower = upper.lower()
+        if len(lower) != 1:
+            lower = "i" if upper == "\u0130" else upper
+        folded.append(lower)
+    return "".join(folded)
+
+
 def validate_topic(name: object) -> str:
     """Return `name` if it is a usable topic name; topic names become directory names."""
     if not isinstance(name, str) or not name:

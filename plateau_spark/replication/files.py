@@ -3,6 +3,11 @@
 Files are laid out as `{topic}/date=YYYY-MM-DD/partition=P/{first:020d}-{last:020d}.parquet`
 (dates in UTC, offsets of the first and last row in the file), so Spark's partition
 discovery reads `date` and `partition` back, and a task re-run writes the same names.
+
+A data column named like one of those folders ignoring case (a decoded field `date`, or a
+`partition` column of a segment stored before ingest suffixed such fields) is written with
+a `_` suffix, more when that name is taken: Spark resolves names ignoring case, and its
+writer's `date` column, or the folder value on read, would otherwise replace its values.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from plateau_core.manifest import SegmentRecord
+from plateau_core.names import fold_case
 from plateau_core.read_request import ReadRequest
 from plateau_core.reader import ScanCounters, segment_batches
 from plateau_core.schema import OFFSET, TIMESTAMP, conform
 from plateau_spark.replication.target import Target
 
 ROW_GROUP_ROWS = 1 << 20
+FOLDER_COLUMNS = ("date", "partition")
 _NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
 
 
@@ -61,6 +68,29 @@ class ReplicaFile:
     bytes: int
     first_offset: int
     last_offset: int
+
+
+def replica_columns(names: Sequence[str]) -> list[str]:
+    """The names data columns `names` are written under in the replica, in order."""
+    taken = {fold_case(name) for name in names} | set(FOLDER_COLUMNS)
+    out = []
+    for name in names:
+        written = name
+        if fold_case(name) in FOLDER_COLUMNS:
+            written = f"{name}_"
+            while fold_case(written) in taken:
+                written = f"{written}_"
+            taken.add(fold_case(written))
+        out.append(written)
+    return out
+
+
+def replica_schema(schema: pa.Schema) -> pa.Schema:
+    names = replica_columns(schema.names)
+    return pa.schema(
+        [field.with_name(name) for field, name in zip(schema, names, strict=True)],
+        metadata=schema.metadata,
+    )
 
 
 def replica_dir(topic: str, day: date, partition: int) -> str:
@@ -146,7 +176,8 @@ def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> No
     """The task's rows of `day` (all of them for None) as one Parquet file."""
     pending: list[pa.RecordBatch] = []
     rows = 0
-    with pq.ParquetWriter(stream, task.schema, compression=task.compression) as writer:
+    schema = replica_schema(task.schema)
+    with pq.ParquetWriter(stream, schema, compression=task.compression) as writer:
         for batch in task_batches(task):
             mine = batch
             if day is not None:
@@ -154,10 +185,11 @@ def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> No
                 mine = batch.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
             if mine.num_rows == 0:
                 continue
-            pending.append(conform(mine, task.schema))
+            conformed = conform(mine, task.schema)
+            pending.append(pa.RecordBatch.from_arrays(conformed.columns, schema=schema))
             rows += mine.num_rows
             if rows >= ROW_GROUP_ROWS:
-                writer.write_table(pa.Table.from_batches(pending, task.schema), row_group_size=rows)
+                writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=rows)
                 pending, rows = [], 0
         if pending:
-            writer.write_table(pa.Table.from_batches(pending, task.schema), row_group_size=rows)
+            writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=rows)

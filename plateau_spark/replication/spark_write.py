@@ -26,7 +26,12 @@ from pyspark.sql import functions as fn
 
 from plateau_core.names import fsync_path
 from plateau_core.schema import OFFSET
-from plateau_spark.replication.files import ReplicaFile, ReplicaTask, replica_name
+from plateau_spark.replication.files import (
+    ReplicaFile,
+    ReplicaTask,
+    replica_columns,
+    replica_name,
+)
 from plateau_spark.replication.target import STAGING_DIR, Target, TargetError
 
 if TYPE_CHECKING:
@@ -112,9 +117,16 @@ def _task_frame(spark: SparkSession, task: ReplicaTask, manifest_url: str | None
     )
     if manifest_url:
         reader = reader.option("manifest", manifest_url)
+    frame = reader.load()
+    # The connector's own `partition` comes first; a data column clashing with it or with
+    # `date` is renamed by position, as a name would resolve to both.
+    own, *data = frame.columns
+    names = [own, *replica_columns(data)]
+    if names != frame.columns:
+        frame = frame.toDF(*names)
     # A task's segments are a contiguous run of one partition: these bounds select exactly
     # them (the connector plans them from the manifest, whole, without a row filter).
-    return reader.load().filter(
+    return frame.filter(
         (fn.col("partition") == task.partition)
         & (fn.col(OFFSET) >= task.start_offset)
         & (fn.col(OFFSET) < task.end_offset)

@@ -456,3 +456,32 @@ def test_on_an_interval_a_failed_run_is_logged_and_the_next_one_tries_again(
     with pytest.raises(ReplicationFailedError):  # once: the failure is the answer
         replicate(replicator, None, interval_s=0.01, once=True)
     store.close()
+
+
+@pytest.mark.parametrize("field", ["date", "Date", "partition", "PARTITION"])
+@pytest.mark.parametrize("writer", ["spark", "in-process"])
+def test_a_field_named_like_a_folder_column_keeps_its_values_under_a_suffixed_name(
+    spark: SparkSession, tmp_path: Path, field: str, writer: str
+) -> None:
+    """A data column named `date` or `partition` in any case (a decoded field, or a segment
+    stored before such fields were suffixed) is written as `date_`, or as `date__` when a
+    column `date_` exists: the `date` column Spark's writer adds, or the folder values
+    partition discovery reads, would otherwise replace its values or fail the run."""
+    if writer == "spark" and field.lower() == "partition":
+        pytest.skip("the Spark source reads no topic with a column named partition in any case")
+    store = Store.open(tmp_path / "data")
+    offsets = range(40)
+    extra = {
+        field: pa.array([f"order-{o}" for o in offsets]),
+        f"{field}_": pa.array(list(offsets), pa.int64()),
+    }
+    write_segments(store, "t", 0, [batch(offsets, extra=extra)], roll_rows=40)
+    target_dir = tmp_path / "replica"
+    Replicator(store, Target.parse(str(target_dir))).run_once(spark if writer == "spark" else None)
+
+    df = spark.read.parquet(str(target_dir / "t"))
+    assert {"date", "partition", f"{field}_", f"{field}__"} <= set(df.columns)
+    rows = df.select("date", "partition", "offset", f"{field}_", f"{field}__").collect()
+    assert sorted((r.offset, r[3], r[4]) for r in rows) == [(o, o, f"order-{o}") for o in offsets]
+    assert {(str(r.date), r.partition) for r in rows} == {("2023-11-14", 0)}
+    store.close()

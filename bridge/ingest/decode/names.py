@@ -15,30 +15,17 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
+from plateau_core.names import fold_case
+
 # The exact names plateau stores beside the fields of every decoded topic.
 OWN = ("offset", "timestamp", "key", "headers")
 # Also taken: the column every reader adds.
 TAKEN = (*OWN, "partition")
 
 
-def _fold(name: str) -> str:
-    """`name` compared ignoring case as Java's `String.equalsIgnoreCase` compares it (Spark's
-    resolver): one character at a time, upper-cased then lower-cased, never growing."""
-    folded = []
-    for char in name:
-        upper = char.upper()
-        if len(upper) != 1:
-            upper = char
-        lower = upper.lower()
-        if len(lower) != 1:
-            lower = "i" if upper == "\u0130" else upper
-        folded.append(lower)
-    return "".join(folded)
-
-
 def clashes(name: str, taken: Sequence[str] = TAKEN) -> bool:
     """Whether a field `name` is one of the `taken` columns' names, ignoring case."""
-    return _fold(name) in taken
+    return fold_case(name) in taken
 
 
 def stored_name(name: str, taken: Sequence[str] = TAKEN) -> str:
