@@ -89,12 +89,30 @@ class IndexConfig(Strict):
                 )
             if not column:
                 raise ValueError("a column name must not be empty")
+            stored_column("index.bloom", column)
         if len(set(value)) != len(value):
             raise ValueError(f"a column is listed twice: {value}")
         return value
 
     def policy(self) -> IndexPolicy:
         return IndexPolicy(bloom=tuple(self.bloom), fpp=self.fpp)
+
+
+def stored_column(setting: str, column: str) -> str:
+    """`column`, when a setting naming a topic's column may name it so. A decoded field
+    named like one of plateau's columns in any case (`Key`, `Partition`) is stored with a
+    `_` suffix (bridge.ingest.decode.names): named as the field, the setting would match
+    nothing, silently."""
+    # Imported here: the decoders' package imports this module.
+    from bridge.ingest.decode.names import OWN, clashes  # noqa: PLC0415
+
+    if clashes(column) and column not in OWN:
+        stored = f"{column}_"
+        raise ValueError(
+            f"{setting} {column!r}: a decoded field named so is stored as {stored!r}, since "
+            f"plateau's own columns take that name in any case; write {stored!r}"
+        )
+    return column
 
 
 class ConsolidateConfig(Strict):
@@ -133,9 +151,14 @@ class RollupConfig(Strict):
     @model_validator(mode="after")
     def _valid(self) -> RollupConfig:
         try:
-            self.policy()
+            policy = self.policy()
         except InvalidInputError as exc:
             raise ValueError(str(exc)) from None
+        for dimension in policy.dimensions:
+            stored_column("rollup dimension", dimension)
+        for metric in policy.metrics:
+            if metric.column is not None:
+                stored_column(f"rollup metric {metric.kind} of", metric.column)
         return self
 
     def policy(self) -> RollupPolicy:

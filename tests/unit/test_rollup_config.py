@@ -70,6 +70,16 @@ def test_a_regex_mappings_rollups_keep_their_own_retention(tmp_path: Path) -> No
         ({"granularity": "1m", "metrics": ["p99:latency"]}, "one of count"),
         ({"granularity": "1m", "metrics": ["sum"]}, "the others one"),
         ({"granularity": "1m"}, "metrics"),
+        # Decoded fields named like plateau's columns in any case are stored with a `_`:
+        # named as the field, the roll-up would group or sum nothing, silently.
+        (
+            {"granularity": "1m", "dimensions": ["Level", "Key"], "metrics": ["count"]},
+            "rollup dimension 'Key': a decoded field named so is stored as 'Key_'",
+        ),
+        (
+            {"granularity": "1m", "metrics": ["sum:partition"]},
+            "rollup metric sum of 'partition': a decoded field named so is stored as 'partition_'",
+        ),
     ],
 )
 def test_bad_rollups_name_the_field(tmp_path: Path, rollup: dict[str, object], why: str) -> None:
@@ -89,3 +99,21 @@ def test_two_rollups_of_one_granularity_are_refused(tmp_path: Path) -> None:
         load_config(path, env={})
     assert "topics.0" in str(refused.value)
     assert "two rollups of granularity 1m" in str(refused.value)
+
+
+def test_roll_ups_and_bloom_filters_name_a_suffixed_field_by_its_stored_column(
+    tmp_path: Path,
+) -> None:
+    topics = [
+        {
+            "source": "logs",
+            "format": "json",
+            "index": {"bloom": ["key", "Key_"]},
+            "rollups": [{"granularity": "1m", "dimensions": ["Key_"], "metrics": ["sum:Offset_"]}],
+        }
+    ]
+    config = load_config(_config(tmp_path, topics), env={})
+    assert config.topics[0].index.bloom == ["key", "Key_"]
+    path = _config(tmp_path, [{"source": "logs", "format": "json", "index": {"bloom": ["Key"]}}])
+    with pytest.raises(ConfigError, match=r"index\.bloom 'Key': a decoded field named so"):
+        load_config(path, env={})
