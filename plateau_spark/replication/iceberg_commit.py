@@ -34,6 +34,7 @@ from pyiceberg.transforms import DayTransform, IdentityTransform
 from plateau_core.schema import TIMESTAMP
 from plateau_spark.replication.iceberg_files import parse_data_name
 from plateau_spark.replication.iceberg_schema import (
+    DAY,
     PARTITION,
     SchemaConflictError,
     check_evolution,
@@ -106,7 +107,7 @@ def _create(
         )
         vacant(transaction.table_metadata.location)
         with transaction.update_spec() as spec:
-            spec.add_field(TIMESTAMP, DayTransform(), "timestamp_day")
+            spec.add_field(TIMESTAMP, DayTransform(), DAY)
             spec.add_field(PARTITION, IdentityTransform(), PARTITION)
         # Files plateau writes carry no field ids: readers map their columns by name.
         mapping = transaction.table_metadata.schema().name_mapping.model_dump_json()

@@ -6,6 +6,11 @@ written today and one written next year agree:
 - timestamps are stored in microseconds (Iceberg has no millisecond timestamps);
 - 8- and 16-bit integers widen to int, unsigned ones to the next signed width;
 - a column whose type is still null (only nulls seen so far) is left out until it has one.
+
+A data column named like the day partition field ignoring case (`timestamp_day`, a name
+Iceberg refuses beside that field) is held with a `_` suffix, and one already so suffixed
+(`timestamp_day_`, `Timestamp_Day__`) with one more: the names a run gives depend on no
+other column, so a column keeps the field it was created for when such fields come later.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
 from plateau_core.errors import PlateauError
+from plateau_core.names import fold_case
 from plateau_core.schema import OFFSET, conform_column
 
 PARTITION = "partition"
+DAY = "timestamp_day"  # the day(timestamp) partition field
 
 
 class SchemaConflictError(PlateauError):
@@ -30,8 +37,17 @@ def table_schema(merged: pa.Schema, topic: str) -> pa.Schema:
     for field in merged:
         mapped = _mapped(field.type, topic, field.name)
         if mapped is not None:
-            fields.append(pa.field(field.name, mapped, nullable=field.name != OFFSET))
+            nullable = field.name != OFFSET
+            fields.append(pa.field(table_column(field.name), mapped, nullable=nullable))
     return pa.schema(fields)
+
+
+def table_column(name: str) -> str:
+    """The table column holding the store's column `name`."""
+    folded = fold_case(name)
+    if folded.startswith(DAY) and not folded[len(DAY) :].strip("_"):
+        return f"{name}_"
+    return name
 
 
 def _mapped(dtype: pa.DataType, topic: str, name: str) -> pa.DataType | None:
@@ -151,8 +167,9 @@ def to_table_batch(batch: pa.RecordBatch, partition: int, schema: pa.Schema) -> 
     """A segment batch with the table's columns: the partition added, types mapped, columns
     the batch lacks as nulls."""
     arrays: list[pa.Array] = [pa.array([partition] * batch.num_rows, pa.int32())]
+    indexes = {table_column(name): i for i, name in enumerate(batch.schema.names)}
     for field in list(schema)[1:]:
-        index = batch.schema.get_field_index(field.name)
+        index = indexes.get(field.name, -1)
         if index < 0:
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue

@@ -170,6 +170,38 @@ def test_new_fields_become_columns_and_a_changed_type_is_refused(tmp_path: Path)
     store.close()
 
 
+def test_a_field_named_like_the_day_partition_field_lands_under_a_suffixed_column(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A data field `timestamp_day` (any case) failed every run: Iceberg refuses a partition
+    field named like a column, and the day partition field is named so. It is held with a `_`
+    suffix; a field already named so gets one more, in every run, so a column keeps the
+    field it was created for whatever fields come later."""
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    days = pa.array([f"d{i}" for i in range(100)])
+    write_segments(store, "t", 0, [batch(range(100), extra={"timestamp_day": days})], 100)
+    job.run_once()
+    table = job.table("t")
+    assert [f.name for f in table.spec().fields] == ["timestamp_day", "partition"]
+    assert "timestamp_day" not in table.schema().column_names
+    rows = table.scan().to_arrow().sort_by("offset")
+    assert rows.column("timestamp_day_").to_pylist() == days.to_pylist()
+
+    later = {"Timestamp_Day_": pa.array(range(100), pa.int64())}
+    write_segments(store, "t", 1, [batch(range(100), extra=later)], 100)
+    job.run_once()
+    table.refresh()
+    assert {"timestamp_day_", "Timestamp_Day__"} <= set(table.schema().column_names)
+    rows = table.scan().to_arrow().sort_by([("partition", "ascending"), ("offset", "ascending")])
+    assert rows.column("timestamp_day_").to_pylist() == days.to_pylist() + [None] * 100
+    assert rows.column("Timestamp_Day__").to_pylist() == [None] * 100 + list(range(100))
+    assert table_keys(table) == stored_keys(store)
+    frame = iceberg_frame(spark, table).filter("partition = 0 AND offset = 7")
+    assert frame.select("timestamp_day_").collect()[0][0] == "d7"
+    store.close()
+
+
 def test_widened_and_clashed_columns_hold_what_the_store_reads(tmp_path: Path) -> None:
     """An integer beyond 2**53 in a column widened to a double, and a clashed column holding
     a struct or bytes, failed every run (the topic never replicated); a clashed column's
