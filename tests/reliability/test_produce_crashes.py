@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
@@ -60,6 +61,21 @@ def stored_keys(store: Store, topic: str, dead_letters: bool) -> dict[bytes, lis
                 )
             places.setdefault(row["key"], []).append(place)
     return places
+
+
+def _merged_segments(data_dir: Path) -> int:
+    """Consolidated segments of `events` now (named by their span, first-end)."""
+    manifest = data_dir / "manifest.db"
+    if not manifest.exists():
+        return 0
+    with sqlite3.connect(f"file:{manifest}?mode=ro", uri=True, timeout=10) as db:
+        try:
+            row = db.execute(
+                "SELECT COUNT(*) FROM segments WHERE topic = 'events' AND path LIKE '%-%'"
+            ).fetchone()
+        except sqlite3.OperationalError:  # not created yet
+            return 0
+    return int(row[0])
 
 
 @pytest.mark.parametrize(
@@ -156,6 +172,13 @@ def test_kill_9_during_idempotent_produce(
             wait_listening(port)
             recoveries.append(time.monotonic() - started)
         time.sleep(1.0)
+        if merging:
+            # The kills come every 1-2 s, as often as the consolidation passes: let the last
+            # serve merge (the producer goes on meanwhile), so that a merge is always part
+            # of what is checked.
+            deadline = time.monotonic() + 60
+            while not _merged_segments(data_dir) and time.monotonic() < deadline:
+                time.sleep(0.2)
     finally:
         stop.set()
         thread.join(180)
