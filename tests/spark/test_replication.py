@@ -458,8 +458,15 @@ def test_on_an_interval_a_failed_run_is_logged_and_the_next_one_tries_again(
     store.close()
 
 
-@pytest.mark.parametrize("field", ["date", "Date", "partition", "PARTITION"])
-@pytest.mark.parametrize("writer", ["spark", "in-process"])
+@pytest.mark.parametrize(
+    ("writer", "field"),
+    [
+        *(("spark", f) for f in ("date", "Date")),
+        # The Spark source reads no topic with a column named partition in any case (ingest
+        # stores such fields as partition_; only segments from before that hold one).
+        *(("in-process", f) for f in ("date", "Date", "partition", "PARTITION")),
+    ],
+)
 def test_a_field_named_like_a_folder_column_keeps_its_values_under_a_suffixed_name(
     spark: SparkSession, tmp_path: Path, field: str, writer: str
 ) -> None:
@@ -467,8 +474,6 @@ def test_a_field_named_like_a_folder_column_keeps_its_values_under_a_suffixed_na
     stored before such fields were suffixed) is written as `date_`, or as `date__` when a
     column `date_` exists: the `date` column Spark's writer adds, or the folder values
     partition discovery reads, would otherwise replace its values or fail the run."""
-    if writer == "spark" and field.lower() == "partition":
-        pytest.skip("the Spark source reads no topic with a column named partition in any case")
     store = Store.open(tmp_path / "data")
     offsets = range(40)
     extra = {
