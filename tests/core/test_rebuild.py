@@ -11,13 +11,13 @@ import pyarrow as pa
 import pytest
 from sqlalchemy import text
 
-import plateau_core.rebuild as rebuild_module
 from plateau_core import SegmentState, Store, WriterPolicy
 from plateau_core.consolidate import Consolidator
 from plateau_core.errors import ManifestUnusableError
 from plateau_core.names import STORE_ID_FILE
 from plateau_core.policies import ConsolidatePolicy
-from plateau_core.rebuild import RebuildRefusedError, rebuild_manifest
+from plateau_core.rebuild import RebuildRefusedError, RebuildReport, rebuild_manifest
+from plateau_core.rebuild_partition import PartitionRebuild
 from plateau_core.rollup import RollupPolicy, reaggregate, rollup_metrics
 from plateau_core.segment_file import write_segment
 from plateau_core.verify import verify_store
@@ -243,21 +243,21 @@ def test_an_interrupted_rebuild_leaves_a_store_that_is_refused_until_rebuilt(
     _fill(data)
     with Store.open(data) as store:
         before = _snapshot(store)
-    run = rebuild_module._PartitionRebuild.run
+    run = PartitionRebuild.run
     done: list[str] = []
 
-    def interrupted(self: rebuild_module._PartitionRebuild, folder: Path) -> None:
+    def interrupted(self: PartitionRebuild, folder: Path) -> None:
         if done:
             raise KeyboardInterrupt
         done.append(self.topic)
         run(self, folder)
 
-    monkeypatch.setattr(rebuild_module._PartitionRebuild, "run", interrupted)
+    monkeypatch.setattr(PartitionRebuild, "run", interrupted)
     with pytest.raises(KeyboardInterrupt):
         rebuild_manifest(data)
     with pytest.raises(ManifestUnusableError, match="rebuild-manifest was interrupted"):
         Store.open(data)
-    monkeypatch.setattr(rebuild_module._PartitionRebuild, "run", run)
+    monkeypatch.setattr(PartitionRebuild, "run", run)
     time.sleep(1.1)  # the manifest is moved aside under a name with the second
     rebuild_manifest(data)
     with Store.open(data) as store:
@@ -266,7 +266,7 @@ def test_an_interrupted_rebuild_leaves_a_store_that_is_refused_until_rebuilt(
 
 
 def test_the_report_names_the_manifest_without_its_password(tmp_path: Path) -> None:
-    report = rebuild_module.RebuildReport(
+    report = RebuildReport(
         data_dir=str(tmp_path), manifest_url="postgresql://plateau:hunter2-pw@db:5432/plateau"
     )
     shown = "\n".join(report.lines())

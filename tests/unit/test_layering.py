@@ -82,6 +82,8 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.recovery": 5,
     "plateau_core.consolidate": 5,
     "plateau_core.rebuild_target": 5,
+    "plateau_core.rebuild_report": 5,
+    "plateau_core.rebuild_partition": 5,
     "plateau_core.rebuild": 5,
     "plateau_core.seal_pool": 6,
     "plateau_core.ownership": 6,
