@@ -478,20 +478,21 @@ def test_json_field_changes_type(
 ) -> None:
     """A field keeps the type it was first seen with (declared or inferred): a record where
     it is something else is poison, before and after a restart, so that the topic's
-    segments always read as one table. A field first seen as null takes the first type it
-    has a value of."""
+    segments always read as one table. An inferred int that meets a fraction becomes a
+    double instead, before a restart and after it; a declared int refuses it. A field
+    first seen as null takes the first type it has a value of."""
     inferred, declared, late_typed, dlq = (topic_factory(partitions=1) for _ in range(4))
     changes = [
         _json(0, f=1),
         _json(1, f="one"),  # int -> string
         _json(2, f={"g": 1}),  # int -> object
-        _json(3, f=2),
+        _json(3, f=2, m=4),
         _json(4, f=None),
         _json(5, f=[1, 2]),  # int -> array
-        _json(6, f=3.5),  # int -> float: no longer fits an int column either
+        _json(6, f=3.5),  # int -> float: a double when inferred, poison when declared
         _json(7),
     ]
-    poison = {1, 2, 5, 6}
+    poison = {inferred: {1, 2, 5}, declared: {1, 2, 5, 6}}
     nulls_first = [_json(0, f=None, g=[]), _json(1, f=5, g=[1]), _json(2, f=6, g=[])]
     produced = {
         inferred: _produce(kafka, inferred, changes),
@@ -517,14 +518,15 @@ def test_json_field_changes_type(
     with serving(config):
         for topic, count in produced.items():
             wait_landed(tmp_path, topic, {0: count})
-    # After a restart the decoders start from the types already stored.
-    after_restart = [_json(8, f="eight"), _json(9, f=9)]
+    # After a restart the decoders start from the types already stored: f is a double in
+    # the inferred topic, and m, stored as an int, meets its first fraction.
+    after_restart = [_json(8, f="eight"), _json(9, f=9, m=4.5)]
     for topic in (inferred, declared):
         produced[topic] += _produce(kafka, topic, after_restart)
     with serving(config):
         for topic in (inferred, declared):
             wait_landed(tmp_path, topic, {0: produced[topic]})
-        letters = _dead_letters(kafka, dlq, 2 * (len(poison) + 1))
+        letters = _dead_letters(kafka, dlq, sum(len(p) + 1 for p in poison.values()))
     sent_back = [dict(m.headers() or []) for m in letters]
     for topic in (inferred, declared):
         offsets = {
@@ -532,31 +534,50 @@ def test_json_field_changes_type(
             for h in sent_back
             if h[ERROR_HEADERS[0]] == topic.encode()
         }
-        assert offsets == poison | {8}
-        table = stored(tmp_path, topic)  # every segment reads as one table
-        assert table.schema.field("f").type == pa.int64()
-        assert dict(zip(table["n"].to_pylist(), table["f"].to_pylist(), strict=True)) == {
-            0: 1,
-            3: 2,
-            4: None,
-            7: None,
-            9: 9,
-        }
-    late = stored(tmp_path, late_typed)
-    assert late.schema.field("f").type == pa.int64()
-    assert sorted(late["f"].to_pylist(), key=lambda v: v or 0) == [None, 5, 6]
+        assert offsets == poison[topic] | {8}
+    table = stored(tmp_path, declared)  # every segment reads as one table
+    assert table.schema.field("f").type == pa.int64() and "m" not in table.column_names
+    assert dict(zip(table["n"].to_pylist(), table["f"].to_pylist(), strict=True)) == {
+        0: 1,
+        3: 2,
+        4: None,
+        7: None,
+        9: 9,
+    }
+    table = stored(tmp_path, inferred)
+    assert table.schema.field("f").type == pa.float64()
+    assert table.schema.field("m").type == pa.float64()
+    rows = {r["n"]: (r["f"], r["m"]) for r in table.select(["n", "f", "m"]).to_pylist()}
+    assert rows == {
+        0: (1.0, None),
+        3: (2.0, 4.0),
+        4: (None, None),
+        6: (3.5, None),
+        7: (None, None),
+        9: (9.0, 4.5),
+    }
+    outcomes = {
+        inferred: "3 records with another type and 1 after the restart sent to the DLQ; "
+        "the int that met a fraction became a double (f before the restart, m after it); "
+        "rest exactly once, one readable table",
+        declared: "5 records with another type sent to the DLQ (3.5 in the declared int "
+        "among them), rest exactly once, one readable table",
+    }
     for topic, kind in ((inferred, "inferred"), (declared, "declared")):
         reliability.check(
             f"JSON field changes type ({kind} schema)",
-            "f: int, then string, object, array, float; a restart; then string again",
+            "f: int, then string, object, array, float; a restart; then string again "
+            "(and m: int, then a float after the restart)",
             tmp_path,
             topic,
-            {0: set(range(10)) - poison - {8}},
+            {0: set(range(10)) - poison[topic] - {8}},
             produced=produced[topic],
-            outcome="5 records with another type sent to the DLQ, rest exactly once, "
-            "one readable table",
-            poison=len(poison) + 1,
+            outcome=outcomes[topic],
+            poison=len(poison[topic]) + 1,
         )
+    late = stored(tmp_path, late_typed)
+    assert late.schema.field("f").type == pa.int64()
+    assert sorted(late["f"].to_pylist(), key=lambda v: v or 0) == [None, 5, 6]
     reliability.check(
         "JSON field first seen as null",
         "f null (and g an empty list) in the first record, numbers afterwards",

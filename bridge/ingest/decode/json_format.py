@@ -2,8 +2,9 @@
 
 With a declared `schema` the columns are exactly those fields (missing ones null, others
 ignored). Without one, the schema is inferred and widened as new fields appear; a field is
-never dropped. A block that fails to parse is bisected so that only the offending messages
-become poison, in offset order.
+never dropped, and an integer field that meets a number with a fraction becomes a double.
+A block that fails to parse is bisected so that only the offending messages become poison,
+in offset order.
 """
 
 from __future__ import annotations
@@ -154,11 +155,45 @@ class JsonDecoder:
         of a second, without a zone's format, or any other text, was poison. JSON has no
         time type; a field meant as one is declared in the topic's `schema`.
         """
-        table = self._read_json(data, pinned)
+        try:
+            table = self._read_json(data, pinned)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            floated = self._floated(data, pinned)
+            if floated is None:
+                raise
+            pinned = floated
+            table = self._read_json(data, pinned)
         texted = _texted(table.schema, pinned)
         if texted.equals(table.schema):
             return table
         return self._read_json(data, texted)
+
+    def _floated(self, data: bytes, pinned: pa.Schema | None) -> pa.Schema | None:
+        """`pinned` with float64 for each inferred int64 field that the block holds numbers
+        with a fraction in, in a column or inside a struct or list; None when there is none.
+
+        JSON has one number type, and a field written as `12` in one record is often `12.5`
+        in another: Arrow infers float64 for both in one block, so pinning the first block's
+        int64 made such records poison or not depending on how they were batched. Any other
+        change of type stays one (the caller bisects the block), as do declared types.
+        """
+        if self.declared is not None or pinned is None:
+            return None
+        if not any(_has_int64(f.type) for f in pinned):
+            return None
+        try:
+            inferred = self._read_json(data, None).schema
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None  # a change of kind in the block itself: bisected
+        floated = pa.schema(
+            [
+                f.with_type(_floats_met(f.type, inferred.field(f.name).type))
+                if inferred.get_field_index(f.name) >= 0
+                else f
+                for f in pinned
+            ]
+        )
+        return None if floated.equals(pinned) else floated
 
     def _read_times(self, data: bytes, as_numbers: bool) -> pa.Table:
         """A block of a declared schema, its timestamps read as text or as epoch ms."""
@@ -300,6 +335,35 @@ def _text_type(dtype: pa.DataType, pinned: pa.DataType | None) -> pa.DataType:
             ]
         )
     return dtype
+
+
+def _has_int64(dtype: pa.DataType) -> bool:
+    if pa.types.is_int64(dtype):
+        return True
+    if pa.types.is_list(dtype):
+        return _has_int64(dtype.value_type)
+    return pa.types.is_struct(dtype) and any(
+        _has_int64(dtype.field(i).type) for i in range(dtype.num_fields)
+    )
+
+
+def _floats_met(pinned: pa.DataType, inferred: pa.DataType) -> pa.DataType:
+    """`pinned` with float64 wherever it has int64 and `inferred` float64."""
+    t = pa.types
+    if t.is_int64(pinned) and t.is_float64(inferred):
+        return inferred
+    if t.is_list(pinned) and t.is_list(inferred):
+        value = _floats_met(pinned.value_type, inferred.value_type)
+        return pa.list_(pinned.value_field.with_type(value))
+    if t.is_struct(pinned) and t.is_struct(inferred):
+        children = []
+        for i in range(pinned.num_fields):
+            child = pinned.field(i)
+            at = inferred.get_field_index(child.name)
+            found = inferred.field(at).type if at >= 0 else child.type
+            children.append(child.with_type(_floats_met(child.type, found)))
+        return pa.struct(children)
+    return pinned
 
 
 def _has_null(dtype: pa.DataType) -> bool:
