@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bridge.config.models import Config
+from bridge.config.naming import naming
 from bridge.consume.client import ENFORCED_CONSUMER, client_config
 from bridge.ops.telemetry import parse_dump
 from bridge.ops.worker_status import read_status_files
@@ -40,6 +41,7 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     try:
         spans = store.spans()
         store_id = store.manifest.store_id()
+        recorded = set(store.manifest.produced_topics())
     finally:
         store.close()
     files = read_status_files(config.storage.data_dir)
@@ -72,6 +74,11 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     topics: dict[str, Any] = {}
     for (topic, partition), row in sorted(rows.items()):
         topics.setdefault(topic, {"partitions": {}})["partitions"][str(partition)] = row
+    for topic, body in topics.items():
+        named = naming(config, topic)
+        body["config"] = None if named is None else named.kind
+        # The Kafka API opens every topic the manifest records as produced, named or not.
+        body["kafka_api"] = config.kafka_api is not None and topic in recorded
     _add_consolidation(config, topics, files)
     document: dict[str, Any] = {"store_id": store_id, "topics": topics}
     if listeners:
@@ -88,8 +95,9 @@ def _add_consolidation(config: Config, topics: dict[str, Any], files: list[dict[
             if name == "consolidated_segments" and labels:
                 removed[labels[0]] = removed.get(labels[0], 0) + value
     for topic, body in topics.items():
-        # A topic no mapping names, beside the Kafka API, is one a producer created.
-        produced = config.kafka_api is not None and config.source_of(topic) is None
+        # The Kafka API's writer consolidates the topics it opens (its produced topics and
+        # their dead letters); a topic nothing writes to any more is consolidated by none.
+        produced = body["kafka_api"] or body["config"] == "dlq"
         consolidate = config.consolidation(topic, produced=produced)
         if consolidate is None:
             continue
@@ -230,8 +238,28 @@ def render(document: dict[str, Any], as_json: bool) -> str:
         for topic, body in document["topics"].items()
         if (c := body.get("consolidate"))
     ]
+    unnamed = [
+        _unnamed_line(topic, body)
+        for topic, body in document["topics"].items()
+        if not body["config"]
+    ]
     listeners = [_listener_line(body) for body in document.get("kafka_api", [])]
-    return "\n".join([table, *consolidating, *listeners])
+    return "\n".join([table, *consolidating, *unnamed, *listeners])
+
+
+def _unnamed_line(topic: str, body: dict[str, Any]) -> str:
+    """A topic the config does not name: what it holds, under which retention, and how to
+    get rid of it (it is part of the footprint like any other)."""
+    rows = body["partitions"].values()
+    segments = sum(int(row["segments"]) for row in rows)
+    size = sum(int(row["bytes"]) for row in rows)
+    line = (
+        f"not in the config: {topic}: {segments:,} segments, {size:,} bytes kept under "
+        "defaults.retention"
+    )
+    if body["kafka_api"]:
+        line += " (producers may still write to it through the Kafka API)"
+    return line
 
 
 def _cell(value: object) -> str:
