@@ -1,5 +1,5 @@
-"""`plateau verify | rebuild-manifest`: checking the store's files, and recovering from a lost
-or corrupted manifest."""
+"""`plateau verify | rebuild-manifest | drop-topic`: checking the store's files, recovering
+from a lost or corrupted manifest, and removing a topic the config no longer names."""
 
 from __future__ import annotations
 
@@ -48,6 +48,18 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     rebuild_parser.set_defaults(handler=_rebuild)
 
+    drop_parser = subparsers.add_parser(
+        "drop-topic",
+        help="delete the segments of a topic the config does not name (removed from "
+        "topics, a roll-up no longer declared, created through the Kafka API)",
+    )
+    config_argument(drop_parser)
+    drop_parser.add_argument("topic", help="the plateau topic, as plateau status lists it")
+    drop_parser.add_argument(
+        "--yes", action="store_true", help="do it without asking for confirmation"
+    )
+    drop_parser.set_defaults(handler=_drop_topic)
+
 
 def _verify(args: argparse.Namespace) -> int:
     from bridge.config import load_config
@@ -93,6 +105,69 @@ def _rebuild(args: argparse.Namespace) -> int:
     report = rebuild_manifest(config.storage.data_dir, config.storage.manifest_url)
     print("\n".join(report.lines()))
     return 0
+
+
+def _drop_topic(args: argparse.Namespace) -> int:
+    from bridge.config import load_config
+    from bridge.config.naming import naming
+    from bridge.store import open_store
+    from plateau_core import Retention, SegmentState, StoreLimits
+    from plateau_core.topic_drop import DROPPABLE, drop_topic
+
+    config = load_config(args.config)
+    topic: str = args.topic
+    named = naming(config, topic)
+    if named is not None:
+        print(
+            f"plateau drop-topic: the config names {topic!r} ({named.said}): retention keeps "
+            "it by the config; remove it from the config (and restart serve) first",
+            file=sys.stderr,
+        )
+        return 2
+    grace = config.storage.deletion_grace
+    with open_store(config) as store:
+        if topic not in store.topics():
+            print(f"plateau drop-topic: the store holds no topic {topic!r}", file=sys.stderr)
+            return 2
+        rows = store.manifest.segments(topic, states=DROPPABLE)
+        size = sum(row.size_bytes for row in rows)
+        said = f"{len(rows)} segments ({size:,} bytes) of topic {topic!r}"
+        if rows and not args.yes and not _drop_confirmed(said):
+            print("plateau drop-topic: not confirmed; nothing changed", file=sys.stderr)
+            return 2
+        dropped = drop_topic(store, topic)
+        # What waited out its grace goes now, as a retention pass of serve would remove it:
+        # run again after the grace, the command finishes its own drop without serve.
+        Retention(store, limits=StoreLimits(deletion_grace_s=grace)).run()
+        waiting = store.manifest.segments(topic, states=(SegmentState.DELETING,))
+        produced = topic in store.manifest.produced_topics()
+    print(
+        f"dropped {len(dropped)} segments ({sum(r.size_bytes for r in dropped):,} bytes) of "
+        f"topic {topic!r}; the partitions keep their watermarks"
+    )
+    if waiting:
+        print(
+            f"{len(waiting)} files wait out storage.deletion_grace ({grace:g}s) for running "
+            "queries: serve's retention removes them then, or run this command again"
+        )
+    if produced and config.kafka_api is not None:
+        print(
+            f"the Kafka API still serves {topic!r} (the manifest records it as produced): "
+            "producers can write to it again, and what they write lands"
+        )
+    return 0
+
+
+def _drop_confirmed(said: str) -> bool:
+    """Say what will be deleted, then ask; without a terminal to ask on, --yes is required."""
+    print(
+        f"This deletes {said} from the store: queries no longer see them, and their files "
+        "go after storage.deletion_grace. Kafka's copies, if any, are not touched."
+    )
+    if not sys.stdin.isatty():
+        print("Pass --yes to proceed.", file=sys.stderr)
+        return False
+    return input("Drop the topic's segments? [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _confirmed(config: Config) -> bool:

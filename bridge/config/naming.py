@@ -3,7 +3,8 @@
 A store holds topics the config no longer names: one removed from `topics` after it landed
 data, a roll-up no longer declared, the dead letters of a removed produced topic, topics
 producers created through the Kafka API. They are kept under `defaults.retention` (and
-count toward `storage.max_bytes`); `plateau status` lists them.
+count toward `storage.max_bytes`); `plateau status` lists them and `plateau drop-topic`
+removes their segments.
 """
 
 from __future__ import annotations

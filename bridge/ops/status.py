@@ -259,7 +259,7 @@ def _unnamed_line(topic: str, body: dict[str, Any]) -> str:
     )
     if body["kafka_api"]:
         line += " (producers may still write to it through the Kafka API)"
-    return line
+    return line + "; plateau drop-topic deletes them" if segments else line
 
 
 def _cell(value: object) -> str:

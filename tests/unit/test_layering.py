@@ -79,6 +79,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.read_request": 4,
     "plateau_core.reader": 4,
     "plateau_core.retention": 4,
+    "plateau_core.topic_drop": 4,
     "plateau_core.recovery": 5,
     "plateau_core.consolidate": 5,
     "plateau_core.rebuild_target": 5,

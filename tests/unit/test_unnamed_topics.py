@@ -1,7 +1,7 @@
 """Topics of a store that the config does not name: a topic removed from `topics` after it
 landed data, a roll-up no longer declared, the dead letters of a produced topic, topics
-producers created through the Kafka API. Retention still bounds them, and `plateau status`
-says what they hold."""
+producers created through the Kafka API. Retention still bounds them, `plateau status`
+says what they hold, and `plateau drop-topic` removes them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
+from bridge.cli import main
 from bridge.config import load_config
 from bridge.config.models import Config
 from bridge.kafka_api.topics import ProducedTopics
@@ -20,8 +22,9 @@ from bridge.ops.monitor import Monitor
 from bridge.ops.status import collect, render
 from bridge.ops.worker_status import new_run_id
 from bridge.store import open_store, retention_for
-from plateau_core import RollPolicy, Store, WriterPolicy
+from plateau_core import PartitionLockedError, RollPolicy, SegmentState, Store, WriterPolicy
 from plateau_core.rollup import RollupPolicy, rollup_metrics
+from plateau_core.topic_drop import drop_topic
 from tests.support import BASE_MS, HOUR_MS, batch, fill_segments
 
 # Named by the config: a consumed topic, a produced topic's dead letters. Not named: a
@@ -132,6 +135,7 @@ def test_status_says_which_topics_the_config_does_not_name(tmp_path: Path, store
     assert "not in the config: logs.rollup.1m: 4 segments" in text
     auto = next(line for line in text.splitlines() if line.startswith("not in the config: auto"))
     assert "producers may still write to it through the Kafka API" in auto
+    assert "plateau drop-topic" in auto
     assert "not in the config: kept" not in text and "not in the config: p.dlq" not in text
 
 
@@ -171,3 +175,112 @@ def test_metrics_show_the_bytes_of_every_topic_of_the_store(
     shown = {s.labels["topic"]: s.value for s in families["plateau_store_bytes"].samples}
     assert set(UNNAMED) <= set(shown)
     assert all(shown[topic] > 0 for topic in UNNAMED)
+
+
+def test_drop_topic_retires_a_topic_the_config_does_not_name(
+    tmp_path: Path, store_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write_config(tmp_path, deletion_grace="1h")
+    with Store.open(store_dir) as store:
+        reading = store.read("gone")  # a query planned before the drop
+        files = [store.segment_path(s) for s in store.manifest.segments("gone")]
+        assert main(["drop-topic", "--config", str(path), "gone", "--yes"]) == 0
+        out = capsys.readouterr().out
+        assert "dropped 4 segments" in out and "4 files wait out" in out
+        assert store.read("gone").to_table().num_rows == 0  # gone for new queries
+        assert reading.to_table().num_rows == 40  # the running one reads its files still
+        assert all(f.exists() for f in files)
+        assert store.manifest.watermark("gone", 0) == 40
+        # The other topics are untouched.
+        assert _live(store, "logs.rollup.1m") != []
+        assert _live(store, "kept") == [0, 10, 20, 30]
+    # Once the grace has passed, retention (here the command run again) deletes the files.
+    path = _write_config(tmp_path, deletion_grace="0s")
+    assert main(["drop-topic", "--config", str(path), "gone", "--yes"]) == 0
+    assert "dropped 0 segments" in capsys.readouterr().out
+    assert not any(f.exists() for f in files)
+    with Store.open(store_dir) as store:
+        assert store.manifest.segments("gone", states=tuple(SegmentState)) == []
+        assert store.manifest.watermark("gone", 0) == 40
+
+
+@pytest.mark.parametrize(
+    ("topic", "said"),
+    [
+        ("kept", "the topic of mapping source 'kept'"),
+        ("p", "produced topic 'p'"),
+        ("p.dlq", "the dead-letter topic of produced topic 'p'"),
+    ],
+)
+def test_drop_topic_refuses_a_topic_the_config_names(
+    tmp_path: Path, store_dir: Path, topic: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write_config(tmp_path)
+    assert main(["drop-topic", "--config", str(path), topic, "--yes"]) == 2
+    assert said in capsys.readouterr().err
+    with Store.open(store_dir) as store:
+        assert store.manifest.segments(topic, states=(SegmentState.DELETING,)) == []
+
+
+def test_drop_topic_refuses_a_declared_rollup_and_one_a_regex_lands_in(
+    tmp_path: Path, store_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "regex.yaml"
+    rollup = {"granularity": "1m", "metrics": ["count"]}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"data_dir": "data"},
+                "topics": [{"source": "logs", "rollups": [rollup]}, {"source": "regex:go.*"}],
+            }
+        )
+    )
+    assert main(["drop-topic", "--config", str(path), "logs.rollup.1m", "--yes"]) == 2
+    assert "the 1m roll-up of topic 'logs'" in capsys.readouterr().err
+    assert main(["drop-topic", "--config", str(path), "gone", "--yes"]) == 2
+    assert "mapping source 'regex:go.*'" in capsys.readouterr().err
+    assert main(["drop-topic", "--config", str(path), "nothing", "--yes"]) == 2
+    assert "no topic 'nothing'" in capsys.readouterr().err
+
+
+def test_drop_topic_asks_first(
+    tmp_path: Path, store_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write_config(tmp_path)
+    assert main(["drop-topic", "--config", str(path), "gone"]) == 2
+    captured = capsys.readouterr()
+    assert "4 segments" in captured.out and "--yes" in captured.err
+    with Store.open(store_dir) as store:
+        assert _live(store, "gone") == [0, 10, 20, 30]
+
+
+def test_drop_topic_refuses_a_topic_a_writer_owns(store_dir: Path) -> None:
+    # The Kafka API of a running serve owns a topic producers created: its next seals
+    # would land beside what was dropped.
+    with Store.open(store_dir) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            writer.acquire("auto", 0)
+            with pytest.raises(PartitionLockedError, match=r"auto\[0\] is owned by a writer"):
+                drop_topic(store, "auto")
+        finally:
+            writer.close()
+        assert _live(store, "auto") == [0, 10, 20, 30]
+        assert len(drop_topic(store, "auto")) == 4
+
+
+def test_drop_topic_takes_quarantined_segments_too_and_logs_each(store_dir: Path) -> None:
+    with Store.open(store_dir) as store:
+        first = store.manifest.segments("gone")[0]
+        store.manifest.quarantine(first.id, "truncated")
+        with capture_logs() as logs:
+            dropped = drop_topic(store, "gone", at=BASE_MS)
+        assert [s.start_offset for s in dropped] == [0, 10, 20, 30]
+        retired = [e for e in logs if e["event"] == "segment_retired"]
+        assert [
+            (e["topic"], e["partition"], e["start_offset"], e["end_offset"]) for e in retired
+        ] == [("gone", 0, start, start + 10) for start in (0, 10, 20, 30)]
+        assert all(e["reason"] == "topic_dropped" for e in retired)
+        assert [e["segments"] for e in logs if e["event"] == "topic_dropped"] == [4]
+        rows = store.manifest.segments("gone", states=tuple(SegmentState))
+        assert {(s.state, s.deleting_at) for s in rows} == {(SegmentState.DELETING, BASE_MS)}
