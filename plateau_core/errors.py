@@ -35,6 +35,20 @@ class FlushTimeoutError(PlateauError):
         self.pending = pending
 
 
+class JournalFailedError(PlateauError):
+    """The journal's thread stopped on an error it does not retry (a failed write or sync it
+    does retry): no group from `first_seq` on is durable, none will be, and appends are
+    refused until a restart replays the groups that are."""
+
+    def __init__(self, first_seq: int, cause: str) -> None:
+        super().__init__(
+            f"the journal failed at group {first_seq} ({cause}): nothing from there on is "
+            "durable, and appends are refused until a restart"
+        )
+        self.first_seq = first_seq
+        self.cause = cause
+
+
 class PartitionLockedError(PlateauError):
     """Another writer (process or handle) owns the partition."""
 

@@ -13,10 +13,17 @@ A file that ends in a torn frame (the crash came mid-write) is read up to it: no
 torn frame was acknowledged, since a group counts as durable only once synced whole. A gap
 in the sequence numbers, though, is a group that was written and cannot be read: that stops
 the start (JournalCorruptError) rather than going on without it.
+
+A write or sync that fails is retried, whole, in a new file. Anything else that goes wrong
+on the thread (encoding a group, a fault in this code) ends it: the groups not durable yet
+fail together (`failure`, and `notify_failed` tells the owner), what was written of them is
+taken out of the files so a restart does not replay records their producers were told had
+failed, and every later group fails too. Nothing waits for a thread that is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -28,6 +35,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import structlog
 
+from plateau_core.errors import JournalFailedError
 from plateau_core.journal_codec import (
     MAGIC,
     Chunk,
@@ -73,16 +81,23 @@ class Journal:
         self.file_bytes = file_bytes
         self._lock = PartitionLock.acquire(directory, lock_timeout_s)
         self.notify: Callable[[int], None] = _ignore
+        self.notify_failed: Callable[[JournalFailedError], None] = _ignore_failure
+        # Set once, when the thread stops on an error: every group from its first_seq on.
+        self.failure: JournalFailedError | None = None
         self._ids = SchemaIds()
         self._cond = threading.Condition()
         self._pending: list[_Queued] = []
         self._retry: list[Encoded] = []  # written once, failed: written again, whole
         self._retry_bytes = 0
+        self._in_hand: list[_Queued] = []  # the groups of the round being written
         self.backlog_bytes = 0  # appended, not yet durable
         self._files: list[_File] = []  # written by this journal, oldest first
         self._fd: int | None = None
         self._size = 0
         self._file_schemas: set[int] = set()
+        # The file written to and its size when the last round was synced: what a failure
+        # truncates it back to.
+        self._acked: tuple[Path, int] | None = None
         self._closing = False
         self._failures = 0
         self.last_error: str | None = None
@@ -138,9 +153,12 @@ class Journal:
         with self._cond:
             seq = self.next_seq
             self.next_seq += 1
-            self._pending.append(_Queued(seq, appends, prepared, nbytes))
-            self.backlog_bytes += nbytes
-            self._cond.notify()
+            # After a failure no thread would take it: it fails with the others (`failure`
+            # holds every group from its first_seq on).
+            if self.failure is None:
+                self._pending.append(_Queued(seq, appends, prepared, nbytes))
+                self.backlog_bytes += nbytes
+                self._cond.notify()
         return seq
 
     def release(self, below: int) -> None:
@@ -183,6 +201,7 @@ class Journal:
                 "bytes_written": self.bytes_written,
                 "write_failures": self.write_failures,
                 "last_error": self.last_error,
+                "failed": self.failure is not None,
                 "files": len(self._files),
                 # Counted as written, not by stat(): a seal thread may delete a file meanwhile.
                 "disk_bytes": sum(f.nbytes for f in self._files),
@@ -201,7 +220,7 @@ class Journal:
             self._lock.release()
             return
         self._close_file()
-        if everything_sealed and not self._pending and not self._retry:
+        if everything_sealed and not self._pending and not self._retry and self.failure is None:
             for file in self._files:
                 file.path.unlink(missing_ok=True)
             self._files = []
@@ -211,6 +230,14 @@ class Journal:
     # --- the journal thread ---------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._rounds()
+        except BaseException as exc:
+            # Whatever it was, the thread is done: the groups waiting on it must hear so, or
+            # whoever waits for them (a producer's acks=all) would wait for ever.
+            self._broke(exc)
+
+    def _rounds(self) -> None:
         while True:
             with self._cond:
                 while not self._pending and not self._retry and not self._closing:
@@ -219,6 +246,7 @@ class Journal:
                     return
                 queued = self._pending
                 self._pending = []
+                self._in_hand += queued
             batch = self._retry + [
                 encode_group(q.seq, q.appends, q.prepared, self._ids) for q in queued
             ]
@@ -234,11 +262,67 @@ class Journal:
             with self._cond:
                 self.backlog_bytes -= owed
                 self.durable_seq = batch[-1].seq
+                self._in_hand = []
+                self._acked = (self._files[-1].path, self._size)
                 self._failures = 0
                 self.last_error = None
                 self.syncs += 1
                 self.bytes_written += written
             self.notify(batch[-1].seq)
+
+    def _broke(self, exc: BaseException) -> None:
+        """The thread stops on `exc`: fail every group not durable, now and to come."""
+        with self._cond:
+            first = self.durable_seq + 1
+            failure = JournalFailedError(first, f"{type(exc).__name__}: {exc}")
+            self.failure = failure
+            self.last_error = failure.cause
+            partitions = sorted(
+                {(a.topic, a.partition) for q in self._in_hand + self._pending for a in q.appends}
+            )
+            self._in_hand, self._pending, self._retry, self._retry_bytes = [], [], [], 0
+            self.backlog_bytes = 0
+            # Files opened for the failed groups hold nothing durable; the one the last
+            # synced round ended in is cut back to where it ended (the last file now, which
+            # `release` never deletes).
+            unsynced = [f for f in self._files if f.first_seq >= first]
+            self._files = [f for f in self._files if f.first_seq < first]
+            acked = self._acked if self._files and self._acked else None
+            if acked is not None and acked[0] != self._files[-1].path:
+                acked = None
+            if acked is not None:
+                self._files[-1].nbytes = acked[1]
+        log.error(
+            "journal_failed",
+            first_seq=first,
+            last_seq=self.next_seq - 1,
+            partitions=[f"{topic}[{partition}]" for topic, partition in partitions],
+            error=failure.cause,
+            exc_info=exc,
+        )
+        self._discard(unsynced, acked)
+        self.notify_failed(failure)
+
+    def _discard(self, unsynced: list[_File], acked: tuple[Path, int] | None) -> None:
+        """Take what was written of the failed groups out of the files: replayed after a
+        restart, their records would land although their producers were told they failed,
+        and sent them again."""
+        try:
+            with contextlib.suppress(OSError):
+                self._close_file()
+            for file in unsynced:
+                file.path.unlink(missing_ok=True)
+            if acked is not None and acked[0].stat().st_size > acked[1]:
+                os.truncate(acked[0], acked[1])
+                if self.fsync:
+                    fsync_path(acked[0])
+            _sync_dir(self.directory, self.fsync)
+        except OSError as exc:
+            log.error(
+                "journal_failed_groups_kept",
+                error=f"{type(exc).__name__}: {exc}",
+                reason="a restart may replay records whose producers were told they failed",
+            )
 
     def _write(self, batch: list[Encoded]) -> None:
         chunks: list[Chunk] = []
@@ -288,9 +372,9 @@ class Journal:
                 self._files[-1].nbytes = len(MAGIC)
 
     def _close_file(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def _failed(self, batch: list[Encoded], exc: OSError) -> None:
         """A write or sync failed: what it held is not durable. After a failed sync the
@@ -307,7 +391,10 @@ class Journal:
             error=self.last_error,
             retry_in_s=delay,
         )
-        self._close_file()
+        # Linux lets the descriptor go even when close reports an error (a network file
+        # system's deferred write, say): raised here, it would end the thread.
+        with contextlib.suppress(OSError):
+            self._close_file()
         time.sleep(delay)
 
 
@@ -327,6 +414,10 @@ class _Queued(NamedTuple):
 
 def _ignore(_seq: int) -> None:
     """No one to tell (a journal nobody listens to, as in tests of the file format)."""
+
+
+def _ignore_failure(_failure: JournalFailedError) -> None:
+    """No one to tell; `failure` says it all the same."""
 
 
 def _numbered(path: Path) -> bool:

@@ -10,6 +10,11 @@ Files go oldest first, so one partition with old unsealed records (a long roll.m
 quiet topic) would keep every file written since. Past `journal_max_bytes` of files, the
 partitions that keep the oldest ones seal early: the journal stays about that size whatever
 the roll policies.
+
+A journal whose thread failed (plateau_core.journal) makes no group durable again: appends
+are refused with its JournalFailedError, the partitions holding groups it did not sync never
+seal (their records were never acknowledged), and a flush says so at once instead of at its
+deadline.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import structlog
 
+from plateau_core.errors import JournalFailedError
 from plateau_core.handle import StoreHandle
 from plateau_core.journal import Journal
 from plateau_core.listener import TopicPartition, WriterListener, tell
@@ -51,7 +57,17 @@ class JournaledWriter(Writer):
         # Raised through the journal's thread, a hook's error would end it: nothing after
         # would ever be journaled.
         journal.notify = partial(tell, self.listener.on_journaled)
+        journal.notify_failed = partial(tell, self.listener.on_journal_failed)
         self._pinned: int | None = None  # groups from here up belong to a dropped buffer
+
+    def append_group(self, appends: Sequence[Append], *, journal: bool = True) -> int | None:
+        """Writer.append_group; refused (JournalFailedError) once the journal failed. A
+        journal failing after this check still takes the group's number: the group fails
+        with the others."""
+        failure = self.journal.failure
+        if journal and failure is not None:
+            raise JournalFailedError(failure.first_seq, failure.cause)
+        return super().append_group(appends, journal=journal)
 
     def _held(self) -> int:
         # What is queued for the journal is memory too: its groups' encoded bytes.
@@ -69,6 +85,18 @@ class JournaledWriter(Writer):
                 slog.journal_from = seq
             slog.journal_last = seq
         return seq
+
+    def _unsealable(self, pending: Sequence[SegmentLog]) -> JournalFailedError | None:
+        failure = self.journal.failure
+        if failure is None:
+            return None
+        durable = self.journal.durable_seq
+        if all(
+            s.in_flight is None and s.journal_last is not None and s.journal_last > durable
+            for s in pending
+        ):
+            return JournalFailedError(failure.first_seq, failure.cause)
+        return None
 
     def _sealable(self, slog: SegmentLog) -> bool:
         # Write-ahead: nothing reaches the manifest before its group is durable in the

@@ -10,6 +10,8 @@ from typing import Protocol
 
 import structlog
 
+from plateau_core.errors import JournalFailedError
+
 log = structlog.get_logger(__name__)
 
 TopicPartition = tuple[str, int]
@@ -47,6 +49,10 @@ class WriterListener(Protocol):
     def on_journaled(self, seq: int) -> None:
         """Every append group numbered up to `seq` is durable in the writer's journal."""
 
+    def on_journal_failed(self, error: JournalFailedError) -> None:
+        """The writer's journal stopped on an error: no group from `error.first_seq` on is
+        durable or will be, and appends are refused until a restart."""
+
 
 class NoListener:
     """A WriterListener that hears nothing: a writer's default, and a base for doubles that
@@ -65,6 +71,9 @@ class NoListener:
         pass
 
     def on_journaled(self, seq: int) -> None:
+        pass
+
+    def on_journal_failed(self, error: JournalFailedError) -> None:
         pass
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
 
-from plateau_core.errors import FlushTimeoutError
+from plateau_core.errors import FlushTimeoutError, PlateauError
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
 from plateau_core.listener import TopicPartition, WriterListener, tell
@@ -69,6 +69,8 @@ class SealPool:
         Raises:
             FlushTimeoutError: Some partitions were still unsealed at the deadline (its
                 `pending` names them); their records stay buffered and are sealed later.
+            JournalFailedError: The journal failed, and the partitions left hold groups it
+                never synced: they cannot seal (a restart replays what it did sync).
         """
         deadline = time.monotonic() + timeout_s
         with self._cond:
@@ -82,6 +84,9 @@ class SealPool:
                 pending = [s for s in targets if s.pending() or s.in_flight is not None]
                 if not pending:
                     return
+                unsealable = self._unsealable(pending)
+                if unsealable is not None:
+                    raise unsealable
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise FlushTimeoutError([(s.topic, s.partition) for s in pending], timeout_s)
@@ -101,6 +106,9 @@ class SealPool:
 
     def _sealable(self, slog: SegmentLog) -> bool:
         return True
+
+    def _unsealable(self, pending: Sequence[SegmentLog]) -> PlateauError | None:
+        return None  # why the partitions a flush waits for can never seal
 
     def _sealed_group(self) -> None: ...
     def _let_go_if_done(self, key: TopicPartition) -> None: ...

@@ -8,6 +8,7 @@ import threading
 
 from bridge.ops.telemetry import WorkerTelemetry
 from plateau_core import SealedSegment
+from plateau_core.errors import JournalFailedError
 
 Committable = tuple[str, int, int]  # (plateau topic, partition, offset to commit)
 
@@ -48,3 +49,6 @@ class SealListener:
 
     def on_journaled(self, seq: int) -> None:
         pass  # the worker's writer keeps no journal: Kafka is its durable buffer
+
+    def on_journal_failed(self, error: JournalFailedError) -> None:
+        pass  # no journal, as above

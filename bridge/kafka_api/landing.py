@@ -15,11 +15,11 @@ import collections
 import structlog
 
 from bridge.kafka_api.dead_letters import dead_letters
-from bridge.kafka_api.failures import refuse_stalled
+from bridge.kafka_api.failures import append_error, refuse_stalled
 from bridge.kafka_api.partition import Pending, ProducedPartition
 from bridge.kafka_api.stats import SinkStats
 from plateau_core import Append, Writer
-from plateau_core.errors import BackpressureError
+from plateau_core.errors import BackpressureError, JournalFailedError
 
 log = structlog.get_logger(__name__)
 
@@ -212,6 +212,29 @@ class Landing:
         while waiting and waiting[0][0] <= seq:
             _, state, end = waiting.popleft()
             state.reached(end)
+
+    def journal_failed(self, error: JournalFailedError) -> None:
+        """No group from `error.first_seq` on will be durable: answer every acks=all request
+        still waiting, with the error a failed write gets. Groups below it were reported
+        durable before this (the journal's thread tells in order), so none is waiting on
+        what is durable."""
+        self._unjournaled.clear()
+        code, message = append_error(error)
+        for state in self.partitions.values():
+            first, end = state.durable_to, state.next_offset
+            refused = state.refuse_waiters(code, message)
+            if refused:
+                self.stats.errors[("Produce", code.name)] += refused
+                log.error(
+                    "produce_journal_failed",
+                    topic=state.topic,
+                    partition=state.partition,
+                    start_offset=first,
+                    end_offset=end,
+                    requests=refused,
+                    answered=code.name,
+                    first_seq=error.first_seq,
+                )
 
 
 def _log_throttled(exc: BackpressureError) -> None:

@@ -229,6 +229,16 @@ class ProducedPartition:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def refuse_waiters(self, code: ErrorCode, message: str) -> int:
+        """Nothing waiting here will become durable (the journal failed): every request
+        waiting is answered `code` and counted off; returns how many were."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if waiter.outcome is not None:
+                _refuse(waiter.outcome, code, message)
+            waiter.ticket.met()
+        return len(waiters)
+
     def fail_waiters(self, error: Exception) -> None:
         """The partition is going away (shutdown): nobody waits for what will not seal. The
         requests waiting are counted off, not durable: `failure` says why."""

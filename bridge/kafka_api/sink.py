@@ -24,6 +24,7 @@ from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.creation import TopicCreation
+from bridge.kafka_api.failures import append_error
 from bridge.kafka_api.landing import Landing
 from bridge.kafka_api.lazy_records import KafkaRecords
 from bridge.kafka_api.owned import OwnedPartitions
@@ -33,6 +34,7 @@ from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.topics import ProducedTopics
 from bridge.store import consolidator_for
 from plateau_core import Append, Store
+from plateau_core.errors import JournalFailedError
 from plateau_core.lazy import Item
 from plateau_core.listener import SealedSegment
 from plateau_core.policies import JOURNAL_MIN_BYTES, WriterPolicy
@@ -99,6 +101,8 @@ class ProduceSink:
         self.land = self.landing.land
         self._capacity = asyncio.Event()
         self._closed = False
+        # The journal failed (its thread stopped): every produce is refused with this.
+        self.journal_failure: Outcome | None = None
         self.creation = TopicCreation(self.topics, self.owned, loop)
         self.consolidator = consolidator_for(config, store, self.writer, produced=True)
         self.consolidator.start(storage.consolidate_interval)
@@ -146,6 +150,9 @@ class ProduceSink:
         self._closed = True
         try:
             self.writer.close(timeout_s=timeout_s)
+        except JournalFailedError as exc:
+            # Logged when it failed; the partitions it names are pinned for the replay.
+            log.warning("kafka_api_unsealed_kept", reason=str(exc))
         finally:
             for state in self.partitions.values():
                 state.fail_waiters(ConnectionAbortedError("the listener is stopping"))
@@ -186,6 +193,11 @@ class ProduceSink:
         batch is durable. `urgent`: the producer waits for durability (acks=all), so with
         durability: segment seal at once (the journal makes it durable without a seal)."""
         urgent = urgent and not self.journaled
+        refused = self.journal_failure
+        if refused is not None:
+            # Also a batch sent again: answered with its first offsets, it would wait for a
+            # durability that does not come.
+            return Outcome(error=refused.error, message=refused.message)
         state = self.partitions[(topic, partition)]
         if state.stalled and state.key not in self._gathered:
             raise ThrottledError(topic, partition, "earlier records are still waiting")
@@ -312,6 +324,16 @@ class ProduceSink:
 
     def on_journaled(self, seq: int) -> None:
         self._call(self.landing.journaled, seq)
+
+    def on_journal_failed(self, error: JournalFailedError) -> None:
+        self._call(self._journal_failed, error)
+
+    def _journal_failed(self, error: JournalFailedError) -> None:
+        code, message = append_error(error)
+        self.journal_failure = Outcome(error=code, message=message)
+        self.landing.journal_failed(error)
+        # Stalled batches would wait for room the writer will not make: refused now.
+        self.landing.retry_stalled()
 
     def _capacity_freed(self) -> None:
         self._capacity.set()
