@@ -77,6 +77,8 @@ _JOURNAL_GAUGES = {
     "disk_bytes": "Bytes of the journal's files on disk (groups not sealed yet, and the file "
     "being written).",
     "backlog_bytes": "Bytes appended to the journal and not synced yet.",
+    "failed": "1 when the journal's thread stopped on an error: every produce is refused "
+    "with KAFKA_STORAGE_ERROR until a restart.",
 }
 
 

@@ -91,6 +91,12 @@ class Monitor:
                 reasons.append(f"{name} has not reported for {silent:.0f}s")
             if worker.get("kafka_down"):
                 reasons.append(f"{name}: {worker['kafka_down']}")
+            journal = (worker.get("kafka-api") or {}).get("journal") or {}
+            if journal.get("failed"):
+                reasons.append(
+                    f"{name}: the journal failed ({journal.get('last_error')}); produce is "
+                    "refused until a restart"
+                )
         stalled = self._stalls(live)
         assigned = sum(len(w.get("partitions", [])) for w in live)
         # A Kafka API listener is ready without partitions: producers may create them.

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from bridge.config.models import Config
 from bridge.config.naming import naming
 from bridge.consume.client import ENFORCED_CONSUMER, client_config
+from bridge.kafka_api.topics import served_topics
 from bridge.ops.telemetry import parse_dump
 from bridge.ops.worker_status import read_status_files
 from bridge.store import open_store
@@ -41,7 +42,7 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     try:
         spans = store.spans()
         store_id = store.manifest.store_id()
-        recorded = set(store.manifest.produced_topics())
+        recorded = set(served_topics(config, store.manifest))
     finally:
         store.close()
     files = read_status_files(config.storage.data_dir)
@@ -77,7 +78,8 @@ def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], st
     for topic, body in topics.items():
         named = naming(config, topic)
         body["config"] = None if named is None else named.kind
-        # The Kafka API opens every topic the manifest records as produced, named or not.
+        # The Kafka API opens the topics the manifest records as produced, but for those the
+        # config listed once and no more (served_topics).
         body["kafka_api"] = config.kafka_api is not None and topic in recorded
     _add_consolidation(config, topics, files)
     document: dict[str, Any] = {"store_id": store_id, "topics": topics}
@@ -281,6 +283,8 @@ def _listener_line(body: dict[str, Any]) -> str:
             f"; journal {int(journal.get('disk_bytes') or 0):,} bytes in "
             f"{journal.get('files', 0)} files, {journal.get('write_failures', 0)} failed writes"
         )
-        if journal.get("last_error"):
+        if journal.get("failed"):
+            line += f", FAILED ({journal.get('last_error')}): produce refused until a restart"
+        elif journal.get("last_error"):
             line += f" (last: {journal['last_error']})"
     return line

@@ -12,6 +12,7 @@ from prometheus_client.core import Metric
 
 from bridge.config import Config, parse_config
 from bridge.consume.state import PAUSE_REASONS
+from bridge.ops.api_metrics import kafka_api_families
 from bridge.ops.metrics import ServeCollector, ServeCounters, registry
 from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, WorkerTelemetry
@@ -171,6 +172,15 @@ def test_collector_figures(exported: dict[str, Metric]) -> None:
     assert _sample(exported, "plateau_kafka_api_journal_write_failures_total") == 1
     assert _sample(exported, "plateau_kafka_api_journal_disk_bytes") == 4096
     assert _sample(exported, "plateau_poison_records_total", topic="p", action="skip") == 3
+
+
+def test_a_failed_journal_is_a_gauge_of_one() -> None:
+    body = {"journal": {"failed": True, "last_error": "RuntimeError: encoding fault"}}
+    families = {
+        family.name: family
+        for family in kafka_api_families([{"role": "kafka-api", "kafka-api": body}])
+    }
+    assert _sample(families, "plateau_kafka_api_journal_failed") == 1
 
 
 def test_operations_doc_lists_exactly_the_exported_metrics(exported: dict[str, Metric]) -> None:

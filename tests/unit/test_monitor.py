@@ -192,3 +192,16 @@ def test_the_endpoint_answers_health_readiness_and_unknown_paths(fx: Fixture) ->
             MetricsEndpoint("127.0.0.1", port, CollectorRegistry(), fx.monitor)
     finally:
         endpoint.stop()
+
+
+def test_a_listener_whose_journal_failed_is_not_ready(fx: Fixture) -> None:
+    """Produce is refused until a restart: /readyz says so, and why."""
+    listener = {"journal": {"failed": True, "last_error": "RuntimeError: encoding fault"}}
+    fx.report(worker="kafka-api", role="kafka-api", **{"kafka-api": listener})
+    assert fx.monitor.check().reasons == (
+        "kafka-api: the journal failed (RuntimeError: encoding fault); produce is refused "
+        "until a restart",
+    )
+    listener["journal"] = {"failed": False, "last_error": None}
+    fx.report(worker="kafka-api", role="kafka-api", **{"kafka-api": listener})
+    assert fx.monitor.check().ready

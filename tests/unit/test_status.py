@@ -10,7 +10,7 @@ import yaml
 
 from bridge.cli import main
 from bridge.config import load_config
-from bridge.ops.status import collect
+from bridge.ops.status import _listener_line, collect
 from plateau_core import Store, WriterPolicy
 from tests.support import batch
 
@@ -69,3 +69,13 @@ def test_kafka_not_answering_is_said_once_without_the_clients_own_lines(
         if "rdkafka" in line and "127.0.0.1:1/" in line
     ]
     assert ours == []
+
+
+def test_a_failed_journal_is_named_on_the_listeners_line() -> None:
+    body = {
+        "listen": "127.0.0.1:9092",
+        "journal": {"files": 1, "failed": True, "last_error": "RuntimeError: encoding fault"},
+    }
+    assert _listener_line(body).endswith(
+        "FAILED (RuntimeError: encoding fault): produce refused until a restart"
+    )
