@@ -51,7 +51,7 @@ from plateau_spark.replication.iceberg_files import (
     write_data_files,
 )
 from plateau_spark.replication.iceberg_maintenance import MaintenanceReport, compact, expire
-from plateau_spark.replication.iceberg_schema import table_schema
+from plateau_spark.replication.iceberg_schema import SchemaConflictError, table_schema
 from plateau_spark.replication.job import DEFAULT_FILE_BYTES, ReplicationReport, Replicator
 from plateau_spark.replication.owner import Consumed, OffsetOrigins, refuse
 from plateau_spark.replication.target import Target, TargetError
@@ -103,11 +103,13 @@ class IcebergReplicator(Replicator):
         written in this process by pyarrow; `spark` is not used.
 
         Raises ReplicaOwnerError, once the other topics are replicated, naming each produced
-        topic whose table another store feeds."""
+        topic whose table another store feeds; SchemaConflictError (which then names those
+        too) for each topic whose table cannot take a column's new type."""
         del spark
         started = time.monotonic()
         report = ReplicationReport()
         refused: dict[str, str] = {}
+        conflicts: dict[str, str] = {}
         with self._lock():
             tasks = self.plan()
             if tasks:
@@ -121,6 +123,16 @@ class IcebergReplicator(Replicator):
                         self._replicate_topic(catalog, topic, mine, report, owner)
                     except ReplicaOwnerError as exc:
                         refused.update(exc.refused)
+                    except SchemaConflictError as exc:
+                        # Raised before anything of the topic is written: it waits, and the
+                        # topics after it are replicated (it stopped them all, run after run).
+                        conflicts[topic] = str(exc)
+                        log.error(
+                            "iceberg_schema_conflict",
+                            topic=topic,
+                            table=".".join(self.settings.identifier(topic)),
+                            error=str(exc),
+                        )
                     except CommitFailedException as exc:  # another writer got ahead of a change
                         raise TargetError(
                             f"topic {topic!r}: another writer changed its Iceberg table "
@@ -133,6 +145,9 @@ class IcebergReplicator(Replicator):
                             f"{self.target.uri}: {exc}"
                         ) from exc
         report.seconds = time.monotonic() - started
+        if conflicts:
+            problems = {**refused, **conflicts}
+            raise SchemaConflictError("; ".join(problems[t] for t in sorted(problems)))
         if refused:
             raise ReplicaOwnerError(refused)
         return report

@@ -3,7 +3,8 @@
 The table holds the store's result schema with the Kafka partition first. Arrow types that
 Iceberg lacks are mapped to the nearest one it has, the same way every run, so a file
 written today and one written next year agree:
-- timestamps are stored in microseconds (Iceberg has no millisecond timestamps);
+- timestamps are stored in microseconds (Iceberg has no millisecond timestamps), nanoseconds
+  floored as the Spark connector reads them;
 - 8- and 16-bit integers widen to int, unsigned ones to the next signed width;
 - a column whose type is still null (only nulls seen so far) is left out until it has one.
 
@@ -22,6 +23,7 @@ from pyiceberg.schema import Schema
 from plateau_core.errors import PlateauError
 from plateau_core.names import fold_case
 from plateau_core.schema import OFFSET, conform_column
+from plateau_spark.replication.micros import in_micros
 
 PARTITION = "partition"
 DAY = "timestamp_day"  # the day(timestamp) partition field
@@ -90,11 +92,13 @@ def _mapped(dtype: pa.DataType, topic: str, name: str) -> pa.DataType | None:
 def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> list[str]:
     """Names of the columns `wanted` adds to the table's `current` schema or widens in it.
 
-    Raises SchemaConflictError, naming the field, when a column the table has would change
-    to a type Iceberg cannot promote to (int to long, float to double, a wider decimal are
-    the promotions it allows).
+    Raises SchemaConflictError, naming every such field, when a column the table has would
+    change to a type Iceberg cannot promote to (int to long, float to double, a wider
+    decimal are the promotions it allows; long to double, what an inferred json integer
+    that met a fraction becomes in the store, is not).
     """
     added = []
+    refused = []
     for field in wanted:
         index = current.get_field_index(field.name)
         if index < 0:
@@ -104,12 +108,18 @@ def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> list[s
         if have.equals(field.type):
             continue
         if not _same_or_promoted(have, field.type):
-            raise SchemaConflictError(
-                f"topic {topic!r}: field {field.name!r} is {field.type} in the store but "
-                f"{have} in its Iceberg table, and Iceberg cannot change {have} to "
-                f"{field.type}; replicate the new data to another namespace or table"
+            refused.append(
+                f"field {field.name!r} is {field.type} in the store but {have} in its "
+                f"Iceberg table, and Iceberg cannot change {have} to {field.type}"
             )
+            continue
         added.append(field.name)
+    if refused:
+        raise SchemaConflictError(
+            f"topic {topic!r}: {'; '.join(refused)}. Its segments stay sealed, none of them "
+            "in the table, until it can take them: replicate the new data to another "
+            "namespace (replication.iceberg.namespace)"
+        )
     return added
 
 
@@ -174,6 +184,11 @@ def to_table_batch(batch: pa.RecordBatch, partition: int, schema: pa.Schema) -> 
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
         # As the store reads it: a clashed column as JSON text, integers widened to a double
-        # rounded (a checked cast refused those beyond 2**53, and every run failed).
-        arrays.append(conform_column(batch.column(index), field.type))
+        # rounded (a checked cast refused those beyond 2**53, and every run failed). Text
+        # keeps a clashed column's nanoseconds; elsewhere they are floored as Spark reads
+        # them (a checked cast refused any below the microsecond, and every run failed).
+        column = batch.column(index)
+        if not pa.types.is_string(field.type):
+            column = in_micros(column)
+        arrays.append(conform_column(column, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
