@@ -493,3 +493,53 @@ def test_columns_named_like_the_grouping_s_own_are_rolled_up_as_any_other() -> N
     ]
     assert [(r["max___m_x"], r["min_x"]) for r in rolled] == [(5, 1), (6, 2), (7, 3)]
     assert rolled[0]["timestamp"] != rolled[2]["timestamp"]
+
+
+def test_metrics_over_a_json_field_that_widened_to_a_double(store: Store) -> None:
+    """An inferred json field seals as int64 until it meets a fraction, as a double after:
+    the roll-up segments hold `sum_`, `min_` and `max_` in each type, and they read and
+    re-aggregate as doubles. A distinct count hashes integers only, so the double segments
+    add nothing to it, and say so."""
+    policy = RollupPolicy(
+        "1m",
+        60_000,
+        ("service",),
+        rollup_metrics(["count", "sum:latency", "min:latency", "max:latency", "distinct:latency"]),
+    )
+    writer = store.writer(WriterPolicy(fsync=False))
+    parts = [pa.array([10, 20], pa.int64()), pa.array([0.5, 20.0], pa.float64())]
+    try:
+        writer.acquire("logs", 0, roll=RollPolicy(max_age_s=3600), rollups=(policy,))
+        with capture_logs() as logs:
+            for at, latency in enumerate(parts):
+                batch = pa.RecordBatch.from_pydict(
+                    {
+                        "offset": pa.array([2 * at, 2 * at + 1], pa.int64()),
+                        "timestamp": pa.array([BASE_MS + at, BASE_MS + at + 10], TS),
+                        "service": ["api", "api"],
+                        "latency": latency,
+                    }
+                )
+                append_patiently(writer, "logs", 0, batch)
+            writer.flush(timeout_s=5)
+    finally:
+        writer.close(timeout_s=5)
+    assert len(store.manifest.segments("logs")) == 2  # a segment per schema
+    stored = store.read("logs.rollup.1m").to_table()
+    assert stored.schema.field("sum_latency").type == pa.float64()
+    assert stored.column("sum_latency").to_pylist() == [30.0, 20.5]
+    table = reaggregate(stored, policy)
+    assert table.select(
+        ["service", "count", "sum_latency", "min_latency", "max_latency", "distinct_latency"]
+    ).to_pylist() == [
+        {
+            "service": "api",
+            "count": 4,
+            "sum_latency": 50.5,
+            "min_latency": 0.5,
+            "max_latency": 20.0,
+            "distinct_latency": 2.0,
+        }
+    ]
+    warned = [e["metrics"] for e in logs if e["event"] == "rollup_metrics_skipped"]
+    assert warned == [{"distinct_latency": "double"}]
