@@ -11,6 +11,7 @@ from bridge.config.models import Config
 from bridge.config.topics import TopicMapping
 from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest
+from plateau_core.manifest.produced import CONFIG
 from plateau_core.names import validate_topic
 
 # Kafka's own rule for topic names; plateau's folder names are a superset.
@@ -33,8 +34,8 @@ class ProducedTopics:
         self.unopened: dict[str, int] = {}
         for name, mapping in self._mappings.items():
             wanted = mapping.partitions or api.default_partitions
-            self.partitions[name] = manifest.ensure_produced_topic(name, wanted, "config")
-        for name, count in manifest.produced_topics().items():
+            self.partitions[name] = manifest.ensure_produced_topic(name, wanted, CONFIG)
+        for name, count in served_topics(config, manifest).items():
             self.partitions.setdefault(name, count)
 
     def mapping(self, topic: str) -> TopicMapping:
@@ -78,3 +79,19 @@ class ProducedTopics:
 
     def unopen(self, topic: str) -> None:
         self.unopened[topic] = self.partitions.pop(topic)
+
+
+def served_topics(config: Config, manifest: Manifest) -> dict[str, int]:
+    """The recorded produced topics the Kafka API serves under `config`, with their partition
+    counts: all but those the configuration listed once and lists no more. Served on, such a
+    topic turned into a `raw` one created through the API, its format and settings gone with
+    its mapping; producers get UNKNOWN_TOPIC_OR_PARTITION instead (or, with
+    auto_create_topics, create it again as theirs). Its segments stay, kept under
+    defaults.retention, until `plateau drop-topic`."""
+    listed = {m.name for m in config.produced}
+    origins = manifest.produced_topic_origins()
+    return {
+        topic: count
+        for topic, count in manifest.produced_topics().items()
+        if topic in listed or origins.get(topic) != CONFIG
+    }

@@ -158,6 +158,13 @@ class Manifest(SegmentReads):
         with self._read() as session:
             return produced.produced_topics(session)
 
+    def produced_topic_origins(self) -> dict[str, str]:
+        """Produced topics with what recorded them: `config`, `create_topics` or
+        `produce` (auto-created; the last creator, when producers created a topic the config had
+        listed before)."""
+        with self._read() as session:
+            return produced.produced_topic_origins(session)
+
     def ensure_produced_topic(self, topic: str, partitions: int, created_by: str) -> int:
         """Record a produced topic with at least `partitions`; returns its count."""
         with self._write() as session:

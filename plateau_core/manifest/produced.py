@@ -14,11 +14,18 @@ from plateau_core.manifest.models import CounterRow, ProducedTopicRow, ProducerR
 from plateau_core.producers import ProducerBatch, ProducerState, batches_json, batches_of, merged
 
 PRODUCER_IDS = "producer_id"
+# `created_by` of a topic the configuration lists (the others: create_topics, auto_create).
+CONFIG = "config"
 
 
 def produced_topics(session: Session) -> dict[str, int]:
     rows = session.execute(select(ProducedTopicRow.topic, ProducedTopicRow.partitions))
     return {topic: partitions for topic, partitions in rows}
+
+
+def produced_topic_origins(session: Session) -> dict[str, str]:
+    rows = session.execute(select(ProducedTopicRow.topic, ProducedTopicRow.created_by))
+    return {topic: created_by for topic, created_by in rows}
 
 
 def ensure_produced_topic(
@@ -34,15 +41,21 @@ def ensure_produced_topic(
             )
         )
         return partitions
+    changes: dict[str, object] = {}
     if partitions > row.partitions:
+        changes["partitions"] = partitions
+    if row.created_by == CONFIG and created_by != CONFIG:
+        # A topic the config listed once, removed from it, then created by producers: it is
+        # theirs now, and served again after a restart.
+        changes["created_by"] = created_by
+    if changes:
         session.execute(
             update(ProducedTopicRow)
             .where(ProducedTopicRow.topic == topic)
-            .values(partitions=partitions)
+            .values(**changes)
             .execution_options(synchronize_session=False)
         )
-        return partitions
-    return row.partitions
+    return max(partitions, row.partitions)
 
 
 def next_counter(session: Session, name: str) -> int:

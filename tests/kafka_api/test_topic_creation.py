@@ -585,3 +585,30 @@ def test_a_topic_that_does_not_open_is_tried_again_after_a_pause_not_on_every_re
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 0)
         client.close()
     assert stored(tmp_path / "store", "fresh").column("value").to_pylist() == [b"after"]
+
+
+def test_a_produced_topic_removed_from_the_config_is_unknown_to_producers(tmp_path: Path) -> None:
+    """Served on after a restart without it, a json topic turned raw: its producers' records
+    landed undecoded, with no word of it."""
+    data = tmp_path / "data"
+    json_topic = {"name": "events", "partitions": 2, "format": "json"}
+    with listening(api_config(data, [json_topic, {"name": "other"}])) as (_, bootstrap):
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        for n in range(10):
+            producer.produce("events", b'{"n": %d}' % n)
+        assert producer.flush(30) == 0
+    with listening(api_config(data, [{"name": "other"}])) as (_, bootstrap):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert "events" not in admin.list_topics(timeout=10).topics
+        failed: list[KafkaError] = []
+        producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": 3_000})
+        producer.produce("events", b"raw", on_delivery=lambda e, m: failed.append(e))
+        producer.flush(15)
+        assert [e.code() for e in failed] in (
+            [KafkaError.UNKNOWN_TOPIC_OR_PART],
+            [KafkaError._UNKNOWN_TOPIC],
+            [KafkaError._MSG_TIMED_OUT],
+        )
+        produce(bootstrap, "other", 3)  # the topics still listed are served
+    table = stored(data, "events")
+    assert table.num_rows == 10 and "n" in table.column_names  # the json rows, kept

@@ -129,7 +129,7 @@ def test_status_says_which_topics_the_config_does_not_name(tmp_path: Path, store
         "auto": None,
         "old": None,
     }
-    assert sorted(t for t, body in topics.items() if body["kafka_api"]) == ["auto", "old"]
+    assert sorted(t for t, body in topics.items() if body["kafka_api"]) == ["auto"]
     text = render(document, as_json=False)
     assert "not in the config: gone: 4 segments" in text
     assert "not in the config: logs.rollup.1m: 4 segments" in text
@@ -146,22 +146,27 @@ def test_status_shows_consolidation_only_where_a_writer_consolidates(
     # consumed topic or roll-up is written and merged by nothing.
     document, _ = collect(_load(tmp_path), timeout_s=1.0)
     merged = sorted(t for t, body in document["topics"].items() if "consolidate" in body)
-    assert merged == ["auto", "old", "p.dlq"]
+    assert merged == ["auto", "p.dlq"]
 
 
-def test_a_produced_topic_removed_from_the_config_is_still_served_raw(
+def test_a_produced_topic_removed_from_the_config_is_no_longer_served(
     tmp_path: Path, store_dir: Path
 ) -> None:
-    # What operations.md says of it: the manifest records it, so the Kafka API opens it at
-    # start and producers write it as a topic created through the API.
+    # Served on, it would turn into a raw topic under the defaults: a json topic's producers
+    # would land undecoded records in it without a word.
     config = _load(tmp_path)
     assert config.kafka_api is not None
     with open_store(config) as store:
         topics = ProducedTopics(config, config.kafka_api, store.manifest)
-    assert topics.partitions["old"] == 1
-    assert not topics.configured("old")
-    assert topics.mapping("old").format == "raw"
-    assert topics.mapping("p").format == "json"
+        assert "old" not in topics.partitions
+        assert topics.partitions["auto"] == 1  # producers created it: theirs, served
+        assert topics.mapping("p").format == "json"
+        document, _ = collect(config, timeout_s=1.0)
+        assert document["topics"]["old"]["kafka_api"] is False
+        # Created again by producers (auto_create_topics or CreateTopics), it is theirs.
+        assert topics.record("old", 4, "create_topics") == 4
+        assert ProducedTopics(config, config.kafka_api, store.manifest).partitions["old"] == 4
+        assert store.manifest.produced_topic_origins()["old"] == "create_topics"
 
 
 def test_metrics_show_the_bytes_of_every_topic_of_the_store(
