@@ -29,6 +29,7 @@ from plateau_core.names import fold_case
 from plateau_core.read_request import ReadRequest
 from plateau_core.reader import ScanCounters, segment_batches
 from plateau_core.schema import OFFSET, TIMESTAMP, conform
+from plateau_spark.replication.micros import in_micros, micros_type
 from plateau_spark.replication.target import Target
 
 ROW_GROUP_ROWS = 1 << 20
@@ -86,9 +87,14 @@ def replica_columns(names: Sequence[str]) -> list[str]:
 
 
 def replica_schema(schema: pa.Schema) -> pa.Schema:
+    """The columns of the replica's files: `schema`'s, renamed as `replica_columns` says,
+    nanosecond timestamps in microseconds (plateau_spark.replication.micros)."""
     names = replica_columns(schema.names)
     return pa.schema(
-        [field.with_name(name) for field, name in zip(schema, names, strict=True)],
+        [
+            field.with_name(name).with_type(micros_type(field.type))
+            for field, name in zip(schema, names, strict=True)
+        ],
         metadata=schema.metadata,
     )
 
@@ -185,8 +191,8 @@ def _write_parquet(stream: IO[bytes], task: ReplicaTask, day: date | None) -> No
                 mine = batch.filter(pc.equal(dates, pa.scalar(day, pa.date32())))
             if mine.num_rows == 0:
                 continue
-            conformed = conform(mine, task.schema)
-            pending.append(pa.RecordBatch.from_arrays(conformed.columns, schema=schema))
+            conformed = [in_micros(c) for c in conform(mine, task.schema).columns]
+            pending.append(pa.RecordBatch.from_arrays(conformed, schema=schema))
             rows += mine.num_rows
             if rows >= ROW_GROUP_ROWS:
                 writer.write_table(pa.Table.from_batches(pending, schema), row_group_size=rows)

@@ -1,0 +1,74 @@
+"""Timestamps in whole microseconds, as the replicas hold them.
+
+Spark reads no finer unit: its Parquet reader refuses nanosecond timestamps, Iceberg (format
+version 2) has none, and the connector reads them floored to the microsecond. A replica
+written by pyarrow holds them the same way, so it is readable by Spark and holds what a
+Spark-written replica holds; coarser units are left as they are.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def micros_type(dtype: pa.DataType) -> pa.DataType:
+    """`dtype` with its nanosecond timestamps (in a column as inside a struct, list or map)
+    in microseconds, zones kept."""
+    t = pa.types
+    if t.is_timestamp(dtype):
+        return pa.timestamp("us", tz=dtype.tz) if dtype.unit == "ns" else dtype
+    if t.is_struct(dtype):
+        return pa.struct([f.with_type(micros_type(f.type)) for f in dtype])
+    if t.is_list(dtype) or t.is_large_list(dtype):
+        value = dtype.value_field.with_type(micros_type(dtype.value_type))
+        return pa.list_(value) if t.is_list(dtype) else pa.large_list(value)
+    if t.is_map(dtype):
+        key = dtype.key_field.with_type(micros_type(dtype.key_type))
+        item = dtype.item_field.with_type(micros_type(dtype.item_type))
+        return pa.map_(key, item, keys_sorted=dtype.keys_sorted)
+    return dtype
+
+
+def in_micros(column: pa.Array) -> pa.Array:
+    """`column` as `micros_type` of its type: nanoseconds floored to the microsecond, as the
+    connector reads them (Arrow's unchecked cast rounds toward zero, a microsecond later
+    than Spark before 1970)."""
+    target = micros_type(column.type)
+    if target == column.type:
+        return column
+    return _floored(column).cast(target)
+
+
+def _floored(column: pa.Array) -> pa.Array:
+    t = pa.types
+    dtype = column.type
+    if t.is_timestamp(dtype):
+        if dtype.unit != "ns":
+            return column
+        # Without its zone: floored as UTC times, whatever the zone's offsets were.
+        naive = column.cast(pa.timestamp("ns"))
+        return pc.floor_temporal(naive, unit="microsecond").cast(dtype)
+    nulls = column.is_null() if column.null_count else None
+    if t.is_struct(dtype):
+        children = [_floored(column.field(i)) for i in range(dtype.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(dtype), mask=nulls)
+    if t.is_list(dtype) or t.is_large_list(dtype):
+        offsets, values = _rebased(column, column.values)
+        build = pa.ListArray if t.is_list(dtype) else pa.LargeListArray
+        return build.from_arrays(offsets, _floored(values), type=dtype, mask=nulls)
+    if t.is_map(dtype):
+        offsets, keys = _rebased(column, column.keys)
+        items = _rebased(column, column.items)[1]
+        return pa.MapArray.from_arrays(
+            offsets, _floored(keys), _floored(items), type=dtype, mask=nulls
+        )
+    return column
+
+
+def _rebased(column: pa.Array, values: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """A list or map column's offsets from 0 and the values they span: Arrow builds no
+    list with nulls over the offsets of a slice."""
+    offsets = column.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    return pc.subtract(offsets, offsets[0]), values.slice(first, last - first)
