@@ -216,14 +216,15 @@ class MergedSchema:
 
 
 def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
-    unique = list({fingerprint(s): s.remove_metadata() for s in schemas}.values())
-    if not unique:
+    stored = list({fingerprint(s): s.remove_metadata() for s in schemas}.values())
+    if not stored:
         return MergedSchema(pa.schema(FIXED_FIELDS), {})
+    unique = _in_utc(stored)
     clashes: dict[str, tuple[str, ...]] = {}
     try:
         merged = pa.unify_schemas(unique, promote_options="permissive")
     except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
-        clashes = _clashes(unique)
+        clashes = _clashes(unique, stored)
         if not clashes:
             raise InvalidInputError(
                 f"the topic's segments have schemas that cannot be merged: {exc}"
@@ -281,8 +282,9 @@ def _unsigned_held(merged: pa.DataType, stored: list[pa.DataType]) -> pa.DataTyp
     return merged
 
 
-def _clashes(schemas: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
-    """The columns whose types cannot be merged, each with its types, in first-seen order."""
+def _clashes(schemas: list[pa.Schema], stored: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
+    """The columns of `schemas` whose types cannot be merged, in first-seen order, each with
+    its types as `stored` holds them (`schemas` are those, timestamps put in UTC)."""
     fields: dict[str, list[pa.Field]] = {}
     for schema in schemas:
         for field in schema:
@@ -292,8 +294,70 @@ def _clashes(schemas: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
         try:
             pa.unify_schemas([pa.schema([f]) for f in versions], promote_options="permissive")
         except (pa.ArrowTypeError, pa.ArrowInvalid):
-            found[name] = tuple(sorted({str(f.type) for f in versions}))
+            types = {str(s.field(name).type) for s in stored if name in s.names}
+            found[name] = tuple(sorted(types))
     return found
+
+
+def _in_utc(schemas: list[pa.Schema]) -> list[pa.Schema]:
+    """`schemas` with the timestamps of a column stored with different zones, or with and
+    without one, in different segments, as timestamps in UTC (each in its own unit), in a
+    column as inside a struct, list or map.
+
+    Arrow merges no such types, and the column read as JSON text, when the Spark connector
+    reads it as a timestamp: instants, naive values taken as UTC (as plateau takes naive
+    datetimes everywhere). Casting a naive or zoned timestamp to UTC keeps its number, so
+    the values read are those instants. A column that is something else than a timestamp
+    in some segment is left as it is: its types clash anyway.
+    """
+    types: dict[str, list[pa.DataType]] = {}
+    for schema in schemas:
+        for field in schema:
+            types.setdefault(field.name, []).append(field.type)
+    return [
+        pa.schema([f.with_type(_utc_if_mixed(f.type, types[f.name])) for f in schema])
+        for schema in schemas
+    ]
+
+
+def _utc_if_mixed(dtype: pa.DataType, peers: list[pa.DataType]) -> pa.DataType:
+    """`dtype` with each timestamp in it in UTC where the same place of the `peers` (the
+    column's types in every segment, `dtype` among them) holds timestamps of several zones."""
+    t = pa.types
+    present = [p for p in peers if not t.is_null(p)]
+    if t.is_timestamp(dtype):
+        if not all(t.is_timestamp(p) for p in present) or len({p.tz for p in present}) < 2:
+            return dtype
+        return pa.timestamp(dtype.unit, tz="UTC")
+    if t.is_struct(dtype):
+        structs = [p for p in present if t.is_struct(p)]
+        return pa.struct(
+            [
+                child.with_type(
+                    _utc_if_mixed(
+                        child.type,
+                        [
+                            s.field(child.name).type
+                            for s in structs
+                            if s.get_field_index(child.name) >= 0
+                        ],
+                    )
+                )
+                for child in dtype
+            ]
+        )
+    if t.is_list(dtype) or t.is_large_list(dtype):
+        values = [p.value_type for p in present if t.is_list(p) or t.is_large_list(p)]
+        value = dtype.value_field.with_type(_utc_if_mixed(dtype.value_type, values))
+        return pa.list_(value) if t.is_list(dtype) else pa.large_list(value)
+    if t.is_map(dtype):
+        maps = [p for p in present if t.is_map(p)]
+        key = dtype.key_field.with_type(_utc_if_mixed(dtype.key_type, [m.key_type for m in maps]))
+        item = dtype.item_field.with_type(
+            _utc_if_mixed(dtype.item_type, [m.item_type for m in maps])
+        )
+        return pa.map_(key, item, keys_sorted=dtype.keys_sorted)
+    return dtype
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

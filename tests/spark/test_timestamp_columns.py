@@ -12,11 +12,62 @@ from pyspark.sql import SparkSession
 
 from plateau_core import Store
 from plateau_spark.replication import Replicator, Target
+from plateau_spark.replication.micros import micros_type
 from tests.spark.conftest import write_segments
 from tests.spark.iceberg_support import replicator
+from tests.spark.test_source import load
 from tests.support import batch
 
 US = 1_700_000_000_123_456  # 2023-11-14T22:13:20.123456Z in microseconds
+
+
+def _struct(unit: str, tz: str | None, values: list[int | None]) -> pa.Array:
+    kind = pa.struct([("at", pa.timestamp(unit, tz=tz)), ("n", pa.int64())])
+    return pa.array([None if v is None else {"at": v, "n": 1} for v in values], kind)
+
+
+# Per case: the column as each segment stores it, and the type every reader gives it.
+CASES: dict[str, tuple[list[pa.Array], pa.DataType]] = {
+    "naive and UTC": (
+        [
+            pa.array([US, 0, None], pa.timestamp("us")),
+            pa.array([US // 1000, -1], pa.timestamp("ms", tz="UTC")),
+        ],
+        pa.timestamp("us", tz="UTC"),
+    ),
+    "two other zones": (
+        [
+            pa.array([US // 1000, None], pa.timestamp("ms", tz="Europe/Paris")),
+            pa.array([US // 10**6, 0], pa.timestamp("s", tz="+05:30")),
+        ],
+        pa.timestamp("ms", tz="UTC"),
+    ),
+    "zoned, naive and nanoseconds": (
+        [
+            pa.array([US * 1000 + 789], pa.timestamp("ns", tz="America/New_York")),
+            pa.array([US // 10**6], pa.timestamp("s")),
+        ],
+        pa.timestamp("ns", tz="UTC"),
+    ),
+    "inside a struct": (
+        [_struct("ms", None, [US // 1000, None]), _struct("us", "UTC", [US, 5])],
+        pa.struct([("at", pa.timestamp("us", tz="UTC")), ("n", pa.int64())]),
+    ),
+    "inside a list": (
+        [
+            pa.array([[US // 1000, None], []], pa.list_(pa.timestamp("ms"))),
+            pa.array([[US], None], pa.list_(pa.timestamp("us", tz="Asia/Tokyo"))),
+        ],
+        pa.list_(pa.timestamp("us", tz="UTC")),
+    ),
+    "inside a map": (
+        [
+            pa.array([[("a", US)], None], pa.map_(pa.string(), pa.timestamp("us"))),
+            pa.array([[("b", US // 1000)]], pa.map_(pa.string(), pa.timestamp("ms", tz="UTC"))),
+        ],
+        pa.map_(pa.string(), pa.timestamp("us", tz="UTC")),
+    ),
+}
 
 
 def _topic(store: Store, columns: list[pa.Array]) -> None:
@@ -24,6 +75,104 @@ def _topic(store: Store, columns: list[pa.Array]) -> None:
     for partition, column in enumerate(columns):
         data = batch(range(len(column)), extra={"at": column})
         write_segments(store, "t", partition, [data], roll_rows=len(column))
+
+
+def _store_rows(store: Store, partitions: int) -> pa.Table:
+    """The store's rows as (partition, offset, at), in that order."""
+    tables = []
+    for p in range(partitions):
+        read = store.read("t", partitions=[p], columns=["offset", "at"]).to_table()
+        tables.append(read.add_column(0, "partition", pa.array([p] * read.num_rows, pa.int32())))
+    return pa.concat_tables(tables)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_store_and_the_connector_read_one_timestamp_column(
+    spark: SparkSession, tmp_path: Path, case: str
+) -> None:
+    """Stored naive in one segment and with a zone in another, the column read as JSON text
+    in the store's reader (a clash of types) but as a timestamp in the connector. Both read
+    it as a timestamp in UTC, naive values taken as UTC, in the finest unit stored (Spark's
+    microseconds in the connector), in a column as inside a struct, list or map."""
+    columns, merged = CASES[case]
+    store = Store.open(tmp_path / "data")
+    _topic(store, columns)
+    stored = _store_rows(store, len(columns))
+    assert stored.schema.field("at").type == merged
+    frame = load(spark, store, "t").select("partition", "offset", "at")
+    spark_rows = frame.orderBy("partition", "offset").toArrow()
+    want = stored.column("at").cast(spark_rows.schema.field("at").type, safe=False)
+    assert spark_rows.column("at").to_pylist() == want.to_pylist()
+    assert spark_rows.column("offset").to_pylist() == stored.column("offset").to_pylist()
+    store.close()
+
+
+def _stamps(dtype: pa.DataType) -> list[tuple[str, str | None]]:
+    """(unit, zone) of every timestamp in `dtype`, in a column as inside a struct, list or
+    map, in order."""
+    t = pa.types
+    if t.is_timestamp(dtype):
+        return [(dtype.unit, dtype.tz)]
+    if t.is_struct(dtype):
+        return [s for f in dtype for s in _stamps(f.type)]
+    if t.is_map(dtype):
+        return _stamps(dtype.key_type) + _stamps(dtype.item_type)
+    if t.is_list(dtype) or t.is_large_list(dtype):
+        return _stamps(dtype.value_type)
+    return []
+
+
+def _as_spark_holds(dtype: pa.DataType) -> list[tuple[str, str | None]]:
+    """The timestamps of `dtype` as Spark holds them: microseconds, UTC or no zone."""
+    return [("us", None if tz is None else "UTC") for _, tz in _stamps(dtype)]
+
+
+def _same_values(stored: pa.Table, replica: pa.Table) -> None:
+    """The replica's `at` holds the store's, in the replica's unit (rounded toward zero:
+    the values are after 1970, where that is flooring, as Spark reads)."""
+    replica = replica.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    held = replica.schema.field("at").type
+    assert replica.column("offset").to_pylist() == stored.column("offset").to_pylist()
+    want = stored.column("at").cast(held, safe=False).to_pylist()
+    assert replica.column("at").to_pylist() == want
+
+
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("writer", ["pyarrow", "spark"])
+def test_a_parquet_replica_holds_what_the_store_reads(
+    spark: SparkSession, tmp_path: Path, case: str, writer: str
+) -> None:
+    """The column was JSON text in files pyarrow wrote, timestamps in those Spark wrote.
+    Both hold the store's timestamps (nanoseconds in microseconds), and Spark reads both."""
+    columns, merged = CASES[case]
+    store = Store.open(tmp_path / "data")
+    _topic(store, columns)
+    target = tmp_path / "replica"
+    Replicator(store, Target.parse(str(target))).run_once(spark if writer == "spark" else None)
+    replica = ds.dataset(str(target / "t"), partitioning="hive").to_table()
+    held = replica.schema.field("at").type
+    if writer == "spark":
+        assert _stamps(held) == _as_spark_holds(merged)
+    else:
+        assert _stamps(held) == _stamps(micros_type(merged))
+    _same_values(_store_rows(store, len(columns)), replica)
+    assert spark.read.parquet(str(target / "t")).count() == replica.num_rows
+    store.close()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_iceberg_replica_holds_what_the_store_reads(tmp_path: Path, case: str) -> None:
+    """The column was JSON text in the table: it is a timestamptz column (or a timestamp
+    one, without zones) holding the store's values, as Spark reads it through the connector."""
+    columns, merged = CASES[case]
+    store = Store.open(tmp_path / "data")
+    _topic(store, columns)
+    job = replicator(store, tmp_path / "warehouse")
+    job.run_once()
+    replica = job.table("t").scan().to_arrow()
+    assert _stamps(replica.schema.field("at").type) == _as_spark_holds(merged)
+    _same_values(_store_rows(store, len(columns)), replica)
+    store.close()
 
 
 @pytest.mark.parametrize("writer", ["pyarrow", "spark", "iceberg"])

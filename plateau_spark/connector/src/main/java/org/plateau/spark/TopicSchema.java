@@ -31,7 +31,9 @@ import org.slf4j.LoggerFactory;
  * A topic's DataFrame schema: `partition`, then its segment schemas merged the way the store
  * merges them (fields united in first-seen order, types widened, all nullable but `offset`).
  * Arrow types Spark lacks are widened: unsigned integers grow (uint64 to decimal(20, 0), exact)
- * and timestamps of every unit become Spark's microseconds.
+ * and timestamps of every unit become Spark's microseconds. A column stored with different
+ * zones, or with and without one, is a timestamp (instants, naive values taken as UTC), as the
+ * store reads it in UTC (plateau_core.schema).
  */
 final class TopicSchema {
   /** The metadata key of a column whose stored types clash: those types, as Spark names them. */
@@ -369,6 +371,8 @@ final class TopicSchema {
         && (b.equals(DataTypes.StringType) || b.equals(DataTypes.BinaryType))) {
       return DataTypes.BinaryType;
     }
+    // A naive value's number is read as UTC microseconds (ConvertedColumns), as the store
+    // reads such a column: in UTC, naive values taken as UTC.
     if ((a.equals(DataTypes.TimestampType) || a.equals(DataTypes.TimestampNTZType))
         && (b.equals(DataTypes.TimestampType) || b.equals(DataTypes.TimestampNTZType))) {
       return DataTypes.TimestampType;
