@@ -6,6 +6,9 @@ lone seal wait for company.
 A seal is a group of partition commits that must land together (all or none); groups share
 a transaction only as an optimisation, so a group that fails it is retried alone and only
 the group at fault sees the error.
+
+Whatever goes wrong on the commit thread fails the seals it holds and the thread goes on:
+ended, it would leave them, and every seal after them, waiting for ever.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from concurrent.futures import Future
 
 import structlog
 
-from plateau_core.errors import ManifestConflictError
+from plateau_core.errors import ManifestConflictError, SealError
 from plateau_core.manifest import Manifest
 from plateau_core.manifest.records import PartitionCommit
 
@@ -42,12 +45,13 @@ class GroupCommitter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the group committer is closed")
-            self._queue.append((list(group), future))
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="manifest-commit", daemon=True
-                )
-                self._thread.start()
+                thread = threading.Thread(target=self._loop, name="manifest-commit", daemon=True)
+                # Kept only once started: one that did not start (no thread to be had) would
+                # stand for a thread that never takes what is queued.
+                thread.start()
+                self._thread = thread
+            self._queue.append((list(group), future))
             self._cond.notify()
         return future.result()
 
@@ -66,7 +70,26 @@ class GroupCommitter:
                 if not self._queue:
                     return
                 waiting, self._queue = self._queue, []
-            self._commit(waiting)
+            try:
+                self._commit(waiting)
+            except BaseException as exc:
+                self._fail(waiting, exc)
+
+    def _fail(self, waiting: list[_Group], exc: BaseException) -> None:
+        """A fault outside what `_commit` handles: the seals not answered yet get it (their
+        seal asks the manifest whether the commit landed)."""
+        log.exception(
+            "group_commit_failed",
+            seals=len(waiting),
+            partitions=sorted({f"{c.topic}[{c.partition}]" for group, _ in waiting for c in group}),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        # As an Exception: a seal handles those (it asks the manifest, retries), and would
+        # let anything else through, its partition left sealing for ever.
+        failure = exc if isinstance(exc, Exception) else SealError(f"the commit failed: {exc!r}")
+        for _, future in waiting:
+            if not future.done():
+                future.set_exception(failure)
 
     def _commit(self, waiting: list[_Group]) -> None:
         try:
