@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from plateau_core.errors import InvalidInputError
 from plateau_core.json_text import texted, value_texts
 from plateau_core.manifest import SegmentRecord
-from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP
+from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP, conform_column
 from plateau_core.segment_file import BatchSpan
 from plateau_core.where import Condition, Where, where_mask
 
@@ -119,6 +119,9 @@ class ReadRequest:
     # Columns whose stored types clash (plateau_core.schema.MergedSchema): read as JSON text,
     # so `where` compares that text in every segment, whatever type it holds them as.
     as_text: frozenset[str] = frozenset()
+    # `where` columns the topic reads as timestamps, with that type: a segment may store one
+    # in another unit or zone, and `where` compares the values the read returns.
+    times_as: tuple[tuple[str, pa.DataType], ...] = ()
 
     @classmethod
     def build(
@@ -223,10 +226,12 @@ class ReadRequest:
                 conditions.append(pc.greater_equal(times, _int64(self.time_start)))
             if self.time_end is not None:
                 conditions.append(pc.less(times, _int64(self.time_end)))
-        if self.where and self.as_text:
-            conditions.append(where_mask(texted(batch, self.as_text), self._text_where()))
-        elif self.where:
-            conditions.append(where_mask(batch, self.where))
+        if self.where:
+            seen = _retimed(batch, self.times_as)
+            if self.as_text:
+                conditions.append(where_mask(texted(seen, self.as_text), self._text_where()))
+            else:
+                conditions.append(where_mask(seen, self.where))
         if not conditions:
             return None
         combined = conditions[0]
@@ -253,6 +258,17 @@ def at_or_beyond(request: ReadRequest, threshold: int) -> ReadRequest:
         return replace(request, time_start=start)
     end = threshold + 1 if request.time_end is None else min(request.time_end, threshold + 1)
     return replace(request, time_end=end)
+
+
+def _retimed(batch: pa.RecordBatch, types: tuple[tuple[str, pa.DataType], ...]) -> pa.RecordBatch:
+    """`batch` with the columns `types` names as their types (the timestamps it holds in
+    another unit or zone, as the read returns them)."""
+    for name, dtype in types:
+        index = batch.schema.get_field_index(name)
+        if index >= 0 and batch.schema.field(index).type != dtype:
+            column = conform_column(batch.column(index), dtype)
+            batch = batch.set_column(index, batch.schema.field(index).with_type(dtype), column)
+    return batch
 
 
 def _int64(value: int) -> pa.Scalar:

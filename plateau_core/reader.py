@@ -128,6 +128,13 @@ class ReadResult:
             )
         if found.clashes:
             self.request = replace(self.request, as_text=frozenset(found.clashes))
+        times = tuple(
+            (c.column, merged.field(c.column).type)
+            for c in self.request.where
+            if c.column in merged.names and pa.types.is_timestamp(merged.field(c.column).type)
+        )
+        if times:
+            self.request = replace(self.request, times_as=times)
         # Kept for ordering by time: a schema a writer records meanwhile (a column widened)
         # must not give the sorted rows other types than the result's.
         self._merged: pa.Schema = merged

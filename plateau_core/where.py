@@ -50,7 +50,10 @@ class Condition:
             wanted = _numbers_in(column.type, values)
             return pc.fill_null(pc.is_in(column, value_set=wanted), False)
         try:
-            wanted = pa.array(values).cast(column.type)
+            if pa.types.is_timestamp(column.type):
+                wanted = _times_in(column.type, values)
+            else:
+                wanted = pa.array(values).cast(column.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise InvalidInputError(
                 f"where {self.column!r}: {sorted(self.values, key=repr)!r} cannot be compared "
@@ -160,6 +163,26 @@ def _numbers_in(dtype: pa.DataType, values: list[Scalar]) -> pa.Array:
     wide = pa.array(doubles, pa.float64())
     narrow = wide.cast(dtype)
     return narrow.filter(pc.or_(pc.is_finite(narrow), pc.invert(pc.is_finite(wide))))
+
+
+def _times_in(dtype: pa.DataType, values: list[Scalar]) -> pa.Array:
+    """The values as the timestamp type `dtype`: text in ISO 8601, a number in the type's
+    unit. Text with a zone is that instant, text without one is UTC, whether the column
+    has a zone or not (its naive values are UTC too): Arrow refused text with a zone for a
+    naive column and text without one for a zoned column."""
+    wanted = []
+    for value in values:
+        given = pa.array([value])
+        if not isinstance(value, str):
+            wanted.append(given.cast(dtype))
+            continue
+        try:
+            wanted.append(given.cast(dtype))
+        except pa.ArrowInvalid:
+            other = pa.timestamp(dtype.unit, tz=None if dtype.tz else "UTC")
+            # Between a zoned and a naive timestamp Arrow keeps the number: the UTC time.
+            wanted.append(given.cast(other).cast(dtype))
+    return pa.concat_arrays(wanted)
 
 
 def _integral(value: Scalar) -> bool:

@@ -3,12 +3,14 @@ segments: the store's reader, the connector and the replicas read one timestamp 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as fn
 
 from plateau_core import Store
 from plateau_spark.replication import Replicator, Target
@@ -198,4 +200,37 @@ def test_nanoseconds_replicate_in_microseconds_floored_as_the_connector_reads_th
     replica = replica.sort_by("offset")
     assert replica.schema.field("at").type == pa.timestamp("us", tz="UTC")
     assert replica.column("at").cast(pa.int64()).to_pylist() == [US, -2, None]
+    store.close()
+
+
+@pytest.mark.parametrize("pushdown", ["true", "false"])
+def test_a_filter_on_the_column_finds_the_same_rows_in_both_readers(
+    spark: SparkSession, tmp_path: Path, pushdown: str
+) -> None:
+    """An equality on the instant finds the rows of every segment holding it, whatever
+    unit and zone each stores: `where` compared as each segment stored the column, and
+    refused text with a zone in the naive segment."""
+    store = Store.open(tmp_path / "data")
+    ms = US // 1000
+    _topic(
+        store,
+        [
+            pa.array([ms * 1000, ms * 1000 + 1], pa.timestamp("us")),
+            pa.array([ms - 1, ms], pa.timestamp("ms", tz="Europe/Paris")),
+            pa.array([ms // 1000], pa.timestamp("s", tz="UTC")),
+        ],
+    )
+    instant = datetime.fromtimestamp(ms / 1000, UTC)
+    mine = [
+        (p, o)
+        for p in range(3)
+        for o in store.read("t", partitions=[p], where={"at": instant.isoformat()})
+        .to_table()
+        .column("offset")
+        .to_pylist()
+    ]
+    assert mine == [(0, 0), (1, 1)]
+    frame = load(spark, store, "t", pushdown=pushdown)
+    found = frame.where(fn.col("at") == fn.lit(instant)).select("partition", "offset").collect()
+    assert sorted((r.partition, r.offset) for r in found) == mine
     store.close()
