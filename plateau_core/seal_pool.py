@@ -5,6 +5,11 @@ records go back to be sealed again after a backoff.
 
 Partitions that must land together seal as one group (plateau_core.seal_groups), and a
 group is one seal on a pool thread (plateau_core.sealing).
+
+A fault around a seal does not stop the sealing: a seal that gets no thread goes back as a
+failed one does, a tick that fails is logged and the ticker goes on, and what fails after a
+seal is recorded (a journal file that will not go) is logged without keeping the room it
+freed from those who wait for it.
 """
 
 from __future__ import annotations
@@ -136,7 +141,14 @@ class SealPool:
             jobs = [self._take(m) for m in group if m.pending() and self._sealable(m)]
             if jobs:
                 self._groups.in_flight += 1
-                self._pool.submit(self._seal, jobs)
+                try:
+                    self._pool.submit(self._seal, jobs)
+                except Exception as exc:
+                    # No thread to be had: raised, it would end the ticker, or fail an append
+                    # whose records are buffered, with the jobs taken and never sealed.
+                    delays = self._put_back(jobs, exc)
+                    for job, delay in zip(jobs, delays, strict=True):
+                        log_failure(job, exc, delay)
 
     def _take(self, slog: SegmentLog) -> SealJob:
         job = slog.take()
@@ -173,12 +185,31 @@ class SealPool:
                     slog.sealed()
             self._schedule()
             self._cond.notify_all()
-        for job in group:
-            self._let_go_if_done(job.key)
-        self._sealed_group()
+        try:
+            for job in group:
+                self._let_go_if_done(job.key)
+            self._sealed_group()
+        except Exception as exc:
+            # The seal is recorded; the journal's next release takes what this one left.
+            # Raised, it was lost in the pool's future, and the room the seal freed with it.
+            log.exception(
+                "seal_aftermath_failed",
+                partitions=[f"{job.topic}[{job.partition}]" for job in group],
+                error=f"{type(exc).__name__}: {exc}",
+            )
         tell(self.listener.on_capacity)
 
     def _failed(self, group: list[SealJob], exc: Exception) -> None:
+        delays = self._put_back(group, exc)
+        for job in group:
+            self._let_go_if_done(job.key)
+        for job, delay in zip(group, delays, strict=True):
+            log_failure(job, exc, delay)
+            tell(self.listener.on_seal_failed, job.topic, job.partition, exc)
+
+    def _put_back(self, group: list[SealJob], exc: Exception) -> list[float]:
+        """A seal of `group` failed or never ran: its records go back to be sealed again
+        after a backoff; returns each job's delay."""
         keys = {job.key for job in group}
         with self._cond:
             self._groups.in_flight -= 1
@@ -197,14 +228,15 @@ class SealPool:
                         slog.links.update(keys - {job.key})
                 delays.append(delay)
             self._cond.notify_all()
-        for job in group:
-            self._let_go_if_done(job.key)
-        for job, delay in zip(group, delays, strict=True):
-            log_failure(job, exc, delay)
-            tell(self.listener.on_seal_failed, job.topic, job.partition, exc)
+        return delays
 
     def _tick_loop(self) -> None:
         while not self._closed:
             with self._cond:
-                self._schedule()
+                try:
+                    self._schedule()
+                except Exception as exc:
+                    # Ended, the ticker would start no seal again: none by age, no failed
+                    # seal's retry, and whoever waits for those would wait for ever.
+                    log.exception("seal_tick_failed", error=f"{type(exc).__name__}: {exc}")
                 self._cond.wait(self._groups.wait_s(self.policy.tick_s))
