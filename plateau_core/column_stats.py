@@ -118,6 +118,8 @@ def comparable(kind: Kind, value: object) -> object | None:
         return value if kind == "bool" else None
     if kind == "int" and isinstance(value, int):
         return value
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
     if kind == "float" and isinstance(value, (int, float)) and not math.isnan(value):
         return float(value)
     if kind == "string" and isinstance(value, str):
@@ -136,6 +138,14 @@ def may_contain(stats: ColumnStats, record_count: int, values: Iterable[object])
     low = None if stats.min_value is None else decode(stats.kind, stats.min_value)
     high = None if stats.max_value is None else decode(stats.kind, stats.max_value)
     for value in values:
+        if stats.kind == "int" and isinstance(value, float):
+            # An integer column equals no fraction (nor NaN or infinity), also where it is
+            # read widened to double beside segments that hold fractions. A double beyond
+            # 2**53 stands for several integers: the bounds say nothing then.
+            if not value.is_integer():
+                continue
+            if abs(value) >= 2**53:
+                return True
         wanted = comparable(stats.kind, value)
         if wanted is None:
             return True

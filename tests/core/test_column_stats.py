@@ -144,6 +144,22 @@ def test_where_prunes_by_bounds_and_returns_exactly_the_matches(store: Store) ->
     assert store.read("logs", where={"missing": "x"}).to_table().num_rows == 0
 
 
+def test_a_fraction_rules_out_segments_holding_the_column_as_integers(store: Store) -> None:
+    # The column widened: int32 in the first segment, double in the second (a json field
+    # that was whole at first). No integer equals 0.5; 201.0 is the integer 201.
+    _seal(store, [_batch(0, ["api", "api"], [200, 201])])
+    widened = _batch(2, ["db", "db"], [0, 0]).set_column(
+        4, "status", pa.array([0.5, 503.0], pa.float64())
+    )
+    _seal(store, [widened])
+    fraction = store.read("logs", where={"status": 0.5}, columns=["offset"])
+    assert fraction.to_table().column("offset").to_pylist() == [2]
+    assert fraction.opened == ["topics/logs/0/00000000000000000002.arrow"]
+    whole = store.read("logs", where={"status": [201.0, 503]}, columns=["offset"])
+    assert whole.to_table().column("offset").to_pylist() == [1, 3]
+    assert store.read("logs", where={"status": [float("nan"), 0.25]}).to_table().num_rows == 0
+
+
 @pytest.mark.parametrize(
     ("where", "message"),
     [
