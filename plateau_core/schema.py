@@ -282,6 +282,15 @@ def _unsigned_held(merged: pa.DataType, stored: list[pa.DataType]) -> pa.DataTyp
     return merged
 
 
+def unified_schema(schemas: Iterable[pa.Schema]) -> pa.Schema:
+    """`schemas` merged as every reader merges a topic's segment schemas (types widened,
+    timestamps of several zones put in UTC), for a decoder that must accept exactly the
+    changes the readers merge. A column whose types clash raises pa.ArrowTypeError or
+    pa.ArrowInvalid: the readers read it as text, which no decoder should bring about.
+    Metadata is kept from the first schema."""
+    return pa.unify_schemas(_in_utc(list(schemas)), promote_options="permissive")
+
+
 def _clashes(schemas: list[pa.Schema], stored: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
     """The columns of `schemas` whose types cannot be merged, in first-seen order, each with
     its types as `stored` holds them (`schemas` are those, timestamps put in UTC)."""

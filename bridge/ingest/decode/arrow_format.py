@@ -13,15 +13,15 @@ from bridge.ingest.decode.event_times import event_times
 from bridge.ingest.decode.names import renamed, seeded_fields, twins
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.errors import InvalidInputError
-from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch
+from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch, unified_schema
 
 
 class ArrowDecoder:
     def __init__(self, kept: Kept, timestamp_field: str | None = None) -> None:
         self.kept = kept
         self.timestamp_field = timestamp_field
-        # The data columns so far, unified: a message whose columns cannot be unified with
-        # them is poison, so the topic's segments stay readable as one table.
+        # The data columns so far, merged as the topic's readers merge them: a message whose
+        # columns they would not merge is poison, so the segments stay readable as one table.
         self.known: pa.Schema | None = None
 
     def seed(self, stored: pa.Schema) -> None:
@@ -82,23 +82,33 @@ def _read_stream(value: bytes | None) -> pa.Table:
 
 
 def _unified(known: pa.Schema | None, schema: pa.Schema) -> pa.Schema | None:
-    """`known` widened by `schema` (new columns added, int32 to int64 and the like), or None
-    when a column changed to a type it cannot be read together with."""
+    """`known` widened by `schema` as the readers merge segment schemas (new columns added,
+    int32 to int64, float32 to float64, timestamps of another unit or zone, naive or not),
+    or None when a column changed to a type the readers would read only as text.
+
+    The message's columns are stored as sent: each segment holds its own types, and the
+    readers merge them. After a restart `known` is the readers' merged schema (a timestamp
+    column in UTC where segments differ), so what landed before lands after it too.
+    """
     if known is None:
         return schema.remove_metadata()
     if schema.equals(known):  # the common case, without building a new schema
         return known
     try:
-        return pa.unify_schemas([known, schema.remove_metadata()], promote_options="permissive")
+        return unified_schema([known, schema.remove_metadata()])
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
 
 
 def _type_change(known: pa.Schema | None, schema: pa.Schema) -> str:
+    """The columns whose types the readers would not merge with the topic's, for the
+    reason: those that only widened are left out."""
     changed = [
         f"{f.name!r} is {f.type}, the topic's is {known.field(f.name).type}"
         for f in schema
-        if known is not None and f.name in known.names and known.field(f.name).type != f.type
+        if known is not None
+        and f.name in known.names
+        and _unified(pa.schema([known.field(f.name)]), pa.schema([f])) is None
     ]
     return "columns changed type: " + "; ".join(changed)
 
