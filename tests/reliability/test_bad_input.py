@@ -589,6 +589,82 @@ def test_json_field_changes_type(
     )
 
 
+# --- an arrow column that changes type ---------------------------------------------------------
+
+
+def _arrow_times(n: int, at: pa.Array, number: pa.Array) -> bytes:
+    """Row `n` with the time `at` (as a column and inside a struct) and a number."""
+    o = pa.StructArray.from_arrays([at], names=["t"])
+    return _ipc(pa.table({"n": pa.array([n], pa.int64()), "at": at, "o": o, "x": number}))
+
+
+def test_arrow_column_changes_type(
+    kafka: str, topic_factory: TopicFactory, tmp_path: Path, reliability: Recorder
+) -> None:
+    """An arrow column may change as the topic's readers merge it: a timestamp of another
+    unit or zone, naive or not, float32 to float64. Those records land, before and after a
+    restart (which seeds the decoder with the merged type, a timestamp in UTC); a column
+    that turns into text or a number goes per on_error. The topic reads as one table, the
+    naive values taken as UTC."""
+    topic, dlq = topic_factory(partitions=1), topic_factory(partitions=1)
+    noon = 1_704_110_400  # 2024-01-01T12:00:00Z, in seconds
+
+    def stamps(hour: int, unit: str, tz: str | None) -> pa.Array:
+        per_second = {"s": 1, "ms": 1_000, "us": 1_000_000}[unit]
+        return pa.array([(noon + (hour - 12) * 3600) * per_second], pa.int64()).cast(
+            pa.timestamp(unit, tz)
+        )
+
+    before = [
+        _arrow_times(0, stamps(12, "ms", None), pa.array([0.5], pa.float32())),
+        _arrow_times(1, stamps(13, "us", "UTC"), pa.array([1.5], pa.float64())),
+        _arrow_times(2, pa.array(["14:00"]), pa.array([2.5], pa.float32())),  # time -> text
+        _arrow_times(3, stamps(15, "s", "Europe/Paris"), pa.array([3], pa.int32())),
+    ]
+    after_restart = [
+        _arrow_times(4, stamps(16, "ms", None), pa.array([4.5], pa.float32())),
+        _arrow_times(5, pa.array([5], pa.int64()), pa.array([5.5], pa.float64())),  # a number
+    ]
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic, "format": "arrow", "on_error": "dlq", "dlq": dlq}],
+        group=_group(topic),
+    )
+    produced = _produce(kafka, topic, before)
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: produced})
+    produced += _produce(kafka, topic, after_restart)
+    with serving(config):
+        wait_landed(tmp_path, topic, {0: produced})
+        letters = _dead_letters(kafka, dlq, 2)
+    _check_letters(letters, topic, {2: before[2], 5: after_restart[1]}, "columns changed type")
+    assert "'at' is string" in _reason(letters[0]) and "'x'" not in _reason(letters[0])
+    table = stored(tmp_path, topic)
+    assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    assert table.schema.field("x").type == pa.float64()
+    rows = {r["n"]: r for r in table.select(["n", "at", "o", "x"]).to_pylist()}
+    hours = {0: 12, 1: 13, 3: 15, 4: 16}
+    assert sorted(rows) == sorted(hours)
+    for n, hour in hours.items():
+        at = stamps(hour, "us", "UTC")[0].as_py()
+        assert rows[n]["at"] == at and rows[n]["o"] == {"t": at}
+    assert [rows[n]["x"] for n in sorted(rows)] == [0.5, 1.5, 3.0, 4.5]
+    reliability.check(
+        "Arrow column changes type",
+        "a timestamp naive (ms), in UTC (us), in Europe/Paris (s), then text; a float32 then "
+        "float64 and int32; a restart; then naive again, and a number",
+        tmp_path,
+        topic,
+        {0: set(hours)},
+        produced=produced,
+        outcome="the timestamps and numbers of another unit, zone or width landed and read "
+        "as one column (in UTC), before and after the restart; text and a number in the "
+        "timestamp column sent to the DLQ; rest exactly once",
+        poison=2,
+    )
+
+
 # --- transactions ----------------------------------------------------------------------------
 
 
