@@ -30,7 +30,7 @@ from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.ingest.decode.wire import unframe
 from bridge.ingest.records import envelope
 from bridge.ops.check import check
-from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE, merged_schema
 from tests.registry_server import RegistryServer
 from tests.schema_support import (
     EVENT_SCHEMA,
@@ -233,6 +233,65 @@ def test_seeded_columns_keep_a_restart_from_narrowing(registry: RegistryServer) 
     second.seed(widened)
     after = second.decode(_records([v1(order(2))])).batches[0].schema
     assert after.field("channel").type == pa.string()
+
+
+def _avro_times(logical: str) -> dict[str, Any]:
+    """A record with a timestamp of Avro's `logical` type at the top level and inside a
+    record, an array and a map."""
+    stamp = {"type": "long", "logicalType": logical}
+    inner = {"type": "record", "name": "In", "fields": [{"name": "t", "type": stamp}]}
+    return {
+        "type": "record",
+        "name": "Times",
+        "fields": [
+            {"name": "at", "type": stamp},
+            {"name": "o", "type": inner},
+            {"name": "l", "type": {"type": "array", "items": stamp}},
+            {"name": "m", "type": {"type": "map", "values": stamp}},
+        ],
+    }
+
+
+def test_a_timestamp_that_gains_or_loses_its_zone_lands_in_utc_before_and_after_a_restart(
+    registry: RegistryServer,
+) -> None:
+    """A version with `local-timestamp-micros` (naive) and one with `timestamp-micros` (UTC)
+    merge as the readers merge such a column, into a timestamp in UTC with the naive values
+    taken as UTC: both versions' records land, the batches holding the merged column, and
+    so they do after a restart seeded with it. A version that changed the zone was
+    incompatible, its records per on_error; a field that turns into text still is."""
+    client = SchemaRegistryClient({"url": registry.url})
+    naive = avro_serializer(client, _avro_times("local-timestamp-micros"), "zoned")
+    zoned = avro_serializer(client, _avro_times("timestamp-micros"), "zoned")
+    text = avro_serializer(client, _avro_record(("at", "string")), "zoned")
+    noon = datetime.datetime(2024, 1, 1, 12)
+
+    def times(when: datetime.datetime) -> dict[str, Any]:
+        return {"at": when, "o": {"t": when}, "l": [when], "m": {"k": when}}
+
+    utc = datetime.UTC
+    decoder = _decoder(registry, "avro")
+    values = [naive(times(noon)), zoned(times(noon.replace(tzinfo=utc, hour=13)))]
+    values += [naive(times(noon.replace(hour=14))), text({"at": "noon"})]
+    decoded = [decoder.decode(_records([v])) for v in values]
+    assert [len(d.poison) for d in decoded] == [0, 0, 0, 1]
+    assert "incompatible with the topic's columns" in decoded[3].poison[0].error
+    in_utc = pa.timestamp("us", tz="UTC")
+    assert decoded[1].batches[0].schema.field("at").type == in_utc
+    assert decoded[2].batches[0].schema == decoded[1].batches[0].schema
+    # The first record landed before the column had a zone: naive, as sent.
+    expected = [times(noon), *(times(noon.replace(tzinfo=utc, hour=h)) for h in (13, 14))]
+    for row in expected:
+        row["m"] = list(row["m"].items())
+    assert [r for d in decoded for r in _rows(d)] == expected
+    merged = merged_schema(b.schema for d in decoded for b in d.batches)
+    assert merged.clashes == {} and merged.schema.field("at").type == in_utc
+    restarted = _decoder(registry, "avro")
+    restarted.seed(merged.settled())
+    again = restarted.decode(_records([naive(times(noon))]))
+    assert again.poison == []
+    assert _rows(again)[0]["at"] == noon.replace(tzinfo=utc)
+    assert again.batches[0].schema == decoded[1].batches[0].schema
 
 
 def test_records_of_an_older_version_land_after_a_nested_long_became_a_double(

@@ -37,7 +37,7 @@ from bridge.ingest.decode.wire import (
     unframe,
 )
 from bridge.ingest.records import KEY, VALUE, Kept, kept_columns
-from plateau_core.schema import conform
+from plateau_core.schema import conform, unified_schema
 
 log = structlog.get_logger(__name__)
 
@@ -316,9 +316,12 @@ def _runs(rows: list[_Row]) -> list[list[_Row]]:
 
 
 def _widen(known: pa.Schema | None, new: pa.Schema) -> pa.Schema:
+    """`known` widened by `new` as the readers merge segment schemas: a timestamp that gains
+    or loses its zone (Avro's local-timestamp-* and timestamp-*) becomes one in UTC, and the
+    batches conformed to it hold the naive values as UTC, as the readers take them."""
     if known is None:
         return new
-    return pa.unify_schemas([known, new], promote_options="permissive")
+    return unified_schema([known, new])
 
 
 def _short(exc: Exception) -> str:
