@@ -64,6 +64,7 @@ def _run(replicator: Replicator, spark: SparkSession | None) -> ReplicationRepor
         seconds=round(report.seconds, 3),
         mb_per_s=round(report.mb_per_s, 2),
         unfinished_files_removed=report.orphans_removed,
+        files_migrated=report.files_migrated,
         replicated_offsets=report.partitions,
     )
     return report

@@ -7,9 +7,12 @@ Order of a run, and why it cannot duplicate rows:
 1. Files left by an unfinished run (offsets at or past the partition's replicated_offset,
    in the folders the pending segments' dates map to) are deleted: their rows are about to
    be written again, perhaps grouped differently.
-2. The tasks write their files, each complete and durable under its final name.
-3. One manifest transaction marks the segments replicated and advances replicated_offset.
-A crash before 3 leaves only files that step 1 of the next run removes or overwrites.
+2. A topic whose column the store widened since its files were written (bigint, then
+   double) has those files rewritten in the new type first (parquet_migration.py).
+3. The tasks write their files, each complete and durable under its final name.
+4. One manifest transaction marks the segments replicated and advances replicated_offset.
+A crash before 4 leaves only files that step 1 of the next run removes or overwrites, and
+a migration that step 2 of the next run completes.
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ from plateau_spark.replication.files import (
     pending_days,
     replica_dir,
     replica_file_name,
+    replica_schema,
     write_task,
 )
 from plateau_spark.replication.owner import Consumed, ParquetOwners
+from plateau_spark.replication.parquet_migration import ReplicaTypes
 from plateau_spark.replication.spark_write import run_spark
 from plateau_spark.replication.target import Target
 
@@ -57,6 +62,9 @@ DEFAULT_FILE_BYTES = 128 * MiB
 LOCK_FILE = "replication.lock"
 
 Runner = Callable[[list[ReplicaTask]], list[list[ReplicaFile]]]
+# Points of a run a test can fail at (the `step` hook), by name: "migration_file_rewritten"
+# after each file a migration rewrites; the Iceberg job names more.
+Step = Callable[[str], None]
 
 
 class ReplicationBusyError(PlateauError):
@@ -71,6 +79,7 @@ class ReplicationReport:
     bytes_read: int = 0
     bytes_written: int = 0
     orphans_removed: int = 0
+    files_migrated: int = 0  # files rewritten because the store widened one of their columns
     seconds: float = 0.0
     partitions: dict[str, int] = field(default_factory=dict)  # "topic[p]" -> replicated_offset
 
@@ -89,6 +98,7 @@ class Replicator:
         compression: str = "zstd",
         topics: Sequence[str] | None = None,
         consumed: Consumed | None = None,
+        step: Step | None = None,
     ) -> None:
         """`consumed`: whether the configuration consumes a topic from Kafka (owner.py says
         what else tells produced topics from consumed ones)."""
@@ -98,6 +108,7 @@ class Replicator:
         self.compression = compression
         self.topics = None if topics is None else list(topics)
         self.consumed = consumed
+        self._step = step or (lambda _name: None)
 
     def plan(self) -> list[ReplicaTask]:
         """Sealed, unreplicated segments, grouped per partition into ~file_bytes tasks."""
@@ -142,11 +153,23 @@ class Replicator:
                 raise ReplicaOwnerError(refused)
             self.target.clear_staging(filesystem)
             report.orphans_removed = self._remove_unfinished(filesystem, tasks)
+            types = ReplicaTypes(self.target, filesystem, self.compression, self._step)
+            wanted = {t.topic: replica_schema(t.schema) for t in tasks}
+            for topic in sorted(wanted):
+                report.files_migrated += types.prepare(topic, wanted[topic])
             results = (
                 run_spark(spark, tasks, self._manifest_url(), self.compression)
                 if spark is not None
                 else _run_here(tasks)
             )
+            for topic in sorted(wanted):
+                written = [
+                    replica
+                    for task, files in zip(tasks, results, strict=True)
+                    if task.topic == topic
+                    for replica in files
+                ]
+                report.files_migrated += types.conform_written(topic, wanted[topic], written)
             moved: set[int] = set()
             for index, (task, files) in enumerate(zip(tasks, results, strict=True)):
                 recorded = self.store.manifest.mark_replicated(

@@ -1,15 +1,19 @@
 """A json topic whose field was an integer in older segments and a double in newer ones (an
-inferred field that met a fraction): every reader and both replica formats."""
+inferred field that met a fraction): every reader and both replica formats, the replicas
+the Parquet replica migrated to the double (failures during that migration:
+test_replica_widening.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
+from pyarrow import fs
 from pyspark.sql import SparkSession
 from pyspark.sql.types import ArrayType, DoubleType
 from structlog.testing import capture_logs
@@ -20,9 +24,10 @@ from bridge.consume.messages import records_of
 from bridge.ingest.decode import decoder_for
 from plateau_core import SegmentState, Store
 from plateau_core.schema import merged_schema
+from plateau_spark.replicate import replicate
 from plateau_spark.replication import IcebergSettings, Replicator, SchemaConflictError, Target
 from plateau_spark.replication.iceberg_commit import committed_offsets
-from tests.spark.conftest import write_segments
+from tests.spark.conftest import s3_bucket_target, write_segments
 from tests.spark.iceberg_support import data_files, replicator, table_keys
 from tests.spark.test_source import load
 
@@ -43,9 +48,11 @@ ROWS = [
 ]
 
 
-def land(store: Store, topic: str, records: list[dict[str, object]], offset: int) -> None:
+def land(
+    store: Store, topic: str, records: list[dict[str, object]], offset: int, partition: int = 0
+) -> None:
     """One poll of json records decoded as a worker started now decodes them (seeded with
-    the topic's stored columns) and sealed as one segment of partition 0."""
+    the topic's stored columns) and sealed as one segment of `partition`."""
     decoder = decoder_for(TopicMapping(source=topic, format="json"))
     stored = store.manifest.schemas(topic)
     if stored:
@@ -53,7 +60,7 @@ def land(store: Store, topic: str, records: list[dict[str, object]], offset: int
     messages = [
         Message(
             topic=topic,
-            partition=0,
+            partition=partition,
             offset=offset + i,
             value=json.dumps(r).encode(),
             timestamp=(TIMESTAMP_CREATE_TIME, 1_700_000_000_000 + offset + i),
@@ -62,7 +69,7 @@ def land(store: Store, topic: str, records: list[dict[str, object]], offset: int
     ]
     decoded = decoder.decode(records_of(messages))
     assert decoded.poison == []
-    write_segments(store, topic, 0, decoded.batches, roll_rows=len(records))
+    write_segments(store, topic, partition, decoded.batches, roll_rows=len(records))
 
 
 def widened_store(path: Path, topic: str = "j") -> Store:
@@ -77,6 +84,11 @@ def widened_store(path: Path, topic: str = "j") -> Store:
 def rows_of(table: pa.Table) -> list[tuple[object, ...]]:
     picked = table.sort_by("offset").select(["offset", "latency", "o", "l"]).to_pylist()
     return [(r["offset"], r["latency"], r["o"]["ms"], r["l"]) for r in picked]
+
+
+def lifecycle(event: dict[str, Any]) -> tuple[object, ...]:
+    """What a log line says of the rows it is about."""
+    return (event["topic"], event["partition"], event["first_offset"], event["last_offset"])
 
 
 def test_store_read_spark_and_plateau_query_read_the_column_as_double(
@@ -104,27 +116,51 @@ def test_store_read_spark_and_plateau_query_read_the_column_as_double(
     store.close()
 
 
-def test_a_parquet_replica_copied_before_and_after_the_widening_holds_every_row(
-    spark: SparkSession, tmp_path: Path
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_parquet_replica_copied_before_and_after_the_widening_reads_as_one_table(
+    spark: SparkSession, tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
-    """A run before the change writes the column as bigint, one after it as double: both
-    kinds of file sit in the replica, every row once. Spark's Parquet reader does not merge
-    bigint files with double ones; a reader given the newest file's schema reads them all."""
+    """A run before the change wrote the column as bigint. The run after it rewrites that
+    file as double (same name, same rows) before writing its own, so Spark reads the folder
+    as one table, with mergeSchema and without (before, it refused both ways)."""
     store = Store.open(tmp_path / "data")
-    replica = tmp_path / "replica"
-    job = Replicator(store, Target.parse(str(replica)))
+    if where == "local":
+        target = Target.parse(str(tmp_path / "replica"))
+        runner: SparkSession | None = spark  # Spark's writer; pyarrow's on S3: both rewritten
+    else:
+        target = s3_bucket_target(request.getfixturevalue("s3_endpoint"))
+        runner = None
+    job = Replicator(store, target)
     land(store, "j", WHOLE, 0)
-    job.run_once(spark)
+    assert job.run_once(runner).files_migrated == 0
     land(store, "j", FRACTIONS, 2)
-    job.run_once(spark)
+    with capture_logs() as logged:
+        (report,) = replicate(job, runner, interval_s=0, once=True)
+    assert report.files_migrated == 1 and report.files == 1
+    (run,) = [e for e in logged if e["event"] == "replication_run"]
+    assert run["files_migrated"] == 1
+    migrated = [e for e in logged if e["event"] == "replica_file_migrated"]
+    assert [
+        (e["topic"], e["partition"], e["first_offset"], e["last_offset"]) for e in migrated
+    ] == [("j", 0, 0, 1)]
+    assert migrated[0]["columns"]["latency"] == "int64 -> double"
     assert {s.state for s in store.manifest.segments("j")} == {SegmentState.REPLICATED}
-    files = sorted((replica / "j").rglob("*.parquet"))
-    kinds = [str(ds.dataset(f).schema.field("latency").type) for f in files]
-    assert kinds == ["int64", "double"]
-    newest = ds.dataset(files[-1]).schema
-    assert rows_of(ds.dataset(files, schema=newest).to_table()) == ROWS
-    with pytest.raises(Exception, match="CANNOT_MERGE_INCOMPATIBLE_DATA_TYPE"):
-        spark.read.option("mergeSchema", "true").parquet(str(replica / "j"))
+
+    folder = tmp_path / "replica" / "j"
+    if where == "s3":
+        fs.copy_files(target.path("j"), str(folder), source_filesystem=target.filesystem())
+    files = sorted(folder.rglob("*.parquet"))
+    assert [str(ds.dataset(f).schema.field("latency").type) for f in files] == ["double"] * 2
+    for merge in ("true", "false"):
+        df = spark.read.option("mergeSchema", merge).parquet(str(folder))
+        assert df.schema["latency"].dataType == DoubleType()
+        assert df.schema["l"].dataType == ArrayType(DoubleType())
+        got = df.orderBy("offset").select("offset", "latency", "o.ms", "l").collect()
+        assert [tuple(r) for r in got] == ROWS
+
+    # Later runs find the replica of the store's types: nothing is rewritten again.
+    land(store, "j", WHOLE, 4)
+    assert job.run_once(runner).files_migrated == 0
     store.close()
 
 

@@ -166,9 +166,10 @@ def test_s3_target_idempotent_then_retention_deletes_only_replicated(
 
     files = listing()
     assert [f.rsplit("/", 1)[1] for f in files if not f.endswith(".parquet")] == [
-        "_plateau_store_id"
+        "_plateau_schema",
+        "_plateau_store_id",
     ]
-    assert len(files) == 4
+    assert len(files) == 5
     assert replicator.run_once(spark).segments == 0
     assert listing() == files
     assert s3_keys(s3_target) == stored_keys(store)

@@ -124,7 +124,7 @@ def test_object_storage_outage_mid_replication(
         more = [batch(range(start, start + 100)) for start in range(400, 1000, 100)]
         write_segments(store, "t", partition, more, roll_rows=100)
     # The upload starts, then storage goes away under it: connections cut, new ones refused.
-    outage.cut_after(6_000)  # past the store-id marker's read and the staging sweep
+    outage.cut_after(10_000)  # past the store-id marker, the staging sweep, the types record
     with pytest.raises((PySparkException, TargetError), match=r"NETWORK_CONNECTION|Connection re"):
         replicator.run_once(spark)
     replicated = store.manifest.segments("t", states=(SegmentState.REPLICATED,))
