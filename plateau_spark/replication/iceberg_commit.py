@@ -39,6 +39,7 @@ from plateau_spark.replication.iceberg_schema import (
     SchemaConflictError,
     check_evolution,
     iceberg_arrow_schema,
+    in_table_types,
 )
 from plateau_spark.replication.owner import refuse
 from plateau_spark.replication.target import TargetError
@@ -70,11 +71,15 @@ def ensure_table(
     schema: pa.Schema,
     topic: str,
     vacant: Callable[[str], None],
+    *,
+    replace: Callable[[Table, dict[str, pa.DataType]], Table],
 ) -> Table:
     """The topic's table, created partitioned by day(timestamp) and the Kafka partition, or
-    given the columns `schema` adds. Raises SchemaConflictError naming a field whose type
-    changed incompatibly. `vacant(location)` is asked before a table is created there, and
-    raises to keep it from being created."""
+    given the columns `schema` adds. `replace(table, {name: type})` replaces the columns the
+    store widened in a way Iceberg cannot promote (iceberg_migration.py), before the others
+    are added. Raises SchemaConflictError naming a field whose type changed in any other
+    way. `vacant(location)` is asked before a table is created there, and raises to keep it
+    from being created."""
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
@@ -85,11 +90,15 @@ def ensure_table(
         with table.transaction() as transaction:
             transaction.set_properties(_OWN_RETRIES)
     current = iceberg_arrow_schema(table.schema())
-    added = check_evolution(current, schema, topic)
+    evolution = check_evolution(current, schema, topic)
+    if evolution.replaced:
+        table = replace(table, evolution.replaced)
+        current = iceberg_arrow_schema(table.schema())
+    added = evolution.added
     if added:
         try:
             with table.update_schema() as update:
-                update.union_by_name(schema)
+                update.union_by_name(in_table_types(schema, current))
         except (ValueError, TypeError) as exc:
             raise SchemaConflictError(f"topic {topic!r}: cannot evolve {added}: {exc}") from None
         log.info("iceberg_columns_evolved", topic=topic, table=".".join(identifier), columns=added)

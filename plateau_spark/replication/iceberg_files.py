@@ -5,7 +5,8 @@ A task's rows go to one Parquet file per UTC day, under the table's folder:
 and last row). Each file holds one value of both partition fields (day(timestamp) and the
 Kafka partition), which is what registering an existing file in a partitioned table asks.
 The names say which rows a file holds, so a run can tell files of an uncommitted run apart
-(rows at or past the table's committed offset) without reading them. Compaction writes
+(rows at or past the table's committed offset) without reading them. Compaction, and a
+column replacement that rewrites files (iceberg_migration.py), write
 `{first}-{last}.c{tag}.parquet`: a new name every time, never one a snapshot still reads.
 """
 

@@ -3,8 +3,10 @@
 Order of a run, per topic, and why it neither loses nor duplicates a row:
 0. A produced topic whose table records another store's id is refused, and nothing of it
    is touched (owner.py): below the committed offsets are other records than the store's.
-1. The table is created, or given the columns the store's schema added (refused, naming the
-   field, when a column's type changed in a way Iceberg cannot follow).
+1. The table is created, or given the columns the store's schema added. A column the store
+   widened in a way Iceberg has no promotion for (long to double) is replaced, its data
+   files rewritten, in one commit carrying the offsets forward (iceberg_migration.py); any
+   other type change is refused, naming the field.
 2. The table's committed offsets are read from its snapshots (iceberg_commit.py). Pending
    segments wholly below them are already in the table (a run that died between its commit
    and the manifest update): they are only marked replicated. Rows below them in a segment
@@ -22,10 +24,11 @@ leaves segments that step 2 of the next run finds committed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import structlog
 from pyarrow import fs
 from pyiceberg.catalog import Catalog
@@ -51,8 +54,19 @@ from plateau_spark.replication.iceberg_files import (
     write_data_files,
 )
 from plateau_spark.replication.iceberg_maintenance import MaintenanceReport, compact, expire
-from plateau_spark.replication.iceberg_schema import SchemaConflictError, table_schema
-from plateau_spark.replication.job import DEFAULT_FILE_BYTES, ReplicationReport, Replicator
+from plateau_spark.replication.iceberg_migration import replace_columns
+from plateau_spark.replication.iceberg_schema import (
+    SchemaConflictError,
+    iceberg_arrow_schema,
+    in_table_types,
+    table_schema,
+)
+from plateau_spark.replication.job import (
+    DEFAULT_FILE_BYTES,
+    ReplicationReport,
+    Replicator,
+    Step,
+)
 from plateau_spark.replication.owner import Consumed, OffsetOrigins, refuse
 from plateau_spark.replication.target import Target, TargetError
 
@@ -61,9 +75,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("plateau.replication.iceberg")
 
-# Steps a test can fail at (the `step` hook): after planning, after each task's data files,
-# after all of them, after the Iceberg commit (before the manifest update).
-Step = Callable[[str], None]
+# Points a test can fail at (the `step` hook, job.Step): "planned", "file_written" after
+# each task's data files, "files_written", "committed" (before the manifest update), and
+# "migration_file_rewritten" after each data file a column replacement rewrites.
+__all__ = ["IcebergReplicator", "Step"]
 
 
 class IcebergReplicator(Replicator):
@@ -88,9 +103,9 @@ class IcebergReplicator(Replicator):
             compression=compression,
             topics=topics,
             consumed=consumed,
+            step=step,
         )
         self.settings = settings or IcebergSettings()
-        self._step = step or (lambda _name: None)
 
     def catalog(self) -> Catalog:
         return open_catalog(self.settings, self.target, self.store.data_dir)
@@ -212,8 +227,16 @@ class IcebergReplicator(Replicator):
             self._check_owner(catalog, identifier, topic, owner)
         schema = table_schema(merge_schemas(self.store.manifest.schemas(topic).values()), topic)
         table = ensure_table(
-            catalog, identifier, schema, topic, partial(self._vacant, catalog, topic)
+            catalog,
+            identifier,
+            schema,
+            topic,
+            partial(self._vacant, catalog, topic),
+            replace=partial(self._replace_columns, topic, report),
         )
+        # A column the table holds wider than this store does (another store widened it)
+        # is written in the table's type.
+        schema = in_table_types(schema, iceberg_arrow_schema(table.schema()))
         committed = committed_state(table).offsets
         location = Target.parse(table.location(), self.target.s3)
         report.orphans_removed += self._remove_uncommitted(location, tasks, committed)
@@ -270,6 +293,25 @@ class IcebergReplicator(Replicator):
             )
         for task in tasks:
             report.partitions[f"{topic}[{task.partition}]"] = task.end_offset
+
+    def _replace_columns(
+        self,
+        topic: str,
+        report: ReplicationReport,
+        table: Table,
+        replaced: dict[str, pa.DataType],
+    ) -> Table:
+        location = Target.parse(table.location(), self.target.s3)
+        table, rewritten = replace_columns(
+            table,
+            location,
+            replaced,
+            topic=topic,
+            compression=self.compression,
+            step=self._step,
+        )
+        report.files_migrated += rewritten
+        return table
 
     def _check_owner(
         self, catalog: Catalog, identifier: tuple[str, ...], topic: str, owner: str

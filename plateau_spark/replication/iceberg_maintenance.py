@@ -9,9 +9,10 @@ retention, keeping the newest few, and deletes the data files only the dropped s
 read.
 
 A compaction that fails definitely (the commit refused) deletes the files it wrote; one
-killed before committing leaves `.c<tag>` files no snapshot reads, which the next
-compaction deletes once they are older than an hour (younger ones may belong to a
-compaction running elsewhere). The same hour applies to the table's `metadata/` folder:
+killed before committing leaves `.c<tag>` files no snapshot reads (so does a column
+replacement killed before its commit, iceberg_migration.py), which the next compaction
+deletes once they are older than an hour (younger ones may belong to a compaction running
+elsewhere). The same hour applies to the table's `metadata/` folder:
 manifests and manifest lists of expired snapshots, and the metadata files and manifests a
 commit killed half-way wrote, are deleted once nothing the table still names refers to them.
 """

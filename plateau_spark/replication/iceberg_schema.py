@@ -16,17 +16,22 @@ other column, so a column keeps the field it was created for when such fields co
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
 from plateau_core.errors import PlateauError
 from plateau_core.names import fold_case
-from plateau_core.schema import OFFSET, conform_column
+from plateau_core.schema import OFFSET, TIMESTAMP, conform_column
 from plateau_spark.replication.micros import in_micros
+from plateau_spark.replication.widening import widens
 
 PARTITION = "partition"
 DAY = "timestamp_day"  # the day(timestamp) partition field
+_FIXED = (PARTITION, OFFSET, TIMESTAMP)  # partition sources and the offsets: never replaced
 
 
 class SchemaConflictError(PlateauError):
@@ -89,38 +94,69 @@ def _mapped(dtype: pa.DataType, topic: str, name: str) -> pa.DataType | None:
     return dtype
 
 
-def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> list[str]:
-    """Names of the columns `wanted` adds to the table's `current` schema or widens in it.
+@dataclass(frozen=True)
+class Evolution:
+    """How a table's columns follow the store's schema (check_evolution)."""
+
+    # Added, or promoted by Iceberg in place (int to long).
+    added: list[str] = dataclasses.field(default_factory=list)
+    # The store widened them in a way Iceberg has no promotion for (long to double): each is
+    # replaced by a new column of the type, and the data files holding it are rewritten.
+    replaced: dict[str, pa.DataType] = dataclasses.field(default_factory=dict)
+
+
+def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> Evolution:
+    """How the table's `current` columns take the store's `wanted` ones: the columns
+    `wanted` adds or widens as Iceberg promotes types (int to long, float to double, a wider
+    decimal), and those it widens as the store's readers do but Iceberg does not promote
+    (long to double, what an inferred json integer that met a fraction becomes; a timestamp
+    put in UTC), which are replaced. A column the table holds wider than the store does
+    (another store widened it) is left as it is: files are written in the table's type
+    (in_table_types).
 
     Raises SchemaConflictError, naming every such field, when a column the table has would
-    change to a type Iceberg cannot promote to (int to long, float to double, a wider
-    decimal are the promotions it allows; long to double, what an inferred json integer
-    that met a fraction becomes in the store, is not).
+    change in any other way.
     """
-    added = []
+    evolution = Evolution()
     refused = []
-    for field in wanted:
-        index = current.get_field_index(field.name)
+    for wanted_field in wanted:
+        index = current.get_field_index(wanted_field.name)
         if index < 0:
-            added.append(field.name)
+            evolution.added.append(wanted_field.name)
             continue
-        have = current.field(index).type
-        if have.equals(field.type):
+        have, want = current.field(index).type, wanted_field.type
+        if have.equals(want) or widens(want, have):
             continue
-        if not _same_or_promoted(have, field.type):
+        if _same_or_promoted(have, want):
+            evolution.added.append(wanted_field.name)
+        elif widens(have, want) and wanted_field.name not in _FIXED:
+            evolution.replaced[wanted_field.name] = want
+        else:
             refused.append(
-                f"field {field.name!r} is {field.type} in the store but {have} in its "
-                f"Iceberg table, and Iceberg cannot change {have} to {field.type}"
+                f"field {wanted_field.name!r} is {want} in the store but {have} in its "
+                f"Iceberg table, and Iceberg cannot change {have} to {want}"
             )
-            continue
-        added.append(field.name)
     if refused:
         raise SchemaConflictError(
             f"topic {topic!r}: {'; '.join(refused)}. Its segments stay sealed, none of them "
             "in the table, until it can take them: replicate the new data to another "
             "namespace (replication.iceberg.namespace)"
         )
-    return added
+    return evolution
+
+
+def in_table_types(wanted: pa.Schema, current: pa.Schema) -> pa.Schema:
+    """`wanted` with the table's type for each column the table holds wider (another store
+    widened it): the types this store's data files are written in."""
+    fields = []
+    for wanted_field in wanted:
+        index = current.get_field_index(wanted_field.name)
+        have = current.field(index).type if index >= 0 else None
+        if have is not None and widens(wanted_field.type, have):
+            fields.append(wanted_field.with_type(have))
+        else:
+            fields.append(wanted_field)
+    return pa.schema(fields, metadata=wanted.metadata)
 
 
 def _same_or_promoted(have: pa.DataType, want: pa.DataType) -> bool:

@@ -1,7 +1,6 @@
 """A json topic whose field was an integer in older segments and a double in newer ones (an
 inferred field that met a fraction): every reader and both replica formats, the replicas
-the Parquet replica migrated to the double (failures during that migration:
-test_replica_widening.py)."""
+migrated to the double (failures during that migration: test_replica_widening.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +23,9 @@ from bridge.consume.messages import records_of
 from bridge.ingest.decode import decoder_for
 from plateau_core import SegmentState, Store
 from plateau_core.schema import merged_schema
+from plateau_spark.iceberg_read import iceberg_frame
 from plateau_spark.replicate import replicate
-from plateau_spark.replication import IcebergSettings, Replicator, SchemaConflictError, Target
+from plateau_spark.replication import Replicator, Target
 from plateau_spark.replication.iceberg_commit import committed_offsets
 from tests.spark.conftest import s3_bucket_target, write_segments
 from tests.spark.iceberg_support import data_files, replicator, table_keys
@@ -164,42 +164,61 @@ def test_a_parquet_replica_copied_before_and_after_the_widening_reads_as_one_tab
     store.close()
 
 
-def test_an_iceberg_table_created_before_the_widening_refuses_it_and_loses_nothing(
-    tmp_path: Path,
+def test_an_iceberg_table_created_before_the_widening_replaces_the_column(
+    spark: SparkSession, tmp_path: Path
 ) -> None:
-    """Iceberg cannot change long to double: the run names the topic and every such column,
-    writes and records nothing of that topic (its segments wait, sealed), and replicates the
-    topics after it, which it stopped before."""
+    """Iceberg cannot change long to double in place: the run replaces each such column by
+    a new one of the same name (a new field id, in the same place) and rewrites the data
+    files holding it, in one commit carrying the offsets and the store id forward, then
+    appends the new rows. Every row is in the table once, as a double."""
     store = Store.open(tmp_path / "data")
     job = replicator(store, tmp_path / "warehouse")
     land(store, "j", WHOLE, 0)
     job.run_once()
     table = job.table("j")
     assert str(table.schema().find_field("latency").field_type) == "long"
-    files = data_files(table)
+    columns = table.schema().column_names
+    old_id = table.schema().find_field("latency").field_id
+    (old_file,) = data_files(table)
     land(store, "j", FRACTIONS, 2)
     land(store, "k", WHOLE, 0)
-    with capture_logs() as logged, pytest.raises(SchemaConflictError) as refused:
-        job.run_once()
-    assert [e["topic"] for e in logged if e["event"] == "iceberg_schema_conflict"] == ["j"]
-    message = str(refused.value)
-    assert message.startswith("topic 'j': field 'latency' is double in the store but int64")
-    assert "field 'o' is struct<ms: double>" in message and "field 'l' is list" in message
-    assert "replication.iceberg.namespace" in message
+    with capture_logs() as logged:
+        report = job.run_once()
+    assert report.files_migrated == 1 and report.segments == 2
     table.refresh()
-    assert committed_offsets(table) == {0: 2} and data_files(table) == files
-    assert rows_of(table.scan().to_arrow()) == [(0, 12, 3, [1, 2]), (1, 7, 4, [3])]
-    states = {s.start_offset: s.state for s in store.manifest.segments("j")}
-    assert states == {0: SegmentState.REPLICATED, 2: SegmentState.SEALED}
-    assert {s.state for s in store.manifest.segments("k")} == {SegmentState.REPLICATED}
-    assert table_keys(job.table("k")) == {(0, 0): 1, (0, 1): 1}
-    # Another namespace takes the rows the first table could not, as doubles.
-    elsewhere = replicator(
-        store, tmp_path / "warehouse", settings=IcebergSettings(namespace="widened")
-    )
-    elsewhere.run_once()
-    assert rows_of(elsewhere.table("j").scan().to_arrow()) == ROWS[2:]
+    schema = table.schema()
+    assert schema.column_names == columns
+    assert str(schema.find_field("latency").field_type) == "double"
+    assert schema.find_field("latency").field_id != old_id
+    assert str(schema.find_field("o").field_type) == "struct<17: ms: optional double>"
+    assert str(schema.find_field("l").field_type) == "list<double>"
+    assert rows_of(table.scan().to_arrow()) == ROWS
+    assert table_keys(table) == {(0, o): 1 for o in range(4)}
+    assert committed_offsets(table) == {0: 4}
+    # The old file replaced by its rewritten copy, whose name says the same offsets.
+    rewritten = [f for f in data_files(table) if f != old_file and f.startswith(old_file[:-8])]
+    assert len(rewritten) == 1 and old_file not in data_files(table)
+
+    current = table.current_snapshot()
+    assert current is not None and current.parent_snapshot_id is not None
+    change = table.snapshot_by_id(current.parent_snapshot_id)
+    assert change is not None and change.summary is not None
+    assert change.summary.operation.value == "overwrite"
+    properties = change.summary.additional_properties
+    assert properties["plateau.offsets"] == '{"0": 2}'
+    assert properties["plateau.store-id"] == store.manifest.store_id()
+    assert properties["plateau.operation"] == "replace-columns"
+    replaced = [e for e in logged if e["event"] == "iceberg_columns_replaced"]
+    assert replaced[0]["columns"]["latency"] == "long -> double"
+    moved = [e for e in logged if e["event"] == "iceberg_file_migrated"]
+    assert [lifecycle(e) for e in moved] == [("j", 0, 0, 1)]
+
+    frame = iceberg_frame(spark, table)
+    assert frame.schema["latency"].dataType == DoubleType()
+    got = frame.orderBy("offset").select("offset", "latency", "o.ms", "l").collect()
+    assert [tuple(r) for r in got] == ROWS
     assert {s.state for s in store.manifest.segments("j")} == {SegmentState.REPLICATED}
+    assert table_keys(job.table("k")) == {(0, 0): 1, (0, 1): 1}
     store.close()
 
 

@@ -1,6 +1,6 @@
-"""Parquet replicas of a topic whose column widened (int64, then double) migrated to the new
-type: a failure or a SIGKILL in the middle of the migration, then the next run; two stores
-feeding one replica, one of them widened; and a type change that is no widening."""
+"""Replicas of a topic whose column widened (int64, then double) migrated to the new type: a
+failure or a SIGKILL in the middle of the migration, then the next run; two stores feeding
+one replica, one of them widened; and a type change that is no widening."""
 
 from __future__ import annotations
 
@@ -16,15 +16,19 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 from pyarrow import fs
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from pyspark.sql.types import DoubleType
 from structlog.testing import capture_logs
 
 from plateau_core import SegmentState, Store
-from plateau_spark.replication import Replicator, Target
+from plateau_spark.replication import IcebergSettings, Replicator, Target, TargetError
+from plateau_spark.replication.iceberg_commit import committed_offsets
 from plateau_spark.replication.parquet_migration import read_record
 from tests.bridge_support import REPO
 from tests.spark.conftest import s3_bucket_target, write_segments
+from tests.spark.iceberg_support import data_files, replicator, table_keys
 from tests.spark.test_json_numbers import FRACTIONS, WHOLE, land, rows_of
 from tests.support import batch
 
@@ -34,9 +38,9 @@ _CHILD = """
 import os, signal, sys
 from pathlib import Path
 from plateau_core import Store
-from plateau_spark.replication import Replicator, Target
+from plateau_spark.replication import IcebergReplicator, Replicator, Target
 
-data, target, after = sys.argv[1:4]
+data, target, kind, after = sys.argv[1:5]
 rewritten = 0
 
 def step(name: str) -> None:
@@ -46,7 +50,8 @@ def step(name: str) -> None:
         if rewritten == int(after):
             os.kill(os.getpid(), signal.SIGKILL)
 
-Replicator(Store.open(Path(data)), Target.parse(target), step=step, file_bytes=1).run_once()
+job_class = IcebergReplicator if kind == "iceberg" else Replicator
+job_class(Store.open(Path(data)), Target.parse(target), step=step, file_bytes=1).run_once()
 """
 
 
@@ -140,7 +145,7 @@ def test_a_parquet_migration_killed_half_way_is_completed_by_the_next_run(
     target = Target.parse(str(tmp_path / "replica"))
     three_files_then_fractions(store, Replicator(store, target, file_bytes=1).run_once)
     store.close()
-    child = _kill_after(tmp_path, target, files=2)
+    child = _kill_after(tmp_path, target, "parquet", files=2)
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     assert sorted(latency_types(target)) == ["double", "double", "int64"]
     store = Store.open(tmp_path / "data")
@@ -156,9 +161,116 @@ def test_a_parquet_migration_killed_half_way_is_completed_by_the_next_run(
     store.close()
 
 
-def _kill_after(tmp_path: Path, target: Target, files: int) -> subprocess.CompletedProcess[str]:
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_an_iceberg_column_replacement_that_fails_half_way_leaves_the_table_as_it_was(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
+    store = Store.open(tmp_path / "data")
+    warehouse = (
+        Target.parse(str(tmp_path / "warehouse"))
+        if where == "local"
+        else s3_bucket_target(request.getfixturevalue("s3_endpoint"))
+    )
+    three_files_then_fractions(store, replicator(store, warehouse, file_bytes=1).run_once)
+    table = replicator(store, warehouse).table("j")
+    before = data_files(table)
+    assert len(before) == 3
+
+    failing = replicator(store, warehouse, file_bytes=1, step=fail_after(2, OSError))
+    with pytest.raises(TargetError, match="injected failure after 2"):
+        failing.run_once()
+    table.refresh()
+    assert str(table.schema().find_field("latency").field_type) == "long"
+    assert data_files(table) == before and committed_offsets(table) == {0: 6}
+    assert table_data_on_storage(table, warehouse) == before, "rewritten files were left"
+
+    report = replicator(store, warehouse, file_bytes=1).run_once()
+    assert report.files_migrated == 3 and report.segments == 1
+    table.refresh()
+    assert str(table.schema().find_field("latency").field_type) == "double"
+    assert rows_of(table.scan().to_arrow()) == rows_of(store.read("j").to_table())
+    assert table_keys(table) == {(0, o): 1 for o in range(8)}
+    assert committed_offsets(table) == {0: 8}
+    assert len(table_data_on_storage(table, warehouse)) == 3 + 3 + 1  # old, copies, new
+    store.close()
+
+
+def table_data_on_storage(table: Table, warehouse: Target) -> list[str]:
+    """Every Parquet file under the table's data folder, named as data_files names them."""
+    location = Target.parse(table.location(), warehouse.s3)
+    selector = fs.FileSelector(location.path("data"), recursive=True)
+    infos = location.filesystem().get_file_info(selector)
+    return sorted(i.path.split("/data/", 1)[1] for i in infos if i.path.endswith(".parquet"))
+
+
+def test_an_iceberg_column_replacement_killed_half_way_is_done_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "data")
+    warehouse = tmp_path / "warehouse"
+    three_files_then_fractions(store, replicator(store, warehouse, file_bytes=1).run_once)
+    before = data_files(replicator(store, warehouse).table("j"))
+    store.close()
+    child = _kill_after(tmp_path, Target.parse(str(warehouse)), "iceberg", files=2)
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, warehouse, file_bytes=1)
+    table = job.table("j")
+    assert data_files(table) == before
+    assert str(table.schema().find_field("latency").field_type) == "long"
+
+    assert job.run_once().files_migrated == 3
+    table.refresh()
+    assert rows_of(table.scan().to_arrow()) == rows_of(store.read("j").to_table())
+    assert table_keys(table) == {(0, o): 1 for o in range(8)}
+    # The killed run's two copies are read by no snapshot: compaction's sweep removes them.
+    on_disk = {str(p).split("/data/", 1)[1] for p in (warehouse / "plateau").rglob("*.parquet")}
+    stale = on_disk - set(data_files(table)) - set(before)
+    assert len(stale) == 2 and all(".c" in name for name in stale)
+    store.close()
+
+
+def test_a_data_file_another_engine_wrote_with_field_ids_gets_the_new_column_id(
+    tmp_path: Path,
+) -> None:
+    """A data file with field ids (as other engines write them, here under a name of their
+    own) is read by id, not through the name mapping (by Iceberg's Java readers: pyiceberg
+    falls back to names where a field has none): its copy carries the new column's id."""
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, tmp_path / "warehouse")
+    land(store, "j", WHOLE, 0)
+    job.run_once()
+    table = job.table("j")
+    with_ids = schema_to_pyarrow(table.schema(), include_field_ids=True)
+    row = {"partition": 5, "offset": 0, "timestamp": 1_700_000_000_000_000, "latency": 42}
+    folder = tmp_path / "warehouse" / "plateau" / "j" / "data" / "day=2023-11-14" / "partition=5"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([row], schema=with_ids), folder / "other-engine.parquet")
+    table.add_files([f"file://{folder / 'other-engine.parquet'}"])
+    land(store, "j", FRACTIONS, 2)
+    assert job.run_once().files_migrated == 2
+    table.refresh()
+    rows = table.scan().to_arrow().select(["partition", "offset", "latency"]).to_pylist()
+    assert sorted(tuple(r.values()) for r in rows) == [
+        (0, 0, 12.0),
+        (0, 1, 7.0),
+        (0, 2, 12.5),
+        (0, 3, 1.0),
+        (5, 0, 42.0),
+    ]
+    (copy,) = [f for f in data_files(table) if "/partition=5/" in f]
+    footer = pq.read_schema(tmp_path / "warehouse" / "plateau" / "j" / "data" / copy)
+    new_id = table.schema().find_field("latency").field_id
+    assert footer.field("latency").metadata == {b"PARQUET:field_id": str(new_id).encode()}
+    assert footer.field("offset").metadata == {b"PARQUET:field_id": b"2"}
+    store.close()
+
+
+def _kill_after(
+    tmp_path: Path, target: Target, kind: str, files: int
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", _CHILD, str(tmp_path / "data"), target.uri, str(files)],
+        [sys.executable, "-c", _CHILD, str(tmp_path / "data"), target.uri, kind, str(files)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -200,6 +312,40 @@ def test_a_store_not_widened_writes_into_a_parquet_replica_another_store_widened
             (1, 2, 12.0),
             (1, 3, 7.0),
         ]
+    node_a.close()
+    node_b.close()
+
+
+def test_a_store_not_widened_writes_into_an_iceberg_table_another_store_widened(
+    tmp_path: Path,
+) -> None:
+    """Store B's column is still a long after store A replaced the table's by a double: B
+    writes its rows as doubles instead of being refused."""
+    shared = IcebergSettings(catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
+    warehouse = tmp_path / "warehouse"
+    node_a, node_b = Store.open(tmp_path / "a"), Store.open(tmp_path / "b")
+    for node, partition in ((node_a, 0), (node_b, 1)):
+        node.manifest.record_source_topic("j", partition, "clicks", "id-1")
+        land(node, "j", WHOLE, 0, partition)
+        replicator(node, warehouse, settings=shared).run_once()
+    land(node_a, "j", FRACTIONS, 2, 0)
+    assert replicator(node_a, warehouse, settings=shared).run_once().files_migrated == 2
+    land(node_b, "j", WHOLE, 2, 1)
+    job = replicator(node_b, warehouse, settings=shared)
+    assert job.run_once().segments == 1
+    rows = job.table("j").scan().to_arrow()
+    assert rows.schema.field("latency").type == pa.float64()
+    got = [tuple(r.values()) for r in rows.select(["partition", "offset", "latency"]).to_pylist()]
+    assert sorted(got) == [
+        (0, 0, 12.0),
+        (0, 1, 7.0),
+        (0, 2, 12.5),
+        (0, 3, 1.0),
+        (1, 0, 12.0),
+        (1, 1, 7.0),
+        (1, 2, 12.0),
+        (1, 3, 7.0),
+    ]
     node_a.close()
     node_b.close()
 

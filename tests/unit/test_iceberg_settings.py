@@ -20,7 +20,12 @@ from plateau_spark.replication import (
     TargetError,
 )
 from plateau_spark.replication.iceberg_catalog import catalog_properties, open_catalog
-from plateau_spark.replication.iceberg_schema import check_evolution, table_schema
+from plateau_spark.replication.iceberg_schema import (
+    Evolution,
+    check_evolution,
+    in_table_types,
+    table_schema,
+)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -104,10 +109,49 @@ def test_evolution_adds_widens_and_refuses_naming_the_field() -> None:
     wanted = pa.schema(
         [pa.field("a", pa.int64()), pa.field("b", pa.string()), pa.field("c", pa.float64())]
     )
-    assert check_evolution(current, wanted, "t") == ["a", "c"]
-    assert check_evolution(current, current, "t") == []
+    assert check_evolution(current, wanted, "t") == Evolution(added=["a", "c"])
+    assert check_evolution(current, current, "t") == Evolution()
     with pytest.raises(SchemaConflictError, match="field 'b' is int64 in the store but string"):
         check_evolution(current, pa.schema([pa.field("b", pa.int64())]), "t")
+
+
+def test_evolution_replaces_what_the_store_widens_and_iceberg_cannot_promote() -> None:
+    """long to double, a naive timestamp put in UTC, a struct child made a double: the
+    store's readers widen them, Iceberg has no promotion for them, so the columns are
+    replaced. A column the table holds wider than the store (another store widened it) is
+    kept, and this store's files are written in the table's type."""
+    current = pa.schema(
+        [
+            pa.field("n", pa.int64()),
+            pa.field("at", pa.timestamp("us")),
+            pa.field("o", pa.struct([pa.field("ms", pa.int64())])),
+            pa.field("wide", pa.float64()),
+        ]
+    )
+    wanted = pa.schema(
+        [
+            pa.field("n", pa.float64()),
+            pa.field("at", pa.timestamp("us", tz="UTC")),
+            pa.field("o", pa.struct([pa.field("ms", pa.float64())])),
+            pa.field("wide", pa.int64()),
+        ]
+    )
+    evolution = check_evolution(current, wanted, "t")
+    assert evolution.added == []
+    assert evolution.replaced == {
+        "n": pa.float64(),
+        "at": pa.timestamp("us", tz="UTC"),
+        "o": pa.struct([pa.field("ms", pa.float64())]),
+    }
+    assert in_table_types(wanted, current).field("wide").type == pa.float64()
+    assert in_table_types(wanted, current).field("n").type == pa.float64()
+    # The fixed columns are never replaced: a change to them stays refused.
+    with pytest.raises(SchemaConflictError, match="field 'offset'"):
+        check_evolution(
+            pa.schema([pa.field("offset", pa.int32())]),
+            pa.schema([pa.field("offset", pa.float64())]),
+            "t",
+        )
 
 
 def test_an_unreachable_catalog_is_named_without_its_password(tmp_path: Path) -> None:
