@@ -158,7 +158,7 @@ def test_object_storage_outage_mid_replication(
     )
     reliability.record(
         "Object storage down mid-replication",
-        "S3 connections cut 6 kB into a replicate run's uploads and refused after; "
+        "S3 connections cut mid-upload (10 kB into a replicate run's requests) and refused after; "
         "retention requiring replication ran meanwhile; S3 back, replicate again "
         "(records counted in the bucket)",
         result,
