@@ -140,6 +140,7 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 migrated.append(report.files_migrated)
     control, widened = median(timings["control"]), median(timings["widened"])
     result = {
+        "replicate_seconds": first.seconds,
         "replica_files": files,
         "replica_bytes": nbytes,
         "files_migrated": migrated,
