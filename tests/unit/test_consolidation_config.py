@@ -131,8 +131,13 @@ def test_status_shows_the_policy_and_what_workers_merged(tmp_path: Path) -> None
         "time_max": None,
         "paused": None,
     }
+    named = {"config": "topic", "kafka_api": False}
+    unnamed = {"config": None, "kafka_api": False}
     document: dict[str, object] = {
-        "topics": {"logs": {"partitions": {"0": row}}, "other": {"partitions": {"0": row}}}
+        "topics": {
+            "logs": {"partitions": {"0": row}, **named},
+            "other": {"partitions": {"0": row}, **unnamed},
+        }
     }
     status._add_consolidation(config, document["topics"], [{"telemetry": telemetry.dump()}])  # type: ignore[arg-type]
     assert document["topics"]["logs"]["consolidate"] == {  # type: ignore[index]
