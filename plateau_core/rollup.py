@@ -8,10 +8,7 @@ segment: a query re-aggregates (sum the counts and sums, min of mins, max of max
 distinct sketches), which is what makes the roll-up exact for count/sum/min/max and
 mergeable for distinct counts.
 
-Distinct counts are k-minimum-values sketches: the K smallest xxHash64 values of the
-column's canonical bytes (plateau_core.bloom), as K little-endian uint64s. Below K distinct
-values the sketch holds them all and the count is exact; above, the estimate is
-(K - 1) * 2^64 / (the K-th smallest hash), within about 1/sqrt(K - 2) (9% at K = 128).
+Distinct counts are k-minimum-values sketches (plateau_core.sketches).
 """
 
 from __future__ import annotations
@@ -22,18 +19,16 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-import numpy as np
 import pyarrow as pa
 import structlog
 
-from plateau_core.bloom import bloom_kind, canonical, value_hash
 from plateau_core.errors import InvalidInputError
 from plateau_core.json_text import as_json_text
 from plateau_core.schema import OFFSET, TIMESTAMP, TIMESTAMP_TYPE
+from plateau_core.sketches import estimate, merge_sketches, sketch, sketch_kind
 
 MetricKind = Literal["count", "sum", "min", "max", "distinct"]
 METRIC_KINDS: tuple[MetricKind, ...] = ("count", "sum", "min", "max", "distinct")
-SKETCH_K = 128
 _LABEL = re.compile(r"[1-9][0-9]*[smhd]")
 log = structlog.get_logger(__name__)
 
@@ -158,7 +153,7 @@ def rollup_table(
         grouped_as = None if metric.column is None else sources[metric.column]
         produced = grouped.column(_aggregate_name(metric, grouped_as))
         if metric.kind == "distinct" and grouped_as is not None:
-            kind = bloom_kind(columns[grouped_as].type)
+            kind = sketch_kind(columns[grouped_as].type)
             produced = pa.array(
                 [sketch(kind, values or []) for values in produced.to_pylist()], pa.binary()
             )
@@ -173,7 +168,7 @@ def _aggregable(table: pa.Table, metric: RollupMetric) -> bool:
     if metric.kind == "distinct":
         # Arrow lists the distinct values of any type, but a sketch hashes only these: any
         # other gave empty sketches, a distinct count of 0, with nothing said.
-        return bloom_kind(data_type) is not None
+        return sketch_kind(data_type) is not None
     return _has_kernel(metric.kind, data_type)
 
 
@@ -226,36 +221,6 @@ def _groupable(data_type: pa.DataType) -> bool:
     except pa.ArrowNotImplementedError:
         return False
     return True
-
-
-def sketch(kind: str | None, values: Iterable[object]) -> bytes:
-    """The KMV sketch of distinct `values` (nulls and values no hash can take are left out)."""
-    if kind not in ("int", "bytes"):
-        return b""
-    hashes = {
-        value_hash(raw)
-        for value in values
-        if value is not None and (raw := canonical(kind, value)) is not None  # type: ignore[arg-type]
-    }
-    smallest = sorted(hashes)[:SKETCH_K]
-    return np.array(smallest, dtype="<u8").tobytes()
-
-
-def merge_sketches(sketches: Iterable[bytes | None]) -> bytes:
-    """The sketch of the union of the sketches' value sets."""
-    union: set[int] = set()
-    for one in sketches:
-        if one:
-            union.update(np.frombuffer(one, dtype="<u8").tolist())
-    return np.array(sorted(union)[:SKETCH_K], dtype="<u8").tobytes()
-
-
-def estimate(merged: bytes) -> float:
-    """The distinct count a sketch stands for: exact below K values."""
-    hashes = np.frombuffer(merged, dtype="<u8")
-    if len(hashes) < SKETCH_K:
-        return float(len(hashes))
-    return (SKETCH_K - 1) * 2.0**64 / float(hashes[SKETCH_K - 1])
 
 
 def reaggregate(table: pa.Table, policy: RollupPolicy) -> pa.Table:

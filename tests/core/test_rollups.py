@@ -4,6 +4,7 @@ transaction; their aggregates equal the same aggregates over the raw rows."""
 from __future__ import annotations
 
 import random
+import struct
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -19,14 +20,12 @@ from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
 from plateau_core.rollup import (
     RollupMetric,
     RollupPolicy,
-    estimate,
     granularity_ms,
-    merge_sketches,
     reaggregate,
     rollup_metrics,
     rollup_table,
-    sketch,
 )
+from plateau_core.sketches import estimate, merge_sketches, sketch
 from tests.support import append_patiently
 
 TS = pa.timestamp("ms", tz="UTC")
@@ -391,25 +390,36 @@ def test_a_dimension_of_a_nested_type_groups_by_its_json_text(store: Store) -> N
 
 
 def test_a_distinct_count_over_a_column_it_cannot_hash_is_warned_about() -> None:
-    """Distinct counts hash integers, strings and binary only: over a float, boolean, date
-    or timestamp column every sketch was empty, a distinct count of 0, with nothing said."""
+    """Distinct counts hash integers, floats, strings and binary: over a boolean, date or
+    timestamp column every sketch was empty, a distinct count of 0, with nothing said."""
     policy = RollupPolicy(
-        "1m", 60_000, (), rollup_metrics(["count", "distinct:score", "distinct:user"])
+        "1m", 60_000, (), rollup_metrics(["count", "distinct:ok", "distinct:user"])
     )
     table = pa.table(
         {
             "offset": pa.array([0, 1], pa.int64()),
             "timestamp": pa.array([BASE_MS, BASE_MS + 1], TS),
-            "score": pa.array([0.5, 1.5], pa.float64()),
+            "ok": pa.array([True, False]),
             "user": pa.array([1, 2], pa.int64()),
         }
     )
     with capture_logs() as logs:
         rolled = rollup_table(table, policy, topic="logs", partition=0)
     assert estimate(rolled.column("distinct_user")[0].as_py()) == 2.0
-    assert rolled.column("distinct_score").to_pylist() == [b""]
+    assert rolled.column("distinct_ok").to_pylist() == [b""]
     warned = [e for e in logs if e["event"] == "rollup_metrics_skipped"]
-    assert [e["metrics"] for e in warned] == [{"distinct_score": "double"}]
+    assert [e["metrics"] for e in warned] == [{"distinct_ok": "bool"}]
+
+
+def test_a_distinct_count_of_floats_counts_a_whole_double_as_its_integer() -> None:
+    """A json field that widened from int64 to double: 20 and 20.0 are one value, and a
+    fraction never counts as the integer whose bytes its own share."""
+    ints = sketch("int", [10, 20, 0])
+    floats = sketch("float", [20.0, 0.5, -0.0, float("nan"), float("nan"), 1e300, None])
+    assert estimate(merge_sketches([ints, floats])) == 6.0  # 10, 20, 0, 0.5, nan, 1e300
+    assert estimate(sketch("float", [0.1, 0.2, 0.1])) == 2.0
+    bits = int.from_bytes(struct.pack("<d", 0.5), "little", signed=True)
+    assert estimate(merge_sketches([sketch("int", [bits]), sketch("float", [0.5])])) == 2.0
 
 
 def test_two_rollups_into_one_derived_topic_are_refused_at_acquire(store: Store) -> None:
@@ -498,8 +508,8 @@ def test_columns_named_like_the_grouping_s_own_are_rolled_up_as_any_other() -> N
 def test_metrics_over_a_json_field_that_widened_to_a_double(store: Store) -> None:
     """An inferred json field seals as int64 until it meets a fraction, as a double after:
     the roll-up segments hold `sum_`, `min_` and `max_` in each type, and they read and
-    re-aggregate as doubles. A distinct count hashes integers only, so the double segments
-    add nothing to it, and say so."""
+    re-aggregate as doubles. A distinct count hashes a whole double as its integer: 20 and
+    20.0 count once."""
     policy = RollupPolicy(
         "1m",
         60_000,
@@ -538,8 +548,7 @@ def test_metrics_over_a_json_field_that_widened_to_a_double(store: Store) -> Non
             "sum_latency": 50.5,
             "min_latency": 0.5,
             "max_latency": 20.0,
-            "distinct_latency": 2.0,
+            "distinct_latency": 3.0,  # 10, 20 and 0.5
         }
     ]
-    warned = [e["metrics"] for e in logs if e["event"] == "rollup_metrics_skipped"]
-    assert warned == [{"distinct_latency": "double"}]
+    assert [e for e in logs if e["event"] == "rollup_metrics_skipped"] == []

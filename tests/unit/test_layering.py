@@ -26,6 +26,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.checksums": 0,
     "plateau_core.column_stats": 0,
     "plateau_core.bloom": 0,
+    "plateau_core.sketches": 0,
     "plateau_core.rollup": 0,
     "plateau_core.segment_stats": 0,
     "plateau_core.producers": 0,

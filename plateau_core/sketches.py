@@ -1,0 +1,78 @@
+"""Distinct-count sketches of roll-ups: k-minimum-values, the K smallest xxHash64 values of
+a column's canonical bytes, as K little-endian uint64s. Below K distinct values the sketch
+holds them all and the count is exact; above, the estimate is (K - 1) * 2^64 / (the K-th
+smallest hash), within about 1/sqrt(K - 2) (9% at K = 128). Sketches of one column merge by
+union, whatever type each segment holds it in."""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from plateau_core.bloom import bloom_kind, canonical, value_hash
+from plateau_core.schema import INT64_MAX, INT64_MIN
+
+SKETCH_K = 128
+SketchKind = Literal["int", "bytes", "float"]
+# Set before the 8 bytes of a double that is not a whole number, so they never hash as the
+# integer of the same bit pattern.
+_FRACTION = b"\x01"
+_NAN = b"\x02nan"
+
+
+def sketch_kind(dtype: pa.DataType) -> SketchKind | None:
+    """How a sketch hashes values of `dtype`: as a bloom filter does (integers, text and
+    bytes), or floats (`float`); None for any other type."""
+    kind = bloom_kind(dtype)
+    if kind is None and pa.types.is_floating(dtype):
+        return "float"
+    return kind
+
+
+def sketch(kind: SketchKind | None, values: Iterable[object]) -> bytes:
+    """The KMV sketch of distinct `values` (nulls and values no hash can take are left out)."""
+    if kind is None:
+        return b""
+    hashes = {
+        value_hash(raw)
+        for value in values
+        if value is not None and (raw := _canonical(kind, value)) is not None
+    }
+    smallest = sorted(hashes)[:SKETCH_K]
+    return np.array(smallest, dtype="<u8").tobytes()
+
+
+def merge_sketches(sketches: Iterable[bytes | None]) -> bytes:
+    """The sketch of the union of the sketches' value sets."""
+    union: set[int] = set()
+    for one in sketches:
+        if one:
+            union.update(np.frombuffer(one, dtype="<u8").tolist())
+    return np.array(sorted(union)[:SKETCH_K], dtype="<u8").tobytes()
+
+
+def estimate(merged: bytes) -> float:
+    """The distinct count a sketch stands for: exact below K values."""
+    hashes = np.frombuffer(merged, dtype="<u8")
+    if len(hashes) < SKETCH_K:
+        return float(len(hashes))
+    return (SKETCH_K - 1) * 2.0**64 / float(hashes[SKETCH_K - 1])
+
+
+def _canonical(kind: SketchKind, value: object) -> bytes | None:
+    if kind != "float":
+        return canonical(kind, value)
+    if not isinstance(value, float):
+        return None
+    if math.isnan(value):
+        return _NAN
+    # A whole double hashes as its integer: a json field that widened from int64 to double
+    # counts 12 and 12.0 once, across the segments that hold it either way (and -0.0 as 0).
+    if value.is_integer() and INT64_MIN <= value <= INT64_MAX:
+        return canonical("int", int(value))
+    return _FRACTION + struct.pack("<d", value)
