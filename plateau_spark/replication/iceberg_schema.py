@@ -4,7 +4,8 @@ The table holds the store's result schema with the Kafka partition first. Arrow 
 Iceberg lacks are mapped to the nearest one it has, the same way every run, so a file
 written today and one written next year agree:
 - timestamps are stored in microseconds (Iceberg has no millisecond timestamps), nanoseconds
-  floored as the Spark connector reads them;
+  floored as the Spark connector reads them, and those with a zone as timestamptz, in UTC
+  (the only zone Iceberg takes; the instants are the same);
 - 8- and 16-bit integers widen to int, unsigned ones to the next signed width;
 - a column whose type is still null (only nulls seen so far) is left out until it has one.
 
@@ -62,7 +63,9 @@ def _mapped(dtype: pa.DataType, topic: str, name: str) -> pa.DataType | None:
     if t.is_null(dtype):
         return None
     if t.is_timestamp(dtype):
-        return pa.timestamp("us", tz=dtype.tz)
+        # Iceberg's timestamptz holds instants and takes only UTC: a column of another zone
+        # holds the same instants in it, as Spark (whose timestamps carry no zone) reads it.
+        return pa.timestamp("us", tz=None if dtype.tz is None else "UTC")
     if t.is_int8(dtype) or t.is_int16(dtype) or t.is_uint8(dtype) or t.is_uint16(dtype):
         return pa.int32()
     if t.is_uint32(dtype):
