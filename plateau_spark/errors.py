@@ -27,3 +27,14 @@ class ReplicaOwnerError(SparkJobError):
     def __init__(self, refused: dict[str, str]) -> None:
         super().__init__("; ".join(refused[topic] for topic in sorted(refused)))
         self.refused = dict(refused)
+
+
+class TopicReplicationError(SparkJobError):
+    """Replicating some topics failed in a way no other error of this module names (a
+    column type the target refused, a bug): each was held back, nothing of it recorded, and
+    the run's other topics were replicated. `failed` maps each such topic to its error."""
+
+    def __init__(self, failed: dict[str, str], others: dict[str, str] | None = None) -> None:
+        problems = {**(others or {}), **failed}
+        super().__init__("; ".join(problems[topic] for topic in sorted(problems)))
+        self.failed = dict(failed)

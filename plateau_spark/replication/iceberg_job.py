@@ -37,7 +37,7 @@ from pyiceberg.table import Table
 
 from plateau_core.schema import merge_schemas
 from plateau_core.store import Store
-from plateau_spark.errors import ReplicaOwnerError
+from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.replication.files import ReplicaFile, ReplicaTask, pending_days
 from plateau_spark.replication.iceberg_catalog import IcebergSettings, open_catalog
 from plateau_spark.replication.iceberg_commit import (
@@ -119,12 +119,15 @@ class IcebergReplicator(Replicator):
 
         Raises ReplicaOwnerError, once the other topics are replicated, naming each produced
         topic whose table another store feeds; SchemaConflictError (which then names those
-        too) for each topic whose table cannot take a column's new type."""
+        too) for each topic whose table cannot take a column's new type; TopicReplicationError
+        (naming all of those too) for each topic that failed otherwise. An I/O error, or a
+        commit another writer got ahead of, ends the run with TargetError."""
         del spark
         started = time.monotonic()
         report = ReplicationReport()
         refused: dict[str, str] = {}
         conflicts: dict[str, str] = {}
+        failed: dict[str, str] = {}
         with self._lock():
             tasks = self.plan()
             if tasks:
@@ -159,7 +162,23 @@ class IcebergReplicator(Replicator):
                             f"topic {topic!r}: cannot write the Iceberg table under "
                             f"{self.target.uri}: {exc}"
                         ) from exc
+                    except TargetError:  # unreachable: the other topics would fail alike
+                        raise
+                    except Exception as exc:  # held back, named at the end
+                        # Anything else is the topic's own (a type pyiceberg refuses, a bug):
+                        # it waits, as a killed run's topic does, instead of every topic
+                        # after it, run after run.
+                        failed[topic] = f"topic {topic!r}: {type(exc).__name__}: {exc}"
+                        log.error(
+                            "iceberg_topic_failed",
+                            topic=topic,
+                            table=".".join(self.settings.identifier(topic)),
+                            error=f"{type(exc).__name__}: {exc}",
+                            exc_info=exc,
+                        )
         report.seconds = time.monotonic() - started
+        if failed:
+            raise TopicReplicationError(failed, {**refused, **conflicts})
         if conflicts:
             problems = {**refused, **conflicts}
             raise SchemaConflictError("; ".join(problems[t] for t in sorted(problems)))
@@ -189,7 +208,7 @@ class IcebergReplicator(Replicator):
                     table.refresh()
                     expired = expire(
                         table,
-                        Target.parse(table.location(), self.target.s3),
+                        self.target.at(table.location()),
                         topic=topic,
                         retention_s=self.settings.snapshot_retention_s,
                         keep=self.settings.min_snapshots,
@@ -238,7 +257,7 @@ class IcebergReplicator(Replicator):
         # is written in the table's type.
         schema = in_table_types(schema, iceberg_arrow_schema(table.schema()))
         committed = committed_state(table).offsets
-        location = Target.parse(table.location(), self.target.s3)
+        location = self.target.at(table.location())
         report.orphans_removed += self._remove_uncommitted(location, tasks, committed)
         self._step("planned")
         files: list[tuple[ReplicaTask, list[ReplicaFile]]] = []
@@ -301,7 +320,7 @@ class IcebergReplicator(Replicator):
         table: Table,
         replaced: dict[str, pa.DataType],
     ) -> Table:
-        location = Target.parse(table.location(), self.target.s3)
+        location = self.target.at(table.location())
         table, rewritten = replace_columns(
             table,
             location,
@@ -340,7 +359,7 @@ class IcebergReplicator(Replicator):
         created, holds a table already: one the catalog lost (the default catalog lives in
         the data folder, and goes when it is wiped) or dropped without its files. A table
         created over it would delete its data files as an uncommitted run's."""
-        folder = Target.parse(location, self.target.s3)
+        folder = self.target.at(location)
         names = folder.list_files(folder.filesystem(), "metadata")
         found = sorted(n for n in names if n.endswith(".metadata.json"))
         if not found or catalog.table_exists(self.settings.identifier(topic)):
@@ -379,6 +398,16 @@ class IcebergReplicator(Replicator):
             floor = committed.get(partition, 0)
             mine = [t for t in tasks if t.partition == partition]
             for relative in self._candidates(location, filesystem, partition, mine):
+                if location.abandoned(relative):
+                    location.delete(filesystem, relative)
+                    log.warning(
+                        "iceberg_temp_file_removed",
+                        topic=mine[0].topic,
+                        partition=partition,
+                        path=relative,
+                        reason="left by a killed write",
+                    )
+                    continue
                 parsed = parse_data_name(relative.rsplit("/", 1)[-1])
                 if parsed is None or parsed[2] or parsed[0] < floor:
                     continue

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import structlog
+from py4j.protocol import Py4JError
 from pyarrow import fs
+from pyspark.errors import PySparkException
 
 from plateau_core.errors import PlateauError
 from plateau_core.manifest import SegmentRecord, SegmentState
@@ -37,7 +39,7 @@ from plateau_core.names import MANIFEST_FILE
 from plateau_core.policies import MiB
 from plateau_core.schema import OFFSET, merge_schemas
 from plateau_core.store import Store
-from plateau_spark.errors import ReplicaOwnerError
+from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.replication.files import (
     ReplicaFile,
     ReplicaTask,
@@ -51,7 +53,7 @@ from plateau_spark.replication.files import (
 from plateau_spark.replication.owner import Consumed, ParquetOwners
 from plateau_spark.replication.parquet_migration import ReplicaTypes
 from plateau_spark.replication.spark_write import run_spark
-from plateau_spark.replication.target import Target
+from plateau_spark.replication.target import Target, TargetError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,7 +105,8 @@ class Replicator:
         """`consumed`: whether the configuration consumes a topic from Kafka (owner.py says
         what else tells produced topics from consumed ones)."""
         self.store = store
-        self.target = target
+        # Staging of its own: another store's run may be staging in the same target.
+        self.target = target.for_store(store.manifest.store_id())
         self.file_bytes = file_bytes
         self.compression = compression
         self.topics = None if topics is None else list(topics)
@@ -134,13 +137,16 @@ class Replicator:
 
     def run_once(self, spark: SparkSession | None = None) -> ReplicationReport:
         """Replicate everything sealed now. With `spark`, the segments are read through the
-        `plateau` connector and written by Spark's Parquet writer in one job; without, each
-        task is written in this process by pyarrow (the same files).
+        `plateau` connector and written by Spark's Parquet writer, one job per topic;
+        without, each task is written in this process by pyarrow (the same files).
 
         Raises ReplicaOwnerError, once the other topics are replicated, naming each produced
-        topic whose replica another store feeds."""
+        topic whose replica another store feeds; TopicReplicationError (naming those too)
+        for each topic that failed otherwise. An I/O error or a failed Spark job ends the
+        run: the target or Spark is away, and the other topics would fail alike."""
         started = time.monotonic()
         report = ReplicationReport()
+        failed: dict[str, str] = {}
         with self._lock():
             tasks = self.plan()
             if not tasks:
@@ -154,32 +160,30 @@ class Replicator:
             self.target.clear_staging(filesystem)
             report.orphans_removed = self._remove_unfinished(filesystem, tasks)
             types = ReplicaTypes(self.target, filesystem, self.compression, self._step)
-            wanted = {t.topic: replica_schema(t.schema) for t in tasks}
-            for topic in sorted(wanted):
-                report.files_migrated += types.prepare(topic, wanted[topic])
-            results = (
-                run_spark(spark, tasks, self._manifest_url(), self.compression)
-                if spark is not None
-                else _run_here(tasks)
-            )
-            for topic in sorted(wanted):
-                written = [
-                    replica
-                    for task, files in zip(tasks, results, strict=True)
-                    if task.topic == topic
-                    for replica in files
-                ]
-                report.files_migrated += types.conform_written(topic, wanted[topic], written)
+            results: list[list[ReplicaFile]] = [[] for _ in tasks]
             moved: set[int] = set()
-            for index, (task, files) in enumerate(zip(tasks, results, strict=True)):
-                recorded = self.store.manifest.mark_replicated(
-                    [s.id for s in task.segments], whole=True
-                )
-                if recorded:
-                    moved.update(recorded)
-                else:
-                    self._discard(filesystem, task, files)
-                    results[index] = []
+            for topic in sorted({t.topic for t in tasks}):
+                indexes = [i for i, t in enumerate(tasks) if t.topic == topic]
+                try:
+                    written = self._write_topic(
+                        spark, filesystem, types, [tasks[i] for i in indexes], report
+                    )
+                except (OSError, TargetError, PySparkException, Py4JError):
+                    raise  # the target or Spark is away: the other topics would fail alike
+                except Exception as exc:  # held back, named at the end
+                    # Anything else is the topic's own (a bug, a type a writer refuses): it
+                    # waits, as a killed run's topic does, instead of every topic after it.
+                    failed[topic] = f"topic {topic!r}: {type(exc).__name__}: {exc}"
+                    log.error(
+                        "replication_topic_failed",
+                        topic=topic,
+                        target=self.target.uri,
+                        error=f"{type(exc).__name__}: {exc}",
+                        exc_info=exc,
+                    )
+                    continue
+                for index, files in zip(indexes, written, strict=True):
+                    results[index] = self._record(filesystem, tasks[index], files, moved)
         report.seconds = time.monotonic() - started
         for task, files in zip(tasks, results, strict=True):
             if not files and not any(s.id in moved for s in task.segments):
@@ -201,9 +205,49 @@ class Replicator:
                 rows=sum(f.rows for f in files),
                 target=self.target.uri,
             )
+        if failed:
+            raise TopicReplicationError(failed, refused)
         if refused:
             raise ReplicaOwnerError(refused)
         return report
+
+    def _write_topic(
+        self,
+        spark: SparkSession | None,
+        filesystem: fs.FileSystem,
+        types: ReplicaTypes,
+        tasks: list[ReplicaTask],
+        report: ReplicationReport,
+    ) -> list[list[ReplicaFile]]:
+        """One topic's files: its replica migrated to the store's types, its tasks written;
+        each task's files, in task order (none recorded yet)."""
+        topic = tasks[0].topic
+        wanted = replica_schema(tasks[0].schema)
+        report.files_migrated += types.prepare(topic, wanted)
+        results = (
+            run_spark(spark, tasks, self._manifest_url(), self.compression)
+            if spark is not None
+            else _run_here(tasks)
+        )
+        written = [replica for files in results for replica in files]
+        report.files_migrated += types.conform_written(topic, wanted, written)
+        return results
+
+    def _record(
+        self,
+        filesystem: fs.FileSystem,
+        task: ReplicaTask,
+        files: list[ReplicaFile],
+        moved: set[int],
+    ) -> list[ReplicaFile]:
+        """Mark the task's segments replicated (adding them to `moved`); its files, or none
+        when they were discarded."""
+        recorded = self.store.manifest.mark_replicated([s.id for s in task.segments], whole=True)
+        if recorded:
+            moved.update(recorded)
+            return files
+        self._discard(filesystem, task, files)
+        return []
 
     def _discard(
         self, filesystem: fs.FileSystem, task: ReplicaTask, files: list[ReplicaFile]
@@ -243,6 +287,16 @@ class Replicator:
             # rebuild-manifest, replicated_offset starts at 0 again).
             floor = max(spans.get((topic, partition), 0), min(s.start_offset for s in segments))
             for relative in self._candidate_files(filesystem, topic, partition, segments):
+                if self.target.abandoned(relative):
+                    self.target.delete(filesystem, relative)
+                    log.warning(
+                        "replica_temp_file_removed",
+                        topic=topic,
+                        partition=partition,
+                        path=relative,
+                        reason="left by a killed write",
+                    )
+                    continue
                 bounds = parse_replica_name(relative.rsplit("/", 1)[-1])
                 if bounds is None or bounds[1] < floor:
                     continue

@@ -190,8 +190,9 @@ def _rename_durably(staged: Path, final: Path) -> int:
 @contextmanager
 def _staging(target: Target) -> Iterator[Path]:
     if target.scheme == "file":
-        base = Path(target.root) / STAGING_DIR
-        # Runs hold the replication lock, so what is staged here was left by a killed run.
+        base = Path(target.root) / target.staging
+        # The store's own folder (Target.for_store), and its runs hold its replication lock:
+        # what is staged here was left by a killed run of it.
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True, exist_ok=True)
         folder = base / uuid.uuid4().hex
@@ -205,8 +206,10 @@ def _staging(target: Target) -> Iterator[Path]:
         if target.scheme != "file":
             shutil.rmtree(base, ignore_errors=True)
         else:
-            with suppress(OSError):
-                base.rmdir()  # left when another run is staging beside this one
+            # Each is left when another run is staging in it (another store's, in the second).
+            for empty in (base, Path(target.root) / STAGING_DIR):
+                with suppress(OSError):
+                    empty.rmdir()
 
 
 @contextmanager

@@ -7,7 +7,9 @@ S3-compatible server and to local disk; only durability differs (see `FileTarget
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +25,15 @@ from plateau_core.names import TEMP_MARKER, fsync_path
 
 # Files being written before they get their names: in the target on S3 (moved into place),
 # for Spark's writer in the target of a local one. Spark and most readers skip folders
-# starting with "_".
+# starting with "_". Each store stages in a folder of its own in it (Target.for_store): its
+# replication lock keeps only its own runs apart, and stores share targets.
 STAGING_DIR = "_plateau_staging"
 
+
+# A local temp file (a write's before its rename) that was not written to for this long and
+# whose writer's pid runs no process here was left by a killed write: readers skip it, and
+# only the next run removes it. The age spares a writer of another host sharing the folder.
+ABANDONED_TEMP_S = 15 * 60
 
 # Beyond this many days of pending data, list the whole tree once instead of a folder per day.
 MAX_DAY_LISTINGS = 62
@@ -66,6 +74,8 @@ class Target:
     scheme: str  # "file" or "s3"
     root: str  # local absolute path, or bucket/prefix
     s3: S3Settings = S3Settings()
+    # Relative folder this target's writes are staged in, and that clear_staging empties.
+    staging: str = STAGING_DIR
 
     @classmethod
     def parse(cls, uri: str, s3: S3Settings | None = None) -> Target:
@@ -81,6 +91,16 @@ class Target:
         raise InvalidInputError(
             f"target {uri!r}: the scheme must be file:// or s3:// (got {parsed.scheme}://)"
         )
+
+    def for_store(self, store_id: str) -> Target:
+        """This target staging its writes in a folder of the store's own, which the store's
+        runs (one at a time, under its replication lock) may empty."""
+        return dataclasses.replace(self, staging=f"{STAGING_DIR}/{store_id}")
+
+    def at(self, uri: str) -> Target:
+        """Another location (an Iceberg table's) reached with this target's settings and
+        staging its writes as this one does."""
+        return dataclasses.replace(Target.parse(uri, self.s3), staging=self.staging)
 
     def filesystem(self) -> fs.FileSystem:
         if self.scheme == "file":
@@ -111,7 +131,7 @@ class Target:
         final = self.path(relative)
         if self.scheme == "file":
             return _write_local(Path(final), produce)
-        temp = self.path(f"{STAGING_DIR}/{uuid.uuid4().hex}-{relative.rsplit('/', 1)[-1]}")
+        temp = self.path(f"{self.staging}/{uuid.uuid4().hex}-{relative.rsplit('/', 1)[-1]}")
         try:
             with filesystem.open_output_stream(temp) as stream:
                 produce(stream)
@@ -123,12 +143,13 @@ class Target:
         return int(filesystem.get_file_info(final).size)
 
     def clear_staging(self, filesystem: fs.FileSystem) -> None:
-        """Delete what a killed run left under the S3 staging prefix (runs hold the
-        replication lock, so nothing else writes there now)."""
+        """Delete what a killed run left under this target's S3 staging prefix. Only the
+        store's own (for_store): its runs hold its replication lock, so none of them writes
+        there now, while another store's run may be writing under its own."""
         if self.scheme == "file":
             return
         with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_dir_contents(self.path(STAGING_DIR), missing_dir_ok=True)
+            filesystem.delete_dir_contents(self.path(self.staging), missing_dir_ok=True)
 
     def list_files(self, filesystem: fs.FileSystem, relative_dir: str) -> list[str]:
         """Names of the files directly in a folder of the target (none if it is missing)."""
@@ -163,8 +184,33 @@ class Target:
             if info.type == fs.FileType.File and parent.endswith(suffix):
                 yield info.path.removeprefix(self.root + "/")
 
+    def abandoned(self, relative: str, *, now: float | None = None) -> bool:
+        """Whether the file is a local write's temp file (`.tmp-{pid}-{name}`) that a killed
+        writer left: its pid runs nothing here and it is ABANDONED_TEMP_S old."""
+        name = relative.rsplit("/", 1)[-1]
+        if self.scheme != "file" or not name.startswith(TEMP_MARKER):
+            return False
+        pid = name.removeprefix(TEMP_MARKER).split("-", 1)[0]
+        if not pid.isdigit() or _running(int(pid)):
+            return False
+        try:
+            modified = Path(self.path(relative)).stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return (time.time() if now is None else now) - modified >= ABANDONED_TEMP_S
+
     def delete(self, filesystem: fs.FileSystem, relative: str) -> None:
         filesystem.delete_file(self.path(relative))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _write_local(final: Path, produce: Callable[[IO[bytes]], None]) -> int:

@@ -23,6 +23,7 @@ from pyspark.sql.types import DoubleType
 from structlog.testing import capture_logs
 
 from plateau_core import SegmentState, Store
+from plateau_spark.errors import TopicReplicationError
 from plateau_spark.replication import IcebergSettings, Replicator, Target, TargetError
 from plateau_spark.replication.iceberg_commit import committed_offsets
 from plateau_spark.replication.parquet_migration import read_record
@@ -116,7 +117,7 @@ def test_a_parquet_migration_that_fails_half_way_is_completed_by_the_next_run(
     assert latency_types(target) == ["int64"] * 3
 
     failing = Replicator(store, target, file_bytes=1, step=fail_after(2))
-    with pytest.raises(InjectedError):
+    with pytest.raises(TopicReplicationError, match="injected failure"):
         failing.run_once()
     # Two files rewritten, whole, under their names; the third as it was; nothing of the
     # new segment written or recorded; the record says the migration is unfinished.

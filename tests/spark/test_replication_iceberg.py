@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from structlog.testing import capture_logs
 
 from plateau_core import Retention, SegmentState, Store, StoreLimits
-from plateau_spark.errors import ReplicaOwnerError
+from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.iceberg_read import iceberg_frame
 from plateau_spark.replication import (
     IcebergReplicator,
@@ -388,7 +388,7 @@ def test_s3_warehouse_with_an_unfinished_run_first(tmp_path: Path, s3_warehouse:
         if step == "files_written":
             raise RuntimeError("killed")
 
-    with pytest.raises(RuntimeError, match="killed"):
+    with pytest.raises(TopicReplicationError, match="killed"):
         replicator(store, s3_warehouse, step=die_after_files).run_once()
     job = replicator(store, s3_warehouse)
     assert job.table("t").current_snapshot() is None
