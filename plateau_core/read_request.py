@@ -266,7 +266,7 @@ def _retimed(batch: pa.RecordBatch, types: tuple[tuple[str, pa.DataType], ...]) 
     for name, dtype in types:
         index = batch.schema.get_field_index(name)
         if index >= 0 and batch.schema.field(index).type != dtype:
-            column = conform_column(batch.column(index), dtype)
+            column = conform_column(batch.column(index), dtype, name=name)
             batch = batch.set_column(index, batch.schema.field(index).with_type(dtype), column)
     return batch
 

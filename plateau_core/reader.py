@@ -17,7 +17,13 @@ from plateau_core.handle import StoreHandle
 from plateau_core.manifest import READABLE_STATES, SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.read_request import ReadRequest, at_or_beyond
-from plateau_core.schema import OFFSET, TIMESTAMP, conform, merged_schema
+from plateau_core.schema import (
+    OFFSET,
+    TIMESTAMP,
+    UnrepresentableValueError,
+    conform,
+    merged_schema,
+)
 from plateau_core.segment_file import open_segment, read_batch_index
 from plateau_core.top_by_time import time_ordered, top_by_time
 from plateau_core.where import admitted_by_blooms, admitted_by_stats
@@ -196,6 +202,8 @@ class ReadResult:
             batches = segment_batches(path, segment, request or self.request, self.scan)
             for batch in batches:
                 yield conform(batch, self.schema) if conformed else batch
+        except UnrepresentableValueError as exc:
+            raise exc.in_segment(segment) from exc
         except SegmentCorruptError as exc:
             # So the next query plans without it instead of failing on it again.
             quarantine(self.store.manifest, segment, exc.problem, found_by="read")

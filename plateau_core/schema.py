@@ -5,11 +5,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from plateau_core import json_text
-from plateau_core.errors import InvalidInputError
+from plateau_core.coarsened import coarsened
+from plateau_core.errors import InvalidInputError, PlateauError
+
+if TYPE_CHECKING:
+    from plateau_core.manifest import SegmentRecord
 
 OFFSET = "offset"
 TIMESTAMP = "timestamp"
@@ -238,7 +243,7 @@ def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
     fields[0] = fields[0].with_nullable(False)
     fields += [
         f.with_type(
-            _unsigned_held(f.type, [s.field(f.name).type for s in unique if f.name in s.names])
+            _settled(f.type, [s.field(f.name).type for s in unique if f.name in s.names])
         ).with_nullable(True)
         for f in merged
         if f.name not in (OFFSET, TIMESTAMP)
@@ -246,49 +251,102 @@ def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
     return MergedSchema(pa.schema(fields), clashes)
 
 
-def _unsigned_held(merged: pa.DataType, stored: list[pa.DataType]) -> pa.DataType:
-    """`merged` with decimal(20, 0) wherever Arrow merged a stored uint64 with a signed
-    integer to int64, in a column or inside a struct, list or map.
+def _settled(merged: pa.DataType, stored: list[pa.DataType]) -> pa.DataType:
+    """`merged` (Arrow's permissive merge of the `stored` types of one place of a column) as
+    the readers merge it, in a column or inside a struct, list or map:
 
-    int64 cannot hold the values above 2**63 - 1 (the read then failed on the first one);
-    decimal(20, 0) holds both, as the Spark connector reads such a column.
+    - a stored uint64 beside a signed integer: decimal(20, 0), which holds both (Arrow's
+      int64 failed the read on the first value above 2**63 - 1);
+    - decimals beside decimals or integers: `_decimal_holding`, which holds every value of
+      each (Arrow gave int64 beside decimal(5, 2) a decimal(20, 2), too narrow for int64's
+      extremes, and a decimal256 past 38 digits, which Spark does not have);
+    - timestamps of different units: the finer unit, at most microseconds, as Spark reads
+      every timestamp (Arrow's nanoseconds failed the read on a value in seconds past
+      2262); a column of nanoseconds in every segment stays nanoseconds.
     """
     t = pa.types
+    present = [s for s in stored if not t.is_null(s)]
     if t.is_int64(merged):
-        return UINT64_WITH_SIGNED if any(t.is_uint64(s) for s in stored) else merged
+        return UINT64_WITH_SIGNED if any(t.is_uint64(s) for s in present) else merged
+    if t.is_decimal(merged):
+        return _decimal_holding(present) or merged
+    if t.is_timestamp(merged):
+        units = {s.unit for s in present if t.is_timestamp(s)}
+        if len(units) < 2:
+            return merged
+        finest = min(units, key=_UNIT_NANOS.__getitem__)
+        unit = "us" if finest == "ns" else finest
+        return pa.timestamp(unit, tz=merged.tz)
     if t.is_struct(merged):
         children = []
         for child in merged:
             inner = [
                 s.field(child.name).type
-                for s in stored
+                for s in present
                 if t.is_struct(s) and s.get_field_index(child.name) >= 0
             ]
-            children.append(child.with_type(_unsigned_held(child.type, inner)))
+            children.append(child.with_type(_settled(child.type, inner)))
         return pa.struct(children)
     if t.is_map(merged):
-        maps = [s for s in stored if t.is_map(s)]
-        key = merged.key_field.with_type(
-            _unsigned_held(merged.key_type, [s.key_type for s in maps])
-        )
-        item = merged.item_field.with_type(
-            _unsigned_held(merged.item_type, [s.item_type for s in maps])
-        )
+        maps = [s for s in present if t.is_map(s)]
+        key = merged.key_field.with_type(_settled(merged.key_type, [s.key_type for s in maps]))
+        item = merged.item_field.with_type(_settled(merged.item_type, [s.item_type for s in maps]))
         return pa.map_(key, item, keys_sorted=merged.keys_sorted)
     if t.is_list(merged) or t.is_large_list(merged):
-        inner = [s.value_type for s in stored if t.is_list(s) or t.is_large_list(s)]
-        value = merged.value_field.with_type(_unsigned_held(merged.value_type, inner))
+        inner = [s.value_type for s in present if t.is_list(s) or t.is_large_list(s)]
+        value = merged.value_field.with_type(_settled(merged.value_type, inner))
         return pa.list_(value) if t.is_list(merged) else pa.large_list(value)
     return merged
 
 
+_UNIT_NANOS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+DECIMAL_MAX_PRECISION = 38  # decimal128's, and Spark's DecimalType's
+# The whole digits an integer type's values take: an unsigned one counts those of the type
+# Spark reads it as (uint8 as smallint, uint16 as int, uint32 as bigint, uint64 as
+# decimal(20, 0)), so that the Spark connector, which sees only those, merges the same.
+_INTEGER_DIGITS = {
+    pa.int8(): 3,
+    pa.int16(): 5,
+    pa.int32(): 10,
+    pa.int64(): 19,
+    pa.uint8(): 5,
+    pa.uint16(): 10,
+    pa.uint32(): 19,
+    pa.uint64(): 20,
+}
+
+
+def _decimal_holding(types: list[pa.DataType]) -> pa.DataType | None:
+    """The decimal that holds every value of `types` (decimals and integers; None for any
+    other): as many whole digits as the widest, as many places as the most, and past 38
+    digits the places give way, never the whole digits (a value then reads rounded to the
+    places kept, half away from zero, as Spark rounds)."""
+    whole, scale = 0, 0
+    for dtype in types:
+        if pa.types.is_decimal(dtype):
+            whole = max(whole, dtype.precision - dtype.scale)
+            scale = max(scale, dtype.scale)
+        elif pa.types.is_integer(dtype):
+            whole = max(whole, _INTEGER_DIGITS[dtype])
+        else:
+            return None
+    scale = min(scale, DECIMAL_MAX_PRECISION - whole)
+    return pa.decimal128(max(whole + scale, 1), scale)
+
+
 def unified_schema(schemas: Iterable[pa.Schema]) -> pa.Schema:
     """`schemas` merged as every reader merges a topic's segment schemas (types widened,
-    timestamps of several zones put in UTC), for a decoder that must accept exactly the
-    changes the readers merge. A column whose types clash raises pa.ArrowTypeError or
-    pa.ArrowInvalid: the readers read it as text, which no decoder should bring about.
-    Metadata is kept from the first schema."""
-    return pa.unify_schemas(_in_utc(list(schemas)), promote_options="permissive")
+    timestamps of several zones put in UTC, of several units in the finer one up to
+    microseconds), for a decoder that must accept exactly the changes the readers merge. A
+    column whose types clash raises pa.ArrowTypeError or pa.ArrowInvalid: the readers read
+    it as text, which no decoder should bring about. Metadata is kept from the first schema."""
+    unique = _in_utc(list(schemas))
+    merged = pa.unify_schemas(unique, promote_options="permissive")
+    fields = [
+        f.with_type(_settled(f.type, [s.field(f.name).type for s in unique if f.name in s.names]))
+        for f in merged
+    ]
+    return pa.schema(fields, metadata=merged.metadata)
 
 
 def _clashes(schemas: list[pa.Schema], stored: list[pa.Schema]) -> dict[str, tuple[str, ...]]:
@@ -379,20 +437,45 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
         if index < 0:
             arrays.append(pa.nulls(batch.num_rows, field.type))
             continue
-        arrays.append(conform_column(batch.column(index), field.type))
+        arrays.append(conform_column(batch.column(index), field.type, name=field.name))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def conform_column(column: pa.Array, target: pa.DataType) -> pa.Array:
+class UnrepresentableValueError(PlateauError):
+    """A stored value that the topic's merged type of its column cannot hold (seconds past
+    the year 294247 beside microseconds). The reader adds the topic and the segment."""
+
+    located = False
+
+    def in_segment(self, segment: SegmentRecord) -> UnrepresentableValueError:
+        """The error naming the topic and the segment that holds the value."""
+        if self.located:
+            return self
+        found = UnrepresentableValueError(
+            f"topic {segment.topic!r} partition {segment.partition}, segment {segment.id} "
+            f"(offsets {segment.start_offset}-{segment.end_offset}, {segment.path}): {self}"
+        )
+        found.located = True
+        return found
+
+
+def conform_column(column: pa.Array, target: pa.DataType, *, name: str = "") -> pa.Array:
     """A stored column as the merged type `target`: widened, or as JSON text when `target`
-    is a string over another type (only a column whose stored types clash is)."""
+    is a string over another type (only a column whose stored types clash is). A value the
+    merged type cannot hold raises UnrepresentableValueError naming the column `name`."""
     if column.type == target:
         return column
     if pa.types.is_string(target) and not (
         json_text.is_text(column.type) or pa.types.is_null(column.type)
     ):
         return json_text.as_json_text(column)
-    return _widened(column, target)
+    try:
+        return _widened(column, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise UnrepresentableValueError(
+            f"column {name!r} holds a value stored as {column.type} that the topic's merged "
+            f"type {target} cannot hold: {exc}"
+        ) from exc
 
 
 def _widened(column: pa.Array, target: pa.DataType) -> pa.Array:
@@ -403,7 +486,7 @@ def _widened(column: pa.Array, target: pa.DataType) -> pa.Array:
     floated = _floated(column.type, target)
     if floated != column.type:
         column = column.cast(floated, safe=False)
-    return column.cast(target)
+    return coarsened(column, target).cast(target)
 
 
 def _floated(stored: pa.DataType, target: pa.DataType) -> pa.DataType:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau_core.manifest import SegmentRecord
-from plateau_core.schema import OFFSET, TIMESTAMP, conform
+from plateau_core.schema import OFFSET, TIMESTAMP, UnrepresentableValueError, conform
 
 Order = Literal["asc", "desc"]
 # Reads a segment's rows that pass the request and lie at or beyond a threshold (epoch ms;
@@ -54,7 +54,10 @@ def top_by_time(
     for segment in segments:
         if threshold is not None and _beyond(segment, threshold, order):
             break  # this one and every later one lies wholly beyond the k-th row
-        fresh = [conform(batch, schema) for batch in read(segment, threshold)]
+        try:
+            fresh = [conform(batch, schema) for batch in read(segment, threshold)]
+        except UnrepresentableValueError as exc:
+            raise exc.in_segment(segment) from exc
         if not fresh:
             continue
         best = pa.Table.from_batches([*best.to_batches(), *fresh], schema=schema)

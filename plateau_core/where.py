@@ -52,6 +52,8 @@ class Condition:
         try:
             if pa.types.is_timestamp(column.type):
                 wanted = _times_in(column.type, values)
+            elif pa.types.is_decimal(column.type) and all(_is_number(v) for v in values):
+                wanted = _decimals_in(column.type, values)
             else:
                 wanted = pa.array(values).cast(column.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
@@ -183,6 +185,19 @@ def _times_in(dtype: pa.DataType, values: list[Scalar]) -> pa.Array:
             # Between a zoned and a naive timestamp Arrow keeps the number: the UTC time.
             wanted.append(given.cast(other).cast(dtype))
     return pa.concat_arrays(wanted)
+
+
+def _decimals_in(dtype: pa.DataType, values: list[Scalar]) -> pa.Array:
+    """The numbers this segment's decimal type holds: one with more digits or places equals
+    none of its values (a segment of decimal(5, 2) beside int64 ones, which the topic reads
+    as a decimal that holds both), where the cast refused it and failed the read."""
+    held = []
+    for value in values:
+        try:
+            held.append(pa.array([value]).cast(dtype))
+        except (pa.ArrowInvalid, OverflowError):
+            continue
+    return pa.concat_arrays(held) if held else pa.array([], dtype)
 
 
 def _integral(value: Scalar) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -149,6 +150,63 @@ def test_uint64_beside_a_signed_integer_reads_as_a_decimal_that_holds_both(store
         assert sorted(table.column("x").to_pylist()) == [-1, 2**64 - 1]
     found = store.read("t", where={"x": 2**64 - 1}).to_table()
     assert found.column("offset").to_pylist() == [0]
+
+
+def _column_in_segments(store: Store, columns: list[pa.Array]) -> None:
+    """Column `x` of topic `t` stored as `columns[i]` in the i-th segment of partition 0."""
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        writer.acquire("t", 0, roll=RollPolicy(max_age_s=3600))
+        start = 0
+        for column in columns:
+            writer.append("t", 0, batch(range(start, start + len(column)), extra={"x": column}))
+            writer.flush()
+            start += len(column)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("integers", "merged"),
+    [
+        (pa.array([2**63 - 1, -(2**63)], pa.int64()), pa.decimal128(21, 2)),
+        (pa.array([2**64 - 1, 0], pa.uint64()), pa.decimal128(22, 2)),
+        (pa.array([2**31 - 1, -(2**31)], pa.int32()), pa.decimal128(12, 2)),
+        (pa.array([2**32 - 1, 0], pa.uint32()), pa.decimal128(21, 2)),
+        (pa.array([255, 0], pa.uint8()), pa.decimal128(7, 2)),
+    ],
+)
+def test_integers_beside_a_decimal_read_as_one_that_holds_their_extremes(
+    store: Store, integers: pa.Array, merged: pa.DataType
+) -> None:
+    """Arrow merged int64 beside decimal(5, 2) to decimal(20, 2): every read of the topic
+    failed on int64's extremes. The precision covers the integer's digits (an unsigned one
+    those of the type Spark reads it as) and the decimal's places."""
+    _column_in_segments(store, [integers, pa.array([Decimal("-123.45")], pa.decimal128(5, 2))])
+    for order_by in ("offset", "timestamp"):
+        table = store.read("t", order_by=order_by).to_table()  # type: ignore[arg-type]
+        assert table.schema.field("x").type == merged
+        assert sorted(table.column("x").to_pylist()) == sorted(
+            [Decimal("-123.45"), *integers.to_pylist()]
+        )
+    top = max(integers.to_pylist())
+    assert store.read("t", where={"x": top}).to_table().column("x").to_pylist() == [top]
+
+
+def test_a_decimal_past_38_digits_beside_integers_keeps_their_digits(store: Store) -> None:
+    """int64 beside decimal(38, 20) needs 39 digits: the places give way (decimal(38, 19)),
+    a value with more read rounded half away from zero, as Spark rounds it."""
+    places = [Decimal("1.00000000000000000005"), Decimal("-1.00000000000000000005")]
+    _column_in_segments(
+        store, [pa.array([2**63 - 1], pa.int64()), pa.array(places, pa.decimal128(38, 20))]
+    )
+    table = store.read("t").to_table()
+    assert table.schema.field("x").type == pa.decimal128(38, 19)
+    assert table.column("x").to_pylist() == [
+        Decimal(2**63 - 1),
+        Decimal("1.0000000000000000001"),
+        Decimal("-1.0000000000000000001"),
+    ]
 
 
 def test_nested_integers_read_as_the_types_a_topic_widened_them_to(store: Store) -> None:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
+from plateau_core.schema import UnrepresentableValueError
 from tests.support import batch
 
 MS = 1_700_000_000_123  # 2023-11-14T22:13:20.123Z
@@ -103,4 +104,83 @@ def test_where_beside_a_clashed_column_finds_the_instant_too(tmp_path: Path) -> 
         writer.close()
     where = {"at": "2023-11-14T22:13:20.123Z", "u": "1"}
     assert store.read("t", where=where).to_table().num_rows == 2
+    store.close()
+
+
+def _store_of(tmp_path: Path, columns: list[pa.Array]) -> Store:
+    """Topic `t` with column `at` stored as `columns[p]` in partition p."""
+    store = Store.open(tmp_path / "data")
+    writer = store.writer(WriterPolicy(fsync=False))
+    try:
+        for partition, column in enumerate(columns):
+            writer.acquire("t", partition, roll=RollPolicy(max_age_s=3600))
+            writer.append("t", partition, batch(range(len(column)), extra={"at": column}))
+        writer.flush()
+    finally:
+        writer.close()
+    return store
+
+
+YEAR_3000_S = 32_503_680_000  # 3000-01-01T00:00:00Z in seconds
+
+
+@pytest.mark.parametrize("order_by", ["offset", "timestamp"])
+def test_seconds_past_2262_beside_nanoseconds_read_in_microseconds(
+    tmp_path: Path, order_by: str
+) -> None:
+    """Merged to nanoseconds, the year 3000 in seconds was out of their range: every read
+    of the topic failed. Units that differ merge to the finer one up to microseconds, as
+    the connector reads them, nanoseconds floored (before 1970 too)."""
+    store = _store_of(
+        tmp_path,
+        [
+            pa.array([YEAR_3000_S, None], pa.timestamp("s", tz="UTC")),
+            pa.array([MS * 10**6 + 999, -1500], pa.timestamp("ns", tz="UTC")),
+        ],
+    )
+    table = store.read("t", order_by=order_by).to_table()  # type: ignore[arg-type]
+    assert table.schema.field("at").type == pa.timestamp("us", tz="UTC")
+    micros = table.column("at").cast(pa.int64()).to_pylist()
+    assert sorted(micros, key=str) == sorted([YEAR_3000_S * 10**6, None, MS * 1000, -2], key=str)
+    assert found(store, "3000-01-01T00:00:00Z") == [(YEAR_3000_S * 10**6, 0)]
+    assert found(store, MS * 1000) == [(MS * 1000, 0)]
+    store.close()
+
+
+def test_nanoseconds_in_every_segment_stay_nanoseconds(tmp_path: Path) -> None:
+    store = _store_of(
+        tmp_path,
+        [
+            pa.array([MS * 10**6 + 1], pa.timestamp("ns", tz="UTC")),
+            pa.array([MS * 10**6 + 2], pa.timestamp("ns")),
+        ],
+    )
+    table = store.read("t").to_table()
+    assert table.schema.field("at").type == pa.timestamp("ns", tz="UTC")
+    assert sorted(table.column("at").cast(pa.int64()).to_pylist()) == [
+        MS * 10**6 + 1,
+        MS * 10**6 + 2,
+    ]
+    store.close()
+
+
+@pytest.mark.parametrize("where", [None, {"at": "3000-01-01T00:00:00Z"}])
+@pytest.mark.parametrize("order_by", ["offset", "timestamp"])
+def test_a_value_the_merged_unit_cannot_hold_names_topic_column_and_segment(
+    tmp_path: Path, order_by: str, where: dict[str, object] | None
+) -> None:
+    """Seconds past the year 294247 have no microseconds: the read says where they are."""
+    store = _store_of(
+        tmp_path,
+        [
+            pa.array([MS * 1000], pa.timestamp("us", tz="UTC")),
+            pa.array([10**13], pa.timestamp("s", tz="UTC")),
+        ],
+    )
+    with pytest.raises(UnrepresentableValueError) as raised:
+        store.read("t", order_by=order_by, where=where).to_table()  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "topic 't' partition 1, segment" in message
+    assert "column 'at'" in message
+    assert "topics/t/1/" in message
     store.close()

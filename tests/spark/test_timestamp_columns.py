@@ -49,7 +49,14 @@ CASES: dict[str, tuple[list[pa.Array], pa.DataType]] = {
             pa.array([US * 1000 + 789], pa.timestamp("ns", tz="America/New_York")),
             pa.array([US // 10**6], pa.timestamp("s")),
         ],
-        pa.timestamp("ns", tz="UTC"),
+        pa.timestamp("us", tz="UTC"),
+    ),
+    "seconds in the year 3000 and nanoseconds": (
+        [
+            pa.array([32_503_680_000, None], pa.timestamp("s", tz="UTC")),
+            pa.array([US * 1000 + 789, -1500], pa.timestamp("ns", tz="UTC")),
+        ],
+        pa.timestamp("us", tz="UTC"),
     ),
     "inside a struct": (
         [_struct("ms", None, [US // 1000, None]), _struct("us", "UTC", [US, 5])],

@@ -124,7 +124,7 @@ def test_a_timestamp_column_that_changes_unit_or_zone_lands_as_sent() -> None:
     values.append(_ipc(text))
     decoded = _decode(_decoder(), *values)
     assert _landed(decoded) == [0, 1, 2, 3]
-    assert "'at' is string, the topic's is timestamp[ns, tz=UTC]" in decoded.poison[0].error
+    assert "'at' is string, the topic's is timestamp[us, tz=UTC]" in decoded.poison[0].error
     assert "'o'" not in decoded.poison[0].error  # only the column that does not merge
     sent = [b.schema.field("at").type for b in decoded.batches]
     assert sent == [pa.timestamp(unit, tz) for unit, tz in kinds]
