@@ -342,6 +342,28 @@ def test_reader_ranges_equal_the_same_filters_pushed(spark: SparkSession, varied
             pa.array([{"v": 0.5}, {"v": None}], pa.struct([("v", pa.float64())])),
         ),
         (pa.array([[2**64 - 1], None], pa.list_(pa.uint64())), pa.array([[-1], []])),
+        (
+            pa.array([2**63 - 1, -(2**63)], pa.int64()),
+            pa.array([Decimal("-123.45"), None], pa.decimal128(5, 2)),
+        ),
+        (
+            pa.array([Decimal("999.99"), None], pa.decimal128(5, 2)),
+            pa.array([2**64 - 1, 0], pa.uint64()),
+        ),
+        (pa.array([255, 0], pa.uint8()), pa.array([Decimal("-1.5"), None], pa.decimal128(2, 1))),
+        (
+            pa.array([2**63 - 1, None], pa.int64()),
+            pa.array(
+                [Decimal("1.00000000000000000005"), Decimal("-1.00000000000000000005")],
+                pa.decimal128(38, 20),
+            ),
+        ),
+        (
+            pa.array([{"v": 2**63 - 1}, None], pa.struct([("v", pa.int64())])),
+            pa.array(
+                [{"v": Decimal("0.01")}, {"v": None}], pa.struct([("v", pa.decimal128(3, 2))])
+            ),
+        ),
     ],
     ids=[
         "string-binary",
@@ -351,6 +373,11 @@ def test_reader_ranges_equal_the_same_filters_pushed(spark: SparkSession, varied
         "uint64-double",
         "nested-long-double",
         "nested-uint64-long",
+        "int64-decimal",
+        "decimal-uint64",
+        "uint8-decimal",
+        "int64-decimal-past-38-digits",
+        "nested-int64-decimal",
     ],
 )
 def test_a_column_the_store_merges_across_segments_loads_in_spark(

@@ -356,9 +356,12 @@ final class TopicSchema {
       DecimalType da = asDecimal(a);
       DecimalType db = asDecimal(b);
       if (da != null && db != null) {
-        int scale = Math.max(da.scale(), db.scale());
+        // Every whole digit of both sides is kept, so that no value fails to fit (an int64
+        // beside decimal(5, 2) is decimal(21, 2)); past Spark's 38 digits the places give
+        // way, and a value reads rounded half up to those kept, as the store reads it.
         int whole = Math.max(da.precision() - da.scale(), db.precision() - db.scale());
-        return DataTypes.createDecimalType(Math.min(38, whole + scale), scale);
+        int scale = Math.min(Math.max(da.scale(), db.scale()), DecimalType.MAX_PRECISION() - whole);
+        return DataTypes.createDecimalType(Math.max(1, whole + scale), scale);
       }
       // As the store's reader merges them (Arrow's permissive promotion): a decimal meeting a
       // float or a double becomes that floating type.
