@@ -241,3 +241,17 @@ def test_a_filter_on_the_column_finds_the_same_rows_in_both_readers(
     found = frame.where(fn.col("at") == fn.lit(instant)).select("partition", "offset").collect()
     assert sorted((r.partition, r.offset) for r in found) == mine
     store.close()
+
+
+def test_a_timestamp_beyond_microseconds_fails_both_readers_instead_of_wrapping(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Seconds past the year 294247 do not fit Spark's microseconds: multiplied in a long,
+    the connector wrapped them round into another instant, with nothing said."""
+    beyond = 10**13  # seconds: the year 318857
+    store = Store.open(tmp_path / "data")
+    _topic(store, [pa.array([0, beyond], pa.timestamp("s", tz="UTC"))])
+    with pytest.raises(Exception, match="beyond the microseconds"):
+        load(spark, store, "t").select("at").collect()
+    assert load(spark, store, "t").select("offset").count() == 2  # other columns read
+    store.close()

@@ -154,7 +154,21 @@ final class ConvertedColumns {
 
     private long integer(int i) {
       long v = raw(i);
-      return divide == 1 ? v * multiply : Math.floorDiv(v, divide);
+      if (divide != 1) {
+        return Math.floorDiv(v, divide);
+      }
+      if (multiply == 1) {
+        return v;
+      }
+      try {
+        return Math.multiplyExact(v, multiply);
+      } catch (ArithmeticException e) {
+        // Wrapped around, the product is another instant: the store's reader refuses it too.
+        throw new ArithmeticException(
+            "column '" + vector.getField().getName() + "' holds " + v + " "
+                + ((ArrowType.Timestamp) vector.getField().getType()).getUnit()
+                + " since the epoch, beyond the microseconds Spark's timestamps hold");
+      }
     }
 
     @Override
