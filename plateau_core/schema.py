@@ -5,16 +5,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 
 from plateau_core import json_text
 from plateau_core.coarsened import coarsened
 from plateau_core.errors import InvalidInputError, PlateauError
-
-if TYPE_CHECKING:
-    from plateau_core.manifest import SegmentRecord
 
 OFFSET = "offset"
 TIMESTAMP = "timestamp"
@@ -441,13 +438,30 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+class _Segment(Protocol):
+    """What names a segment (the manifest's SegmentRecord, which this layer cannot import)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def start_offset(self) -> int: ...
+    @property
+    def end_offset(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+
+
 class UnrepresentableValueError(PlateauError):
     """A stored value that the topic's merged type of its column cannot hold (seconds past
     the year 294247 beside microseconds). The reader adds the topic and the segment."""
 
     located = False
 
-    def in_segment(self, segment: SegmentRecord) -> UnrepresentableValueError:
+    def in_segment(self, segment: _Segment) -> UnrepresentableValueError:
         """The error naming the topic and the segment that holds the value."""
         if self.located:
             return self

@@ -21,6 +21,7 @@ ENGINE_LAYERS: dict[str, int] = {
     # foundations: names, schemas, checksums, policies and the small types everything uses
     "plateau_core.errors": 0,
     "plateau_core.names": 0,
+    "plateau_core.coarsened": 0,
     "plateau_core.schema": 0,
     "plateau_core.json_text": 0,
     "plateau_core.checksums": 0,
