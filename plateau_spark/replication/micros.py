@@ -9,7 +9,8 @@ Spark-written replica holds; coarser units are left as they are.
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from plateau_core.coarsened import coarsened
 
 
 def micros_type(dtype: pa.DataType) -> pa.DataType:
@@ -37,38 +38,4 @@ def in_micros(column: pa.Array) -> pa.Array:
     target = micros_type(column.type)
     if target == column.type:
         return column
-    return _floored(column).cast(target)
-
-
-def _floored(column: pa.Array) -> pa.Array:
-    t = pa.types
-    dtype = column.type
-    if t.is_timestamp(dtype):
-        if dtype.unit != "ns":
-            return column
-        # Without its zone: floored as UTC times, whatever the zone's offsets were.
-        naive = column.cast(pa.timestamp("ns"))
-        return pc.floor_temporal(naive, unit="microsecond").cast(dtype)
-    nulls = column.is_null() if column.null_count else None
-    if t.is_struct(dtype):
-        children = [_floored(column.field(i)) for i in range(dtype.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(dtype), mask=nulls)
-    if t.is_list(dtype) or t.is_large_list(dtype):
-        offsets, values = _rebased(column, column.values)
-        build = pa.ListArray if t.is_list(dtype) else pa.LargeListArray
-        return build.from_arrays(offsets, _floored(values), type=dtype, mask=nulls)
-    if t.is_map(dtype):
-        offsets, keys = _rebased(column, column.keys)
-        items = _rebased(column, column.items)[1]
-        return pa.MapArray.from_arrays(
-            offsets, _floored(keys), _floored(items), type=dtype, mask=nulls
-        )
-    return column
-
-
-def _rebased(column: pa.Array, values: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """A list or map column's offsets from 0 and the values they span: Arrow builds no
-    list with nulls over the offsets of a slice."""
-    offsets = column.offsets
-    first, last = offsets[0].as_py(), offsets[-1].as_py()
-    return pc.subtract(offsets, offsets[0]), values.slice(first, last - first)
+    return coarsened(column, target).cast(target)
