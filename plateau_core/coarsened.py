@@ -1,7 +1,7 @@
 """Stored values made as coarse as a topic's merged type holds them, before the checked cast.
 
 A merged type can hold a segment's values less finely than the segment does (see
-plateau_core.schema.merged_schema): nanoseconds beside another unit merge to microseconds,
+plateau_core.schema_merge.merged_schema): nanoseconds beside another unit merge to microseconds,
 and a decimal whose places would take precision past 38 digits merges to fewer places. A
 checked cast refuses those values; an unchecked one would also let overflows through. So
 they are brought to the merged type's grain first, as the Spark connector reads them:
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_UNIT_NANOS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+UNIT_NANOS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 _FLOOR_UNITS = {"s": "second", "ms": "millisecond", "us": "microsecond"}
 
 
@@ -62,7 +62,7 @@ def _needed(stored: pa.DataType, target: pa.DataType) -> bool:
     """Whether `stored` holds a timestamp or decimal finer than `target` has it."""
     t = pa.types
     if t.is_timestamp(stored) and t.is_timestamp(target):
-        return _UNIT_NANOS[stored.unit] < _UNIT_NANOS[target.unit]
+        return UNIT_NANOS[stored.unit] < UNIT_NANOS[target.unit]
     if t.is_decimal(stored) and t.is_decimal(target):
         return bool(stored.scale > target.scale)
     if t.is_struct(stored) and t.is_struct(target):

@@ -12,10 +12,11 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau_core.conform import conform_column
 from plateau_core.errors import InvalidInputError
 from plateau_core.json_text import texted, value_texts
 from plateau_core.manifest import SegmentRecord
-from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP, conform_column
+from plateau_core.schema import INT64_MAX, INT64_MIN, OFFSET, TIMESTAMP
 from plateau_core.segment_file import BatchSpan
 from plateau_core.where import Condition, Where, where_mask
 
@@ -116,7 +117,7 @@ class ReadRequest:
     # "timestamp": rows strictly in timestamp order across segments and partitions
     # (plateau_core.top_by_time); "offset": each segment's rows in offset order.
     order_by: OrderBy = "offset"
-    # Columns whose stored types clash (plateau_core.schema.MergedSchema): read as JSON text,
+    # Columns whose stored types clash (plateau_core.schema_merge.MergedSchema): read as JSON text,
     # so `where` compares that text in every segment, whatever type it holds them as.
     as_text: frozenset[str] = frozenset()
     # `where` columns the topic reads as timestamps, with that type: a segment may store one

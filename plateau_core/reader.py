@@ -12,18 +12,14 @@ from pyarrow import ipc
 
 import plateau_core.crc as crcs
 from plateau_core.checksums import ChecksumFormatError, Checksums
+from plateau_core.conform import UnrepresentableValueError, conform
 from plateau_core.errors import InvalidInputError, PlateauError
 from plateau_core.handle import StoreHandle
 from plateau_core.manifest import READABLE_STATES, SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.read_request import ReadRequest, at_or_beyond
-from plateau_core.schema import (
-    OFFSET,
-    TIMESTAMP,
-    UnrepresentableValueError,
-    conform,
-    merged_schema,
-)
+from plateau_core.schema import OFFSET, TIMESTAMP
+from plateau_core.schema_merge import merged_schema
 from plateau_core.segment_file import open_segment, read_batch_index
 from plateau_core.top_by_time import time_ordered, top_by_time
 from plateau_core.where import admitted_by_blooms, admitted_by_stats

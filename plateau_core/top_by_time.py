@@ -18,8 +18,9 @@ from typing import Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau_core.conform import UnrepresentableValueError, conform
 from plateau_core.manifest import SegmentRecord
-from plateau_core.schema import OFFSET, TIMESTAMP, UnrepresentableValueError, conform
+from plateau_core.schema import OFFSET, TIMESTAMP
 
 Order = Literal["asc", "desc"]
 # Reads a segment's rows that pass the request and lie at or beyond a threshold (epoch ms;

@@ -14,7 +14,7 @@ from bridge.ingest.decode import Decoder, decoder_for
 from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import Manifest
 from plateau_core.names import validate_topic
-from plateau_core.schema import merged_schema
+from plateau_core.schema_merge import merged_schema
 
 log = structlog.get_logger(__name__)
 

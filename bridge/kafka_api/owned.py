@@ -23,7 +23,7 @@ from plateau_core.errors import (
 from plateau_core.journal import JOURNAL_DIR
 from plateau_core.journal_replay import replay, replay_left
 from plateau_core.policies import RollPolicy
-from plateau_core.schema import merged_schema
+from plateau_core.schema_merge import merged_schema
 
 log = structlog.get_logger(__name__)
 

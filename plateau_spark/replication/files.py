@@ -24,11 +24,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from plateau_core.conform import conform
 from plateau_core.manifest import SegmentRecord
 from plateau_core.names import fold_case
 from plateau_core.read_request import ReadRequest
 from plateau_core.reader import ScanCounters, segment_batches
-from plateau_core.schema import OFFSET, TIMESTAMP, conform
+from plateau_core.schema import OFFSET, TIMESTAMP
 from plateau_spark.replication.micros import in_micros, micros_type
 from plateau_spark.replication.target import Target
 

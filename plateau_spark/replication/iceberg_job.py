@@ -35,7 +35,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
-from plateau_core.schema import merge_schemas
+from plateau_core.schema_merge import merge_schemas
 from plateau_core.store import Store
 from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.replication.files import ReplicaFile, ReplicaTask, pending_days

@@ -24,9 +24,10 @@ import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 
+from plateau_core.conform import conform_column
 from plateau_core.errors import PlateauError
 from plateau_core.names import fold_case
-from plateau_core.schema import OFFSET, TIMESTAMP, conform_column
+from plateau_core.schema import OFFSET, TIMESTAMP
 from plateau_spark.replication.micros import in_micros
 from plateau_spark.replication.widening import widens
 

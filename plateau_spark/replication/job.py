@@ -37,7 +37,8 @@ from plateau_core.errors import PlateauError
 from plateau_core.manifest import SegmentRecord, SegmentState
 from plateau_core.names import MANIFEST_FILE
 from plateau_core.policies import MiB
-from plateau_core.schema import OFFSET, merge_schemas
+from plateau_core.schema import OFFSET
+from plateau_core.schema_merge import merge_schemas
 from plateau_core.store import Store
 from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.replication.files import (

@@ -3,7 +3,7 @@ whose columns are of an older, narrower type.
 
 A topic's column can hold different types over time (an inferred json integer that met a
 fraction: int64 in older segments, double in newer ones) and the store's readers merge them
-(plateau_core.schema.merged_schema). A replica written before the change holds the old type;
+(plateau_core.schema_merge.merged_schema). A replica written before the change holds the old type;
 it is migrated to the new one only where that is a widening the store's readers do
 themselves (integers to wider integers or to floating point, float to double, timestamps to
 a finer unit or to UTC, the same inside a struct, list or map, a struct gaining children):
@@ -20,7 +20,9 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from plateau_core.schema import FIXED_FIELDS, conform_column, merged_schema
+from plateau_core.conform import conform_column
+from plateau_core.schema import FIXED_FIELDS
+from plateau_core.schema_merge import merged_schema
 
 # Kept out of a rewritten file's metadata: pyarrow writes its own Arrow schema, and Spark
 # takes its row schema from this key before the file's Parquet types, so a stale one would

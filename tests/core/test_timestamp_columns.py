@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from plateau_core import InvalidInputError, RollPolicy, Store, WriterPolicy
-from plateau_core.schema import UnrepresentableValueError
+from plateau_core.conform import UnrepresentableValueError
 from tests.support import batch
 
 MS = 1_700_000_000_123  # 2023-11-14T22:13:20.123Z

@@ -22,7 +22,7 @@ from bridge.config import TopicMapping
 from bridge.consume.messages import records_of
 from bridge.ingest.decode import decoder_for
 from plateau_core import SegmentState, Store
-from plateau_core.schema import merged_schema
+from plateau_core.schema_merge import merged_schema
 from plateau_spark.iceberg_read import iceberg_frame
 from plateau_spark.replicate import replicate
 from plateau_spark.replication import Replicator, Target

@@ -15,7 +15,8 @@ from bridge.config import TopicMapping
 from bridge.consume.messages import records_of
 from bridge.ingest.decode import Decoded, Decoder, decoder_for
 from plateau_core import RollPolicy, Store, WriterPolicy
-from plateau_core.schema import FIXED_FIELDS, merged_schema
+from plateau_core.schema import FIXED_FIELDS
+from plateau_core.schema_merge import merged_schema
 
 UTC = datetime.UTC
 PARIS = "Europe/Paris"

@@ -17,7 +17,7 @@ from bridge.consume.messages import records_of
 from bridge.ingest.decode import Decoded, decoder_for
 from bridge.ingest.decode.names import stored_name
 from plateau_core import RollPolicy, Store, WriterPolicy
-from plateau_core.schema import merged_schema
+from plateau_core.schema_merge import merged_schema
 
 
 def _decode(mapping: dict[str, object], values: list[bytes | None]) -> Decoded:

@@ -19,7 +19,7 @@ from bridge.consume.messages import records_of
 from bridge.ingest.decode import Decoded, decoder_for
 from bridge.ingest.decode.common import Decoder
 from plateau_core import RollPolicy, Store, WriterPolicy
-from plateau_core.schema import merged_schema
+from plateau_core.schema_merge import merged_schema
 
 # How the records that met a fraction reach the decoder: polls (decode calls) of values.
 WHERE: dict[str, list[list[int | float | str]]] = {

@@ -23,6 +23,8 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.names": 0,
     "plateau_core.coarsened": 0,
     "plateau_core.schema": 0,
+    "plateau_core.schema_merge": 0,
+    "plateau_core.conform": 0,
     "plateau_core.json_text": 0,
     "plateau_core.checksums": 0,
     "plateau_core.column_stats": 0,

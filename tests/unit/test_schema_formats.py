@@ -30,7 +30,8 @@ from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.ingest.decode.wire import unframe
 from bridge.ingest.records import envelope
 from bridge.ops.check import check
-from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE, merged_schema
+from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+from plateau_core.schema_merge import merged_schema
 from tests.registry_server import RegistryServer
 from tests.schema_support import (
     EVENT_SCHEMA,

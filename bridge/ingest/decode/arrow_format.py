@@ -13,7 +13,8 @@ from bridge.ingest.decode.event_times import event_times
 from bridge.ingest.decode.names import renamed, seeded_fields, twins
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.errors import InvalidInputError
-from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch, unified_schema
+from plateau_core.schema import TIMESTAMP_TYPE, normalize_batch
+from plateau_core.schema_merge import unified_schema
 
 
 class ArrowDecoder:

@@ -20,7 +20,8 @@ from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.event_times import epoch_ms, event_times
 from bridge.ingest.decode.names import renamed, seeded_fields, twins
 from bridge.ingest.records import VALUE, Kept, kept_columns
-from plateau_core.schema import TIMESTAMP_TYPE, conform
+from plateau_core.conform import conform
+from plateau_core.schema import TIMESTAMP_TYPE
 
 ARROW_TYPES: Mapping[str, pa.DataType] = {
     "string": pa.string(),

@@ -37,7 +37,8 @@ from bridge.ingest.decode.wire import (
     unframe,
 )
 from bridge.ingest.records import KEY, VALUE, Kept, kept_columns
-from plateau_core.schema import conform, unified_schema
+from plateau_core.conform import conform
+from plateau_core.schema_merge import unified_schema
 
 log = structlog.get_logger(__name__)
 
