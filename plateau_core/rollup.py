@@ -9,6 +9,11 @@ distinct sketches), which is what makes the roll-up exact for count/sum/min/max 
 mergeable for distinct counts.
 
 Distinct counts are k-minimum-values sketches (plateau_core.sketches).
+
+Sums of integers are exact or widened, never wrapped: a sum that would pass its type (int64
+for signed columns, uint64 for unsigned ones) is held as decimal(38, 0), in that roll-up
+segment's column or that query's answer only, which the readers merge with int64 columns
+(plateau_core.schema_merge). A seal never fails for it: that would stall the partition.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from functools import cache
 from typing import Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import structlog
 
 from plateau_core.errors import InvalidInputError
@@ -127,12 +133,24 @@ def rollup_table(
     sources = {column: f"__m{at}" for at, column in enumerate(named)}
     for source, name in sources.items():
         columns[name] = table.column(source)
-    aggregations: list[tuple[str | list[str], str]] = []
-    for metric in taken:
-        if metric.column is None:  # count
-            aggregations.append(([], "count_all"))
-        else:
-            aggregations.append((sources[metric.column], metric.kind))
+    exact = {
+        column: f"__x{at}"
+        for at, column in enumerate(named)
+        if any(m.kind == "sum" and m.column == column for m in taken)
+        and not _sums_fit(table.column(column))
+    }
+    for source, name in exact.items():
+        columns[name] = table.column(source).cast(EXACT_SUM)
+
+    # The grouped column each metric over a column aggregates.
+    grouped_as = {
+        m: exact[m.column] if m.kind == "sum" and m.column in exact else sources[m.column]
+        for m in taken
+        if m.column is not None
+    }
+    aggregations = [
+        (grouped_as[m], m.kind) if m in grouped_as else ([], "count_all") for m in taken
+    ]
     grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
     out: dict[str, pa.Array | pa.ChunkedArray] = {
@@ -141,6 +159,7 @@ def rollup_table(
     }
     for dimension, key in zip(policy.dimensions, keys[1:], strict=True):
         out[dimension] = grouped.column(key)
+    widened: list[str] = []  # sums held as decimals, their bucket's sum past int64
     for metric in policy.metrics:
         if metric not in taken:
             missing = grouped.num_rows
@@ -150,15 +169,58 @@ def rollup_table(
                 else pa.nulls(missing)
             )
             continue
-        grouped_as = None if metric.column is None else sources[metric.column]
-        produced = grouped.column(_aggregate_name(metric, grouped_as))
-        if metric.kind == "distinct" and grouped_as is not None:
-            kind = sketch_kind(columns[grouped_as].type)
+        aggregated = grouped_as.get(metric)
+        produced = grouped.column(_aggregate_name(metric, aggregated))
+        if metric.column in exact and metric.kind == "sum":
+            produced = _narrowed(produced, table.schema.field(metric.column).type)
+            if produced.type == EXACT_SUM:
+                widened.append(metric.name)
+        elif metric.kind == "distinct" and aggregated is not None:
+            kind = sketch_kind(columns[aggregated].type)
             produced = pa.array(
                 [sketch(kind, values or []) for values in produced.to_pylist()], pa.binary()
             )
         out[metric.name] = produced
+    if widened:
+        log.warning(
+            "rollup_sum_widened",
+            topic=topic,
+            partition=partition,
+            rollup=policy.label,
+            start_offset=table.column(OFFSET)[0].as_py(),
+            end_offset=table.column(OFFSET)[rows - 1].as_py(),
+            metrics=widened,
+            type=str(EXACT_SUM),
+        )
     return pa.table(out)
+
+
+# Sums that would pass their integer type are held in this: 38 digits hold the sum of
+# 10**19 values of int64 or uint64, more than any segment or query has rows.
+EXACT_SUM = pa.decimal128(38, 0)
+# Below this, no sum of the values can pass int64 (the float sum of their magnitudes is off
+# by far less than the margin to 2**63): the common case keeps Arrow's fast integer sum.
+_SUM_BOUND = float(2**62)
+
+
+def _sums_fit(values: pa.ChunkedArray | pa.Array) -> bool:
+    """Whether Arrow's sum of any subset of `values` fits its result type: always for
+    floats and decimals (a float sum overflows to infinity, as IEEE says), for integers
+    when their magnitudes add up to well below 2**63."""
+    if not pa.types.is_integer(values.type):
+        return True
+    magnitude = pc.sum(pc.abs(values.cast(pa.float64(), safe=False))).as_py()
+    return magnitude is None or magnitude < _SUM_BOUND
+
+
+def _narrowed(sums: pa.ChunkedArray | pa.Array, source: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """Exact decimal `sums` of integer values as Arrow's integer sum of `source` types them
+    (uint64 for unsigned, int64 for signed) when every one fits, else as they are."""
+    target = pa.uint64() if pa.types.is_unsigned_integer(source) else pa.int64()
+    try:
+        return sums.cast(target)  # a safe cast: raises on a value that does not fit
+    except pa.ArrowInvalid:
+        return sums
 
 
 def _aggregable(table: pa.Table, metric: RollupMetric) -> bool:
@@ -232,15 +294,27 @@ def reaggregate(table: pa.Table, policy: RollupPolicy) -> pa.Table:
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows))
     keys = [TIMESTAMP, *policy.dimensions]
+    # The rows of several segments can add up past int64 where no one of them did.
+    exact = {
+        m.name: f"__x{at}"
+        for at, m in enumerate(policy.metrics)
+        if m.kind in ("count", "sum") and not _sums_fit(table.column(m.name))
+    }
+    for name, wide in exact.items():
+        table = table.append_column(wide, table.column(name).cast(EXACT_SUM))
     aggregations: list[tuple[str, str]] = []
     for metric in policy.metrics:
         if metric.kind in ("count", "sum"):
-            aggregations.append((metric.name, "sum"))
+            aggregations.append((exact.get(metric.name, metric.name), "sum"))
         elif metric.kind in ("min", "max"):
             aggregations.append((metric.name, metric.kind))
         else:
             aggregations.append((metric.name, "list"))
     grouped = table.group_by(keys, use_threads=False).aggregate(aggregations)
+    for name, wide in exact.items():
+        index = grouped.schema.get_field_index(f"{wide}_sum")
+        sums = _narrowed(grouped.column(index), table.schema.field(name).type)
+        grouped = grouped.set_column(index, f"{name}_sum", sums)
     for metric in policy.metrics:
         if metric.kind == "distinct":
             name = f"{metric.name}_list"

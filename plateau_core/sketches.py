@@ -2,10 +2,13 @@
 a column's canonical bytes, as K little-endian uint64s. Below K distinct values the sketch
 holds them all and the count is exact; above, the estimate is (K - 1) * 2^64 / (the K-th
 smallest hash), within about 1/sqrt(K - 2) (9% at K = 128). Sketches of one column merge by
-union, whatever type each segment holds it in."""
+union, whatever type each segment holds it in: a value hashes as the raw rows read it, so a
+whole double as its integer (int64 and double columns read as doubles) and a string that is
+a number's JSON text as that number (a column whose types clash reads as JSON text)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections.abc import Iterable
@@ -65,6 +68,8 @@ def estimate(merged: bytes) -> float:
 
 
 def _canonical(kind: SketchKind, value: object) -> bytes | None:
+    if isinstance(value, str):
+        return _text(value)
     if kind != "float":
         return canonical(kind, value)
     if not isinstance(value, float):
@@ -76,3 +81,21 @@ def _canonical(kind: SketchKind, value: object) -> bytes | None:
     if value.is_integer() and INT64_MIN <= value <= INT64_MAX:
         return canonical("int", int(value))
     return _FRACTION + struct.pack("<d", value)
+
+
+def _text(value: str) -> bytes | None:
+    """A string hashes as the number it is the JSON text of: a field seen as a number in
+    some segments and as a string in others reads as text (plateau_core.json_text), where
+    42 and "42" are one value, and 0.5 and "0.5". Only the exact text a read writes for the
+    number is taken ("42", never "042", "+42" or "4.2e1"), so distinct strings stay
+    distinct."""
+    if value[:1].isdigit() or (value[:1] == "-" and value[1:2].isdigit()):
+        with contextlib.suppress(ValueError):
+            whole = int(value)
+            if str(whole) == value and INT64_MIN <= whole <= INT64_MAX:
+                return canonical("int", whole)
+        with contextlib.suppress(ValueError):
+            number = float(value)
+            if math.isfinite(number) and not number.is_integer() and repr(number) == value:
+                return _FRACTION + struct.pack("<d", number)
+    return canonical("bytes", value)
