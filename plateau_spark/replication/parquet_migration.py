@@ -16,6 +16,12 @@ A run finding the record incomplete (or none: a replica written before records w
 goes through every file again: files already rewritten hold the new type and are skipped.
 Rows are neither added nor removed: each file keeps its name, its rows and their order.
 
+A rewrite killed half way leaves a local temp file next to the file, in a folder the run's
+own sweep of pending folders may never look in again: the migration's listing removes those
+a killed write left (Target.abandoned), and names the younger ones in the record, which
+later runs look at until they are gone. On S3 the rewrite is staged in the store's staging
+folder, which its next run empties.
+
 Several stores may replicate one consumed topic into one target. A store whose own type is
 narrower than the record (another store widened it) writes its files, then reads the record
 again and rewrites those of its files that hold a narrower type: a store migrating writes
@@ -56,10 +62,12 @@ Step = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Recorded:
-    """The column types a topic's replica files hold (all of them once `complete`)."""
+    """The column types a topic's replica files hold (all of them once `complete`), and the
+    local temp files a migration's listing found that were not abandoned yet (TEMP_FILES)."""
 
     schema: pa.Schema
     complete: bool
+    temp_files: tuple[str, ...] = ()
 
 
 def schema_path(topic: str) -> str:
@@ -83,19 +91,30 @@ def read_record(target: Target, filesystem: fs.FileSystem, topic: str) -> Record
             f"{target.uri}/{schema_path(topic)} is not a schema record plateau wrote ({exc}); "
             "remove it and the next run records the replica's types again from its files"
         ) from exc
-    return Recorded(schema, bool(document.get("complete")))
+    temp_files = document.get("temp_files", [])
+    if not isinstance(temp_files, list) or not all(isinstance(p, str) for p in temp_files):
+        temp_files = []  # only a hint: the next migration's listing finds them again
+    return Recorded(schema, bool(document.get("complete")), tuple(temp_files))
 
 
 def write_record(
-    target: Target, filesystem: fs.FileSystem, topic: str, schema: pa.Schema, *, complete: bool
+    target: Target,
+    filesystem: fs.FileSystem,
+    topic: str,
+    schema: pa.Schema,
+    *,
+    complete: bool,
+    temp_files: Sequence[str] = (),
 ) -> None:
     bare = schema.remove_metadata()
-    document = {
+    document: dict[str, object] = {
         "complete": complete,
         # For whoever looks: the types as Arrow names them. The Arrow schema is what is read.
         "columns": {f.name: str(f.type) for f in bare},
         "arrow_schema": base64.b64encode(bare.serialize().to_pybytes()).decode(),
     }
+    if temp_files:
+        document["temp_files"] = list(temp_files)
 
     def produce(out: IO[bytes]) -> None:
         out.write(json.dumps(document, indent=1).encode())
@@ -150,6 +169,7 @@ class ReplicaTypes:
         replica's files when the store widened a column, or when an earlier migration did
         not finish. Returns how many files were rewritten."""
         recorded = read_record(self.target, self.filesystem, topic)
+        waiting = () if recorded is None else recorded.temp_files
         if recorded is None:
             # A replica written before types were recorded (or none yet): its files are
             # looked at once.
@@ -168,14 +188,20 @@ class ReplicaTypes:
                     reason="no widening the store's readers do: the files keep their types",
                 )
             if recorded.complete and not widened:
-                if not goal.equals(recorded.schema):  # columns added: no file to rewrite
-                    write_record(self.target, self.filesystem, topic, goal, complete=True)
+                left = self._sweep(topic, waiting)
+                # Columns added (no file to rewrite), or temp files gone.
+                if not goal.equals(recorded.schema) or left != waiting:
+                    write_record(
+                        self.target, self.filesystem, topic, goal, complete=True, temp_files=left
+                    )
                 return 0
         # Recorded first: a store writing files of the topic meanwhile reads it after its
         # write and rewrites its own files (conform_written).
-        write_record(self.target, self.filesystem, topic, goal, complete=False)
-        rewritten = self.conform(topic, self.topic_files(topic), goal)
-        write_record(self.target, self.filesystem, topic, goal, complete=True)
+        write_record(self.target, self.filesystem, topic, goal, complete=False, temp_files=waiting)
+        files, temps = self._listing(topic)
+        rewritten = self.conform(topic, files, goal)
+        left = self._sweep(topic, sorted({*waiting, *temps}))
+        write_record(self.target, self.filesystem, topic, goal, complete=True, temp_files=left)
         if rewritten or widened:
             log.info(
                 "replica_types_migrated",
@@ -217,22 +243,50 @@ class ReplicaTypes:
                 self._step("migration_file_rewritten")
         return rewritten
 
-    def topic_files(self, topic: str) -> Iterator[str]:
+    def _listing(self, topic: str) -> tuple[list[str], list[str]]:
         """Relative paths of every replica file of the topic (`.../partition=P/{first}-
-        {last}.parquet`; temporary and marker files are no replica files)."""
+        {last}.parquet`), and of the local temp files in its folders (a killed rewrite's,
+        in folders no pending segment's rows go to, which no other listing looks in)."""
         selector = fs.FileSelector(self.target.path(topic), recursive=True, allow_not_found=True)
         try:
             infos = self.filesystem.get_file_info(selector)
         except OSError as exc:
             raise TargetError(f"cannot list {self.target.uri}/{topic}: {exc}") from exc
+        files, temps = [], []
         for info in sorted(infos, key=lambda i: i.path):
+            if info.type != fs.FileType.File:
+                continue
+            relative = info.path.removeprefix(self.target.root + "/")
             parent = info.path.rpartition("/")[0].rpartition("/")[2]
-            if (
-                info.type == fs.FileType.File
-                and parent.startswith(_PARTITION_DIR)
-                and parse_replica_name(info.base_name) is not None
-            ):
-                yield info.path.removeprefix(self.target.root + "/")
+            if self.target.temp_file(relative):
+                temps.append(relative)
+            elif parent.startswith(_PARTITION_DIR) and parse_replica_name(info.base_name):
+                files.append(relative)
+        return files, temps
+
+    def _sweep(self, topic: str, temps: Sequence[str]) -> tuple[str, ...]:
+        """Delete the temp files a killed write left (Target.abandoned); the others still
+        there, which a later run looks at again: a run soon after the kill finds them too
+        young, and the migration it completes lists the topic's folders for the last time."""
+        left = []
+        for relative in temps:
+            if self.target.abandoned(relative):
+                self.target.delete(self.filesystem, relative)
+                folder = relative.rpartition("/")[0].rpartition("/")[2]
+                log.warning(
+                    "replica_temp_file_removed",
+                    topic=topic,
+                    partition=(
+                        int(folder.removeprefix(_PARTITION_DIR))
+                        if folder.startswith(_PARTITION_DIR)
+                        else None
+                    ),
+                    path=relative,
+                    reason="left by a killed write",
+                )
+            elif self.filesystem.get_file_info(self.target.path(relative)).type == fs.FileType.File:
+                left.append(relative)
+        return tuple(left)
 
     def _conform_file(self, topic: str, relative: str, goal: pa.Schema) -> bool:
         """Rewrite one file when `goal` widens some of its columns; whether it did."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
 
+import structlog
 from pyarrow import fs
 
 from plateau_core.errors import InvalidInputError, PlateauError
@@ -28,6 +30,12 @@ from plateau_core.names import TEMP_MARKER, fsync_path
 # starting with "_". Each store stages in a folder of its own in it (Target.for_store): its
 # replication lock keeps only its own runs apart, and stores share targets.
 STAGING_DIR = "_plateau_staging"
+# What versions staging at the root of STAGING_DIR (before each store had a folder there)
+# left in it: S3 objects `{uuid hex}-{name}` and, in a local target, Spark's staging folders
+# `{uuid hex}/`. Store ids are uuids written with dashes, so no store's folder is named so.
+_OLDER_SPARK_STAGING = re.compile(r"[0-9a-f]{32}")
+
+log = structlog.get_logger("plateau.replication")
 
 
 # A local temp file (a write's before its rename) that was not written to for this long and
@@ -142,14 +150,50 @@ class Target:
             raise
         return int(filesystem.get_file_info(final).size)
 
-    def clear_staging(self, filesystem: fs.FileSystem) -> None:
+    def clear_staging(self, filesystem: fs.FileSystem, *, now: float | None = None) -> None:
         """Delete what a killed run left under this target's S3 staging prefix. Only the
         store's own (for_store): its runs hold its replication lock, so none of them writes
-        there now, while another store's run may be writing under its own."""
-        if self.scheme == "file":
-            return
-        with contextlib.suppress(FileNotFoundError):
-            filesystem.delete_dir_contents(self.path(self.staging), missing_dir_ok=True)
+        there now, while another store's run may be writing under its own. Then what older
+        versions staged at the staging root (sweep_older_staging)."""
+        if self.scheme != "file":
+            with contextlib.suppress(FileNotFoundError):
+                filesystem.delete_dir_contents(self.path(self.staging), missing_dir_ok=True)
+        self.sweep_older_staging(filesystem, now=now)
+
+    def sweep_older_staging(self, filesystem: fs.FileSystem, *, now: float | None = None) -> int:
+        """Delete what versions staging at the root of STAGING_DIR left there: the objects
+        directly in it, and a local target's Spark staging folders, none of them any store's
+        folder. Only those untouched for ABANDONED_TEMP_S: no lock keeps an older version's
+        run (of any store) out, and one may still be writing them. Returns how many."""
+        selector = fs.FileSelector(self.path(STAGING_DIR), allow_not_found=True)
+        try:
+            entries = filesystem.get_file_info(selector)
+        except OSError as exc:
+            raise TargetError(f"cannot list {self.uri}/{STAGING_DIR}: {exc}") from exc
+        stale_before = (time.time() if now is None else now) - ABANDONED_TEMP_S
+        removed = 0
+        for entry in entries:
+            if entry.type == fs.FileType.File:
+                touched = _mtime(entry)
+            elif self.scheme == "file" and _OLDER_SPARK_STAGING.fullmatch(entry.base_name):
+                inside = fs.FileSelector(entry.path, recursive=True, allow_not_found=True)
+                touched = max(_mtime(i) for i in [entry, *filesystem.get_file_info(inside)])
+            else:
+                continue  # a store's folder (or nothing plateau stages)
+            if touched >= stale_before:
+                continue
+            if entry.type == fs.FileType.File:
+                filesystem.delete_file(entry.path)
+            else:
+                filesystem.delete_dir(entry.path)
+            removed += 1
+            log.warning(
+                "replica_older_staging_removed",
+                path=entry.path.removeprefix(self.root + "/"),
+                target=self.uri,
+                reason="staged at the staging root by an older version, untouched since",
+            )
+        return removed
 
     def list_files(self, filesystem: fs.FileSystem, relative_dir: str) -> list[str]:
         """Names of the files directly in a folder of the target (none if it is missing)."""
@@ -184,12 +228,16 @@ class Target:
             if info.type == fs.FileType.File and parent.endswith(suffix):
                 yield info.path.removeprefix(self.root + "/")
 
+    def temp_file(self, relative: str) -> bool:
+        """Whether the file is a local write's temp file (`.tmp-{pid}-{name}`)."""
+        return self.scheme == "file" and relative.rsplit("/", 1)[-1].startswith(TEMP_MARKER)
+
     def abandoned(self, relative: str, *, now: float | None = None) -> bool:
         """Whether the file is a local write's temp file (`.tmp-{pid}-{name}`) that a killed
         writer left: its pid runs nothing here and it is ABANDONED_TEMP_S old."""
-        name = relative.rsplit("/", 1)[-1]
-        if self.scheme != "file" or not name.startswith(TEMP_MARKER):
+        if not self.temp_file(relative):
             return False
+        name = relative.rsplit("/", 1)[-1]
         pid = name.removeprefix(TEMP_MARKER).split("-", 1)[0]
         if not pid.isdigit() or _running(int(pid)):
             return False
@@ -201,6 +249,11 @@ class Target:
 
     def delete(self, filesystem: fs.FileSystem, relative: str) -> None:
         filesystem.delete_file(self.path(relative))
+
+
+def _mtime(info: fs.FileInfo) -> float:
+    """When the entry last changed; an S3 prefix has no time, and counts as long ago."""
+    return 0.0 if info.mtime is None else info.mtime.timestamp()
 
 
 def _running(pid: int) -> bool:
