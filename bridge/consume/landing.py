@@ -54,7 +54,11 @@ class Landing:
         route = self.routes.known(key[0])
         records = records_of(messages)
         try:
-            decoded = route.decoder.decode(records)
+            # What a decoder logs of the records (a json integer rounded) names them.
+            with structlog.contextvars.bound_contextvars(
+                topic=state.plateau_topic, partition=key[1]
+            ):
+                decoded = route.decoder.decode(records)
         except RegistryUnavailableError as exc:
             # The records wait in Kafka: skipping them would lose data the registry could
             # decode a moment later. Resumed once it answers (asked every retry_interval).

@@ -26,7 +26,7 @@ def decoder_for(mapping: TopicMapping, registry: SchemaRegistryConfig | None = N
             kept, schema_source(registry), mapping.format, mapping.key_format, field
         )
     if mapping.format == "json":
-        return JsonDecoder(kept, mapping.schema_, field)
+        return JsonDecoder(kept, mapping.schema_, field, topic=mapping.topic)
     if mapping.format == "arrow":
         return ArrowDecoder(kept, field)
     return RawDecoder(kept)

@@ -2,7 +2,8 @@
 
 With a declared `schema` the columns are exactly those fields (missing ones null, others
 ignored). Without one, the schema is inferred and widened as new fields appear; a field is
-never dropped, and an integer field that meets a number with a fraction becomes a double.
+never dropped, an integer beyond int64 is a decimal(38, 0) (json_integers.py), and an
+integer field that meets a number with a fraction becomes a double.
 A block that fails to parse is bisected so that only the offending messages become poison,
 in offset order.
 """
@@ -15,13 +16,23 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.json as pajson
+import structlog
 
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.event_times import epoch_ms, event_times
+from bridge.ingest.decode.json_integers import (
+    float_places,
+    holds_large,
+    integers_at,
+    place_name,
+    with_exact,
+)
 from bridge.ingest.decode.names import renamed, seeded_fields, twins
 from bridge.ingest.records import VALUE, Kept, kept_columns
 from plateau_core.conform import conform
 from plateau_core.schema import TIMESTAMP_TYPE
+
+log = structlog.get_logger(__name__)
 
 ARROW_TYPES: Mapping[str, pa.DataType] = {
     "string": pa.string(),
@@ -38,8 +49,12 @@ class JsonDecoder:
         kept: Kept,
         schema: Mapping[str, str] | None = None,
         timestamp_field: str | None = None,
+        topic: str | None = None,
     ) -> None:
         self.kept = kept
+        # For log lines; the consume path binds its topic and partition around `decode`.
+        self.topic = topic
+        self._rounded: set[str] = set()  # fields whose integers beyond 38 digits were logged
         self.declared = (
             None
             if schema is None
@@ -76,9 +91,11 @@ class JsonDecoder:
             else:
                 lines.append(line)
                 kept.append(row)
+        offsets = records.column("offset").to_pylist()
+        offsets = [offsets[row] for row in kept]
         pieces: list[tuple[int, int, pa.Table]] = []
         failures: list[tuple[int, str]] = []
-        self._parse(lines, 0, len(lines), pieces, failures)
+        self._parse(lines, offsets, 0, len(lines), pieces=pieces, failures=failures)
         result.poison += [poison_at(records, kept[i], error) for i, error in failures]
         if pieces:
             schema = _widen([self.known, *(t.schema for _, _, t in pieces)])
@@ -92,26 +109,29 @@ class JsonDecoder:
     def _parse(
         self,
         lines: list[bytes],
+        offsets: list[int],
         lo: int,
         hi: int,
+        *,
         pieces: list[tuple[int, int, pa.Table]],
         failures: list[tuple[int, str]],
     ) -> None:
         if lo >= hi:
             return
         try:
-            table = self._read(lines[lo:hi])
+            table = self._read(lines[lo:hi], offsets[lo:hi])
         except (pa.ArrowInvalid, pa.ArrowTypeError, _RowCountError, _NotEpochMsError) as exc:
             if hi - lo == 1:
                 failures.append((lo, _short(exc)))
                 return
             mid = (lo + hi) // 2
-            self._parse(lines, lo, mid, pieces, failures)  # left first: it widens `known`
-            self._parse(lines, mid, hi, pieces, failures)
+            # Left first: it widens `known`.
+            self._parse(lines, offsets, lo, mid, pieces=pieces, failures=failures)
+            self._parse(lines, offsets, mid, hi, pieces=pieces, failures=failures)
             return
         pieces.append((lo, hi, table))
 
-    def _read(self, lines: list[bytes]) -> pa.Table:
+    def _read(self, lines: list[bytes], offsets: list[int]) -> pa.Table:
         data = b"\n".join(lines)
         try:
             # Arrow's reader lets bytes that are not UTF-8 through into string columns, and
@@ -133,7 +153,7 @@ class JsonDecoder:
                     raise (ranged or [as_text])[0] from None
                 self._as_numbers = not self._as_numbers
         else:
-            table = self._read_inferred(data, _pinned(self.known))
+            table = self._read_inferred(lines, offsets, _pinned(self.known))
         if table.num_rows != len(lines):
             raise _RowCountError(f"{len(lines)} messages gave {table.num_rows} rows")
         if self.declared is None:
@@ -148,14 +168,18 @@ class JsonDecoder:
         read = pajson.ReadOptions(block_size=max(len(data) + 1, 1 << 16), use_threads=False)
         return pajson.read_json(pa.BufferReader(data), read_options=read, parse_options=options)
 
-    def _read_inferred(self, data: bytes, pinned: pa.Schema | None) -> pa.Table:
-        """A block of an inferred schema, text kept as text.
+    def _read_inferred(
+        self, lines: list[bytes], offsets: list[int], pinned: pa.Schema | None
+    ) -> pa.Table:
+        """A block of an inferred schema, integers beyond int64 exact, text kept as text.
 
         Arrow's reader types text like `2024-01-01` or `2024-01-01T10:00:00Z` as
         timestamp[s]: the field was then pinned to it, and every later value with fractions
         of a second, without a zone's format, or any other text, was poison. JSON has no
         time type; a field meant as one is declared in the topic's `schema`.
         """
+        data = b"\n".join(lines)
+        read_with = pinned
         try:
             table = self._read_json(data, pinned)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -164,14 +188,45 @@ class JsonDecoder:
                 raise
             pinned = floated
             table = self._read_json(data, pinned)
+        exact = self._exact(table, read_with, lines, offsets)
+        if exact is not None:
+            table = self._read_json(data, exact)
         texted = _texted(table.schema, pinned)
         if texted.equals(table.schema):
             return table
         return self._read_json(data, texted)
 
+    def _exact(
+        self, table: pa.Table, pinned: pa.Schema | None, lines: list[bytes], offsets: list[int]
+    ) -> pa.Schema | None:
+        """The schema to read the block with again when it holds integers beyond int64
+        where Arrow read doubles that `pinned` did not hold (decimal(38, 0) there); None when
+        it holds none. Integers beyond 38 digits stay doubles, logged once per field."""
+        places = [p for p in float_places(table.schema, pinned) if holds_large(table, p)]
+        if not places:
+            return None
+        found = integers_at(lines, places)
+        for place, line in found.beyond.items():
+            name = place_name(place)
+            if name in self._rounded:
+                continue
+            self._rounded.add(name)
+            where = {} if self.topic is None else {"topic": self.topic}
+            log.warning(
+                "json_integer_rounded",
+                **where,
+                offset=offsets[line],
+                field=name,
+                reason="an integer beyond 38 digits: the field is a double, its integers "
+                "rounded (declare the field `string` to keep them exact)",
+            )
+        return with_exact(table.schema, found.exact) if found.exact else None
+
     def _floated(self, data: bytes, pinned: pa.Schema | None) -> pa.Schema | None:
-        """`pinned` with float64 for each inferred int64 field that the block holds numbers
-        with a fraction in, in a column or inside a struct or list; None when there is none.
+        """`pinned` with float64 for each inferred int64 or decimal field that the block
+        holds numbers with a fraction in, in a column or inside a struct or list; None when
+        there is none. (An integer beyond int64, or beyond 38 digits, reads as float64 here
+        too: `_exact` tells them apart.)
 
         JSON has one number type, and a field written as `12` in one record is often `12.5`
         in another: Arrow infers float64 for both in one block, so pinning the first block's
@@ -180,7 +235,7 @@ class JsonDecoder:
         """
         if self.declared is not None or pinned is None:
             return None
-        if not any(_has_int64(f.type) for f in pinned):
+        if not any(_has_exact(f.type) for f in pinned):
             return None
         try:
             inferred = self._read_json(data, None).schema
@@ -338,20 +393,21 @@ def _text_type(dtype: pa.DataType, pinned: pa.DataType | None) -> pa.DataType:
     return dtype
 
 
-def _has_int64(dtype: pa.DataType) -> bool:
-    if pa.types.is_int64(dtype):
+def _has_exact(dtype: pa.DataType) -> bool:
+    """Whether `dtype` has an int64 or a decimal (an inferred integer) in it."""
+    if pa.types.is_int64(dtype) or pa.types.is_decimal(dtype):
         return True
     if pa.types.is_list(dtype):
-        return _has_int64(dtype.value_type)
+        return _has_exact(dtype.value_type)
     return pa.types.is_struct(dtype) and any(
-        _has_int64(dtype.field(i).type) for i in range(dtype.num_fields)
+        _has_exact(dtype.field(i).type) for i in range(dtype.num_fields)
     )
 
 
 def _floats_met(pinned: pa.DataType, inferred: pa.DataType) -> pa.DataType:
-    """`pinned` with float64 wherever it has int64 and `inferred` float64."""
+    """`pinned` with float64 wherever it has int64 or a decimal and `inferred` float64."""
     t = pa.types
-    if t.is_int64(pinned) and t.is_float64(inferred):
+    if (t.is_int64(pinned) or t.is_decimal(pinned)) and t.is_float64(inferred):
         return inferred
     if t.is_list(pinned) and t.is_list(inferred):
         value = _floats_met(pinned.value_type, inferred.value_type)
