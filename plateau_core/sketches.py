@@ -4,7 +4,9 @@ holds them all and the count is exact; above, the estimate is (K - 1) * 2^64 / (
 smallest hash), within about 1/sqrt(K - 2) (9% at K = 128). Sketches of one column merge by
 union, whatever type each segment holds it in: a value hashes as the raw rows read it, so a
 whole double as its integer (int64 and double columns read as doubles) and a string that is
-a number's JSON text as that number (a column whose types clash reads as JSON text)."""
+a number's JSON text as that number (a column whose types clash reads as JSON text). An
+integer past int64 (a uint64 from 2**63) hashes as 16 bytes, since the 8 of int64 cannot hold
+it; every value int64 holds keeps its 8, so sketches sealed before still merge."""
 
 from __future__ import annotations
 
@@ -26,6 +28,10 @@ SketchKind = Literal["int", "bytes", "float"]
 # integer of the same bit pattern.
 _FRACTION = b"\x01"
 _NAN = b"\x02nan"
+# Set before the 16 bytes (two's complement, little-endian) of an integer past int64, so they
+# never hash as a 17-byte string.
+_WIDE = b"\x03"
+_WIDE_BYTES = 16
 
 
 def sketch_kind(dtype: pa.DataType) -> SketchKind | None:
@@ -70,6 +76,8 @@ def estimate(merged: bytes) -> float:
 def _canonical(kind: SketchKind, value: object) -> bytes | None:
     if isinstance(value, str):
         return _text(value)
+    if kind == "int" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        return _wide(value)
     if kind != "float":
         return canonical(kind, value)
     if not isinstance(value, float):
@@ -99,3 +107,12 @@ def _text(value: str) -> bytes | None:
             if math.isfinite(number) and not number.is_integer() and repr(number) == value:
                 return _FRACTION + struct.pack("<d", number)
     return canonical("bytes", value)
+
+
+def _wide(value: int) -> bytes | None:
+    """An integer int64 cannot hold (a uint64 from 2**63), as bytes of its own: the bloom
+    filter's canonical bytes end at int64, and a value no hash takes is not counted."""
+    try:
+        return _WIDE + value.to_bytes(_WIDE_BYTES, "little", signed=True)
+    except OverflowError:  # past int128: no integer column holds one
+        return None
