@@ -8,15 +8,17 @@ see RebuildReport.notes. Each partition folder is read by `rebuild_partition`.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
 
 from plateau_core.errors import InvalidInputError, PartitionLockedError
-from plateau_core.manifest import Manifest, sqlite_url
+from plateau_core.manifest import Manifest, SegmentState, sqlite_url
 from plateau_core.manifest.identity import read_store_id_file, write_store_id_file
 from plateau_core.names import MANIFEST_FILE, REBUILD_MARKER, fsync_path, validate_topic
 from plateau_core.partition_lock import PartitionLock
+from plateau_core.quarantine import withhold_rollups
 from plateau_core.rebuild_partition import PartitionRebuild
 from plateau_core.rebuild_report import NOTES, RebuildReport, RebuiltPartition, SkippedFile
 from plateau_core.rebuild_target import (
@@ -93,6 +95,7 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
             # A topic sorts before its roll-up topics (its name is their prefix): each raw
             # partition's watermark is known when its roll-up partitions are rebuilt.
             watermarks: dict[tuple[str, int], int | None] = {}
+            unread: list[tuple[str, int, str]] = []
             for topic, partition, folder in folders:
                 base = rollup_base(topic)
                 rebuilt = PartitionRebuild(root, manifest, topic, partition, report)
@@ -100,6 +103,8 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
                     rebuilt.raw_watermark = watermarks.get((base, partition))
                 rebuilt.run(folder)
                 watermarks[(topic, partition)] = rebuilt.watermark
+                unread += [(topic, partition, path) for path in rebuilt.unread]
+            _withhold_rollups(manifest, report, unread)
             # The old counter is gone: ids from the clock's microseconds are above any a
             # counter from 0 reached, and above those of an earlier rebuild.
             manifest.skip_producer_ids(time.time_ns() // 1000)
@@ -120,6 +125,42 @@ def rebuild_manifest(data_dir: str | Path, manifest_url: str | None = None) -> R
         set_aside=len(report.set_aside),
     )
     return report
+
+
+def _withhold_rollups(
+    manifest: Manifest, report: RebuildReport, unread: list[tuple[str, int, str]]
+) -> None:
+    """Quarantine the roll-up rows of the raw files quarantined with records no segment
+    reads, as quarantining a damaged segment does: a roll-up counts what the raw topic
+    reads. After every partition is recorded: a roll-up topic is rebuilt after its raw one."""
+    for topic, partition, path in unread:
+        quarantined = manifest.segments(
+            topic, partitions=[partition], states=(SegmentState.QUARANTINED,)
+        )
+        for raw in (s for s in quarantined if s.path == path):
+            withheld = withhold_rollups(manifest, raw)
+            for rolled in manifest.segments_by_id([r.id for r in withheld]):
+                report.quarantined.append(
+                    SkippedFile(
+                        rolled.topic,
+                        rolled.partition,
+                        rolled.path,
+                        rolled.start_offset,
+                        rolled.problem or "",
+                    )
+                )
+                # Counted as readable when its partition was recorded: no longer.
+                report.partitions = [
+                    replace(
+                        p,
+                        segments=p.segments - 1,
+                        records=p.records - rolled.record_count,
+                        bytes=p.bytes - rolled.size_bytes,
+                    )
+                    if (p.topic, p.partition) == (rolled.topic, rolled.partition)
+                    else p
+                    for p in report.partitions
+                ]
 
 
 def _partition_folders(root: Path, report: RebuildReport) -> list[tuple[str, int, Path]]:

@@ -4,7 +4,7 @@ and recorded, retired, quarantined or set aside."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,6 +44,9 @@ class PartitionRebuild:
     # past it rolled up raw records read from Kafka again (their segment was set aside):
     # recorded, the new seal's roll-up overlapped it, and the seal wrote over its file.
     raw_watermark: int | None = None
+    # Quarantined files whose records no recorded segment reads (by path): their roll-up
+    # rows are withheld once the roll-up partitions are recorded too.
+    unread: list[str] = field(default_factory=list)
 
     def run(self, folder: Path) -> None:
         unreadable: list[tuple[int, Path, str]] = []  # since the last good segment
@@ -72,6 +75,10 @@ class PartitionRebuild:
                     # Bounded by this readable segment: its offsets lie below this one's start.
                     end = max(bad_start, stats.start_offset)
                     self.quarantine(bad_path, bad_start, end, bad_problem, None)
+                    # One starting inside a recorded segment (an input left beside its
+                    # consolidated segment), or where this one starts, holds records read.
+                    if bad_start < end and (self.watermark is None or self.watermark <= bad_start):
+                        self.unread.append(bad_path.relative_to(self.root).as_posix())
                 unreadable = []
                 self.record(path, stats, schema)
         for bad_start, bad_path, bad_problem in unreadable:
