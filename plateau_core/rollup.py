@@ -14,6 +14,9 @@ Sums of integers are exact or widened, never wrapped: a sum that would pass its 
 for signed columns, uint64 for unsigned ones) is held as decimal(38, 0), in that roll-up
 segment's column or that query's answer only, which the readers merge with int64 columns
 (plateau_core.schema_merge). A seal never fails for it: that would stall the partition.
+Sums of decimals take Arrow's widest decimal (38 digits at the column's scale), where a sum
+past it wrapped round silently: it is summed in 76 digits, and held as a double, logged, in
+that segment's column or that query's answer, when it passes 38.
 """
 
 from __future__ import annotations
@@ -140,7 +143,7 @@ def rollup_table(
         and not _sums_fit(table.column(column))
     }
     for source, name in exact.items():
-        columns[name] = table.column(source).cast(EXACT_SUM)
+        columns[name] = _summed_wide(table.column(source))
 
     # The grouped column each metric over a column aggregates.
     grouped_as = {
@@ -159,7 +162,7 @@ def rollup_table(
     }
     for dimension, key in zip(policy.dimensions, keys[1:], strict=True):
         out[dimension] = grouped.column(key)
-    widened: list[str] = []  # sums held as decimals, their bucket's sum past int64
+    widened: dict[str, list[str]] = {}  # sums past their type, by the type that holds them
     for metric in policy.metrics:
         if metric not in taken:
             missing = grouped.num_rows
@@ -172,16 +175,17 @@ def rollup_table(
         aggregated = grouped_as.get(metric)
         produced = grouped.column(_aggregate_name(metric, aggregated))
         if metric.column in exact and metric.kind == "sum":
-            produced = _narrowed(produced, table.schema.field(metric.column).type)
-            if produced.type == EXACT_SUM:
-                widened.append(metric.name)
+            source = table.schema.field(metric.column).type
+            produced = _narrowed(produced, source)
+            if produced.type == _held_past(source):
+                widened.setdefault(str(produced.type), []).append(metric.name)
         elif metric.kind == "distinct" and aggregated is not None:
             kind = sketch_kind(columns[aggregated].type)
             produced = pa.array(
                 [sketch(kind, values or []) for values in produced.to_pylist()], pa.binary()
             )
         out[metric.name] = produced
-    if widened:
+    for held, metrics in widened.items():
         log.warning(
             "rollup_sum_widened",
             topic=topic,
@@ -189,8 +193,8 @@ def rollup_table(
             rollup=policy.label,
             start_offset=table.column(OFFSET)[0].as_py(),
             end_offset=table.column(OFFSET)[rows - 1].as_py(),
-            metrics=widened,
-            type=str(EXACT_SUM),
+            metrics=metrics,
+            type=held,
         )
     return pa.table(out)
 
@@ -203,24 +207,61 @@ EXACT_SUM = pa.decimal128(38, 0)
 _SUM_BOUND = float(2**62)
 
 
+# Arrow sums a decimal(p, s) as a decimal of these digits at scale s, and wraps round past them.
+_DECIMAL_SUM_DIGITS = 38
+_DECIMAL256_SUM_DIGITS = 76
+
+
 def _sums_fit(values: pa.ChunkedArray | pa.Array) -> bool:
     """Whether Arrow's sum of any subset of `values` fits its result type: always for
-    floats and decimals (a float sum overflows to infinity, as IEEE says), for integers
-    when their magnitudes add up to well below 2**63."""
-    if not pa.types.is_integer(values.type):
+    floats (a float sum overflows to infinity, as IEEE says), for integers when their
+    magnitudes add up to well below 2**63, for decimals well below 38 (76 for decimal256)
+    digits at their scale."""
+    data_type = values.type
+    if pa.types.is_integer(data_type):
+        bound = _SUM_BOUND
+    elif pa.types.is_decimal(data_type):
+        digits = (
+            _DECIMAL256_SUM_DIGITS if pa.types.is_decimal256(data_type) else _DECIMAL_SUM_DIGITS
+        )
+        bound = 10.0 ** (digits - data_type.scale) / 2
+    else:
         return True
     magnitude = pc.sum(pc.abs(values.cast(pa.float64(), safe=False))).as_py()
-    return magnitude is None or magnitude < _SUM_BOUND
+    return magnitude is None or magnitude < bound
+
+
+def _summed_wide(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """`values` whose sums may pass Arrow's sum type, in a type whose sum holds them:
+    integers as decimal(38, 0), decimals in 76 digits, decimal256 (76 already) as doubles."""
+    data_type = values.type
+    if pa.types.is_integer(data_type):
+        return values.cast(EXACT_SUM)
+    if pa.types.is_decimal128(data_type):
+        return values.cast(pa.decimal256(_DECIMAL256_SUM_DIGITS, data_type.scale))
+    return values.cast(pa.float64(), safe=False)
+
+
+def _held_past(source: pa.DataType) -> pa.DataType:
+    """The type of sums of `source` values that passed Arrow's sum type."""
+    return EXACT_SUM if pa.types.is_integer(source) else pa.float64()
 
 
 def _narrowed(sums: pa.ChunkedArray | pa.Array, source: pa.DataType) -> pa.ChunkedArray | pa.Array:
-    """Exact decimal `sums` of integer values as Arrow's integer sum of `source` types them
-    (uint64 for unsigned, int64 for signed) when every one fits, else as they are."""
-    target = pa.uint64() if pa.types.is_unsigned_integer(source) else pa.int64()
+    """Wide `sums` (`_summed_wide`) of `source` values as Arrow's sum of `source` types them
+    when every one fits, else as `_held_past` types them: integers as uint64 for unsigned,
+    int64 for signed, else the exact decimal(38, 0); decimals as decimal(38, s), else as
+    doubles (the digits a reader and Spark take end at 38)."""
+    if pa.types.is_integer(source):
+        target = pa.uint64() if pa.types.is_unsigned_integer(source) else pa.int64()
+    elif pa.types.is_decimal128(source):
+        target = pa.decimal128(_DECIMAL_SUM_DIGITS, source.scale)
+    else:
+        return sums
     try:
         return sums.cast(target)  # a safe cast: raises on a value that does not fit
     except pa.ArrowInvalid:
-        return sums
+        return sums if pa.types.is_integer(source) else sums.cast(pa.float64(), safe=False)
 
 
 def _aggregable(table: pa.Table, metric: RollupMetric) -> bool:
@@ -294,14 +335,14 @@ def reaggregate(table: pa.Table, policy: RollupPolicy) -> pa.Table:
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows))
     keys = [TIMESTAMP, *policy.dimensions]
-    # The rows of several segments can add up past int64 where no one of them did.
+    # The rows of several segments can add up past int64 (or 38 digits) where no one did.
     exact = {
         m.name: f"__x{at}"
         for at, m in enumerate(policy.metrics)
         if m.kind in ("count", "sum") and not _sums_fit(table.column(m.name))
     }
     for name, wide in exact.items():
-        table = table.append_column(wide, table.column(name).cast(EXACT_SUM))
+        table = table.append_column(wide, _summed_wide(table.column(name)))
     aggregations: list[tuple[str, str]] = []
     for metric in policy.metrics:
         if metric.kind in ("count", "sum"):
@@ -311,10 +352,19 @@ def reaggregate(table: pa.Table, policy: RollupPolicy) -> pa.Table:
         else:
             aggregations.append((metric.name, "list"))
     grouped = table.group_by(keys, use_threads=False).aggregate(aggregations)
+    doubled: list[str] = []
     for name, wide in exact.items():
         index = grouped.schema.get_field_index(f"{wide}_sum")
-        sums = _narrowed(grouped.column(index), table.schema.field(name).type)
+        source = table.schema.field(name).type
+        sums = _narrowed(grouped.column(index), source)
+        if pa.types.is_decimal(source) and pa.types.is_floating(sums.type):
+            doubled.append(name)
         grouped = grouped.set_column(index, f"{name}_sum", sums)
+    if doubled:
+        # An answer, not a seal: no topic or offsets, the roll-up and its metrics name it.
+        log.warning(
+            "rollup_sum_widened", rollup=policy.label, metrics=doubled, type=str(pa.float64())
+        )
     for metric in policy.metrics:
         if metric.kind == "distinct":
             name = f"{metric.name}_list"

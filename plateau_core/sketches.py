@@ -6,7 +6,9 @@ union, whatever type each segment holds it in: a value hashes as the raw rows re
 whole double as its integer (int64 and double columns read as doubles) and a string that is
 a number's JSON text as that number (a column whose types clash reads as JSON text). An
 integer past int64 (a uint64 from 2**63) hashes as 16 bytes, since the 8 of int64 cannot hold
-it; every value int64 holds keeps its 8, so sketches sealed before still merge."""
+it; every value int64 holds keeps its 8, so sketches sealed before still merge. A decimal
+hashes as the integer or double that is the same number (`_decimal`), so a field widened
+from int64 to decimal(38, 0) counts 42 once across the segments that hold it either way."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import contextlib
 import math
 import struct
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Literal
 
 import numpy as np
@@ -23,7 +26,7 @@ from plateau_core.bloom import bloom_kind, canonical, value_hash
 from plateau_core.schema import INT64_MAX, INT64_MIN
 
 SKETCH_K = 128
-SketchKind = Literal["int", "bytes", "float"]
+SketchKind = Literal["int", "bytes", "float", "decimal"]
 # Set before the 8 bytes of a double that is not a whole number, so they never hash as the
 # integer of the same bit pattern.
 _FRACTION = b"\x01"
@@ -32,14 +35,19 @@ _NAN = b"\x02nan"
 # never hash as a 17-byte string.
 _WIDE = b"\x03"
 _WIDE_BYTES = 16
+# Set before the plain digits of a decimal that no double reads as (more digits than a double
+# holds, or a whole number past int128), so they never hash as a string of the same text.
+_DIGITS = b"\x04"
 
 
 def sketch_kind(dtype: pa.DataType) -> SketchKind | None:
     """How a sketch hashes values of `dtype`: as a bloom filter does (integers, text and
-    bytes), or floats (`float`); None for any other type."""
+    bytes), floats (`float`) or decimals (`decimal`); None for any other type."""
     kind = bloom_kind(dtype)
     if kind is None and pa.types.is_floating(dtype):
         return "float"
+    if kind is None and pa.types.is_decimal(dtype):
+        return "decimal"
     return kind
 
 
@@ -78,6 +86,8 @@ def _canonical(kind: SketchKind, value: object) -> bytes | None:
         return _text(value)
     if kind == "int" and isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
         return _wide(value)
+    if kind == "decimal":
+        return _decimal(value) if isinstance(value, Decimal) else None
     if kind != "float":
         return canonical(kind, value)
     if not isinstance(value, float):
@@ -116,3 +126,24 @@ def _wide(value: int) -> bytes | None:
         return _WIDE + value.to_bytes(_WIDE_BYTES, "little", signed=True)
     except OverflowError:  # past int128: no integer column holds one
         return None
+
+
+def _decimal(value: Decimal) -> bytes | None:
+    """A decimal hashes as the number it is, whatever its scale (42, 42.00): a whole one as
+    that integer, as an int64 or uint64 column's value hashes, so a field widened from int64
+    to decimal(38, 0) counts 42 once. One with a fraction hashes as the double that reads as
+    it (0.10 as 0.1: the double whose shortest text is the same number), as a column merged
+    of decimals and doubles reads it; one no double reads as (more digits than a double
+    holds) hashes as its own digits, so decimals a double cannot tell apart stay apart."""
+    if not value.is_finite():  # no Arrow decimal holds one; a Python caller may pass it
+        return None
+    if value == value.to_integral_value():
+        whole = int(value)
+        if INT64_MIN <= whole <= INT64_MAX:
+            return canonical("int", whole)
+        return _wide(whole) or _DIGITS + str(whole).encode()
+    number = float(value)
+    if Decimal(repr(number)) == value:
+        return _FRACTION + struct.pack("<d", number)
+    # Trailing zeros cut by hand: normalize() rounds to the context's 28 digits.
+    return _DIGITS + format(value, "f").rstrip("0").encode()
