@@ -12,7 +12,9 @@ A compaction that fails definitely (the commit refused) deletes the files it wro
 killed before committing leaves `.c<tag>` files no snapshot reads (so does a column
 replacement killed before its commit, iceberg_migration.py), which the next compaction
 deletes once they are older than an hour (younger ones may belong to a compaction running
-elsewhere). The same hour applies to the table's `metadata/` folder:
+elsewhere). In a local warehouse it also deletes the temp files (`.tmp-{pid}-`) killed
+writes left in folders no run looks in again, by the rule replication's own sweep follows
+(Target.abandoned). The same hour applies to the table's `metadata/` folder:
 manifests and manifest lists of expired snapshots, and the metadata files and manifests a
 commit killed half-way wrote, are deleted once nothing the table still names refers to them.
 """
@@ -49,6 +51,7 @@ from plateau_spark.replication.target import Target
 # A data or metadata file nothing names is removed once this old: younger ones may belong to
 # a run or compaction still in progress (on this node or another sharing the table).
 STALE_FILE_S = 3600.0
+_PARTITION_DIR = "partition="
 
 log = structlog.get_logger("plateau.replication.iceberg")
 
@@ -219,7 +222,7 @@ def expire(
     for path in sorted(before - after):
         table.io.delete(path)
     report.snapshots_expired, report.files_deleted = len(doomed), len(before - after)
-    report.files_deleted += _remove_unreferenced_data(table, location, after)
+    report.files_deleted += _remove_unreferenced_data(table, location, after, topic)
     report.metadata_files_deleted = _remove_stale_metadata(table, location)
     log.info(
         "iceberg_snapshots_expired",
@@ -244,19 +247,41 @@ def _referenced(table: Table, snapshot_ids: Iterable[int]) -> set[str]:
     return paths
 
 
-def _remove_unreferenced_data(table: Table, location: Target, referenced: set[str]) -> int:
+def _remove_unreferenced_data(
+    table: Table, location: Target, referenced: set[str], topic: str
+) -> int:
     """Data files of plateau's naming no snapshot reads, older than STALE_FILE_S: left by a
     compaction killed before its commit, or by a replication run that failed before its
-    commit and whose segments retention deleted before a next run could find the files."""
+    commit and whose segments retention deleted before a next run could find the files.
+    Also a local write's temp file that a killed write left (Target.abandoned): a column
+    replacement rewrites files in folders no pending segment's rows go to, and a run's own
+    sweep of pending folders finds a temp file too young when it comes soon after the kill;
+    this listing is the only one of every folder."""
     filesystem = location.filesystem()
     selector = fs.FileSelector(location.path(DATA_DIR), recursive=True, allow_not_found=True)
     removed = 0
     stale_before = datetime.now(UTC) - timedelta(seconds=STALE_FILE_S)
     for info in filesystem.get_file_info(selector):
+        relative = info.path.removeprefix(location.root + "/")
+        if info.type == fs.FileType.File and location.abandoned(relative):
+            filesystem.delete_file(info.path)
+            folder = relative.rpartition("/")[0].rpartition("/")[2]
+            log.warning(
+                "iceberg_temp_file_removed",
+                topic=topic,
+                partition=(
+                    int(folder.removeprefix(_PARTITION_DIR))
+                    if folder.startswith(_PARTITION_DIR)
+                    else None
+                ),
+                path=relative,
+                reason="left by a killed write",
+            )
+            continue
         parsed = parse_data_name(info.base_name)
         if info.type != fs.FileType.File or parsed is None:
             continue
-        full = f"{table.location()}/{info.path.removeprefix(location.root + '/')}"
+        full = f"{table.location()}/{relative}"
         if full in referenced or info.mtime is None or info.mtime > stale_before:
             continue
         filesystem.delete_file(info.path)

@@ -159,7 +159,7 @@ class Replicator:
             if not tasks:
                 raise ReplicaOwnerError(refused)
             self.target.clear_staging(filesystem)
-            report.orphans_removed = self._remove_unfinished(filesystem, tasks)
+            report.orphans_removed, young_temps = self._remove_unfinished(filesystem, tasks)
             types = ReplicaTypes(self.target, filesystem, self.compression, self._step)
             results: list[list[ReplicaFile]] = [[] for _ in tasks]
             moved: set[int] = set()
@@ -167,7 +167,12 @@ class Replicator:
                 indexes = [i for i, t in enumerate(tasks) if t.topic == topic]
                 try:
                     written = self._write_topic(
-                        spark, filesystem, types, [tasks[i] for i in indexes], report
+                        spark,
+                        filesystem,
+                        types,
+                        [tasks[i] for i in indexes],
+                        report,
+                        young_temps=young_temps.get(topic, ()),
                     )
                 except (OSError, TargetError, PySparkException, Py4JError):
                     raise  # the target or Spark is away: the other topics would fail alike
@@ -219,12 +224,15 @@ class Replicator:
         types: ReplicaTypes,
         tasks: list[ReplicaTask],
         report: ReplicationReport,
+        *,
+        young_temps: Sequence[str],
     ) -> list[list[ReplicaFile]]:
-        """One topic's files: its replica migrated to the store's types, its tasks written;
-        each task's files, in task order (none recorded yet)."""
+        """One topic's files: its replica migrated to the store's types (and `young_temps`
+        named in its record), its tasks written; each task's files, in task order (none
+        recorded yet)."""
         topic = tasks[0].topic
         wanted = replica_schema(tasks[0].schema)
-        report.files_migrated += types.prepare(topic, wanted)
+        report.files_migrated += types.prepare(topic, wanted, young_temps)
         results = (
             run_spark(spark, tasks, self._manifest_url(), self.compression)
             if spark is not None
@@ -274,10 +282,16 @@ class Replicator:
         default = self.store.data_dir / MANIFEST_FILE
         return None if url in (f"sqlite:///{default}", str(default)) else url
 
-    def _remove_unfinished(self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]) -> int:
+    def _remove_unfinished(
+        self, filesystem: fs.FileSystem, tasks: list[ReplicaTask]
+    ) -> tuple[int, dict[str, list[str]]]:
         """Delete files of an unfinished earlier run that hold rows of the pending segments
-        (the run writes those rows again); returns how many."""
+        (the run writes those rows again); returns how many, and per topic the temp files
+        found that a killed write may have left but that are too young to tell. Those are
+        named in the topic's record for later runs to look at again (ReplicaTypes.prepare):
+        once this run replicates their folder's rows, no run lists the folder again."""
         removed = 0
+        young: dict[str, list[str]] = {}
         spans = {(s.topic, s.partition): s.replicated_offset for s in self.store.spans()}
         by_partition: dict[tuple[str, int], list[SegmentRecord]] = {}
         for task in tasks:
@@ -298,6 +312,9 @@ class Replicator:
                         reason="left by a killed write",
                     )
                     continue
+                if self.target.temp_file(relative):
+                    young.setdefault(topic, []).append(relative)
+                    continue
                 bounds = parse_replica_name(relative.rsplit("/", 1)[-1])
                 if bounds is None or bounds[1] < floor:
                     continue
@@ -317,7 +334,7 @@ class Replicator:
                     replicated_offset=floor,
                     path=relative,
                 )
-        return removed
+        return removed, young
 
     def _keep_below(self, filesystem: fs.FileSystem, relative: str, floor: int) -> None:
         """Write the rows of a replica file below offset `floor` to a file of their own, in

@@ -164,12 +164,15 @@ class ReplicaTypes:
         self.compression = compression
         self._step = step
 
-    def prepare(self, topic: str, wanted: pa.Schema) -> int:
+    def prepare(self, topic: str, wanted: pa.Schema, young_temps: Sequence[str] = ()) -> int:
         """Before the run writes the topic's files (of the `wanted` types): migrate the
         replica's files when the store widened a column, or when an earlier migration did
-        not finish. Returns how many files were rewritten."""
+        not finish. The temp files the record names, and `young_temps` (found by the run's
+        sweep of pending folders, too young to tell), go once a killed write left them; the
+        others are named in the record. Returns how many files were rewritten."""
         recorded = read_record(self.target, self.filesystem, topic)
-        waiting = () if recorded is None else recorded.temp_files
+        known = () if recorded is None else recorded.temp_files
+        waiting = tuple(sorted({*known, *young_temps}))
         if recorded is None:
             # A replica written before types were recorded (or none yet): its files are
             # looked at once.
@@ -189,8 +192,8 @@ class ReplicaTypes:
                 )
             if recorded.complete and not widened:
                 left = self._sweep(topic, waiting)
-                # Columns added (no file to rewrite), or temp files gone.
-                if not goal.equals(recorded.schema) or left != waiting:
+                # Columns added (no file to rewrite), or temp files gone or found.
+                if not goal.equals(recorded.schema) or left != known:
                     write_record(
                         self.target, self.filesystem, topic, goal, complete=True, temp_files=left
                     )

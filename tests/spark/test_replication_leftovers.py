@@ -1,6 +1,7 @@
 """What killed writes and older versions leave in a target, swept by later runs: the temp
-file of a Parquet migration killed half way through rewriting a file, and the objects
-versions that staged at the root of `_plateau_staging/` left there."""
+file of a Parquet migration killed half way through rewriting a file, of an ordinary write
+found too young by the next run, of an Iceberg column replacement killed half way, and the
+objects versions that staged at the root of `_plateau_staging/` left there."""
 
 from __future__ import annotations
 
@@ -49,7 +50,49 @@ Replicator(Store.open(Path(data)), Target.parse(target), file_bytes=1).run_once(
 """
 
 
-def _kill_rewrite(data: Path, target: Target, endpoint: str | None) -> None:
+# The same, killed once a run's own write (no migration) has written a file's rows.
+_KILLED_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from plateau_core import Store
+from plateau_spark.replication import Replicator, Target, files
+
+write = files._write_parquet
+
+def killed(stream, task, day):
+    write(stream, task, day)
+    stream.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+files._write_parquet = killed
+data, target = sys.argv[1:3]
+Replicator(Store.open(Path(data)), Target.parse(target), file_bytes=1).run_once()
+"""
+
+# An Iceberg run killed once its column replacement has written a rewritten file's rows.
+_KILLED_REPLACEMENT = """
+import os, signal, sys
+from pathlib import Path
+from plateau_core import Store
+from plateau_spark.replication import Target, iceberg_migration
+from tests.spark.iceberg_support import replicator
+
+rewrite = iceberg_migration.rewrite_parquet
+
+def killed(source, out, fields, compression):
+    rewrite(source, out, fields, compression)
+    out.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+iceberg_migration.rewrite_parquet = killed
+data, target = sys.argv[1:3]
+replicator(Store.open(Path(data)), Target.parse(target), file_bytes=1).run_once()
+"""
+
+
+def _kill_rewrite(
+    data: Path, target: Target, endpoint: str | None, script: str = _KILLED_REWRITE
+) -> None:
     env = dict(os.environ)
     if endpoint is not None:  # the child reaches the test's S3 server as the target does
         env.update(
@@ -59,7 +102,7 @@ def _kill_rewrite(data: Path, target: Target, endpoint: str | None) -> None:
             AWS_REGION="us-east-1",
         )
     child = subprocess.run(
-        [sys.executable, "-c", _KILLED_REWRITE, str(data), target.uri],
+        [sys.executable, "-c", script, str(data), target.uri],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -132,6 +175,81 @@ def test_the_temp_file_of_a_migration_killed_half_way_goes_at_a_later_run(
     assert all(p.endswith(".parquet") and "/partition=" in p for p in left), left
     assert latency_types(target) == ["double"] * 3
     assert rows_of(replica_rows(target)) == rows_of(store.read("j").to_table())
+    store.close()
+
+
+def test_the_temp_file_of_a_write_killed_before_a_run_that_came_soon_goes_later(
+    tmp_path: Path,
+) -> None:
+    """The run after the kill found the temp file too young to be a killed write's, wrote
+    its folder's rows and so left no pending rows there: no sweep of pending folders looks
+    in it again. It names the file in the record instead, and a later run writing the topic
+    (to another folder) removes it once old, with no listing of the topic."""
+    store = Store.open(tmp_path / "data")
+    target = Target.parse(str(tmp_path / "replica"))
+    land(store, "j", WHOLE, 0, partition=0)
+    store.close()
+    _kill_rewrite(tmp_path / "data", target, None, _KILLED_WRITE)
+    (temp,) = (tmp_path / "replica" / "j").rglob(".tmp-*")
+    relative = str(temp.relative_to(tmp_path / "replica"))
+    assert temp.parent.name == "partition=0"
+
+    store = Store.open(tmp_path / "data")
+    with capture_logs() as logs:
+        assert Replicator(store, target, file_bytes=1).run_once().segments == 1
+    assert not [e for e in logs if e["event"] == "replica_temp_file_removed"]
+    record = read_record(target, target.filesystem(), "j")
+    assert temp.exists() and record is not None and record.temp_files == (relative,)
+
+    land(store, "j", WHOLE, 0, partition=1)  # the next run writes partition 1's folder only
+    with capture_logs() as logs:
+        Replicator(store, target, file_bytes=1).run_once()
+    assert temp.exists(), "removed while young: it may be a live writer's of another host"
+    _age(temp)
+    land(store, "j", WHOLE, 2, partition=1)
+    with capture_logs() as logs:
+        Replicator(store, target, file_bytes=1).run_once()
+    removed = [e for e in logs if e["event"] == "replica_temp_file_removed"]
+    assert [(e["topic"], e["partition"], e["path"]) for e in removed] == [("j", 0, relative)]
+    assert not temp.exists()
+    record = read_record(target, target.filesystem(), "j")
+    assert record is not None and record.complete and record.temp_files == ()
+    assert rows_of(replica_rows(target)) == rows_of(store.read("j").to_table())
+    store.close()
+
+
+def test_the_temp_file_of_an_iceberg_column_replacement_killed_half_way_goes_at_compaction(
+    tmp_path: Path,
+) -> None:
+    """The replacement rewrote partition 1's file, whose folder no pending rows go to: the
+    next run's sweep of pending folders never looks there. Compaction's listing of every
+    data folder removes it once a killed write's (old, its pid gone), not before."""
+    store = Store.open(tmp_path / "data")
+    warehouse = Target.parse(str(tmp_path / "warehouse"))
+    land(store, "j", WHOLE, 0, partition=1)
+    replicator(store, warehouse, file_bytes=1).run_once()
+    land(store, "j", FRACTIONS, 0, partition=0)
+    store.close()
+    _kill_rewrite(tmp_path / "data", warehouse, None, _KILLED_REPLACEMENT)
+    (temp,) = (tmp_path / "warehouse").rglob(".tmp-*")
+    assert temp.parent.name == "partition=1"
+
+    store = Store.open(tmp_path / "data")
+    job = replicator(store, warehouse, file_bytes=1)
+    assert job.run_once().files_migrated == 1
+    assert temp.exists()
+    with capture_logs() as logs:
+        job.maintain()
+    assert temp.exists(), "removed while young: it may be a live writer's of another host"
+    _age(temp)
+    with capture_logs() as logs:
+        job.maintain()
+    removed = [e for e in logs if e["event"] == "iceberg_temp_file_removed"]
+    table = job.table("j")
+    relative = str(temp.relative_to(Path(table.location().removeprefix("file://"))))
+    assert [(e["topic"], e["partition"], e["path"]) for e in removed] == [("j", 1, relative)]
+    assert not temp.exists()
+    assert rows_of(table.scan().to_arrow()) == rows_of(store.read("j").to_table())
     store.close()
 
 
