@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from plateau_core.errors import InvalidInputError
 
@@ -24,9 +25,10 @@ REMEMBERED_BATCHES = 5
 SEQUENCE_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True)
-class ProducerBatch:
-    """One batch a producer appended to a partition, with where it landed."""
+class ProducerBatch(NamedTuple):
+    """One batch a producer appended to a partition, with where it landed. A tuple: the Kafka
+    API makes one per produced batch and compares it with the producer's last five, which
+    as a frozen dataclass was a few percent of the listener's time (docs/benchmarks.md)."""
 
     producer_id: int
     epoch: int
@@ -50,6 +52,10 @@ class Check:
     verdict: Verdict
     base_offset: int | None = None  # DUPLICATE: where the batch landed the first time
     detail: str = ""
+
+
+# The verdict of nearly every batch; frozen, so one will do (not one per batch).
+_NEW = Check(Verdict.NEW)
 
 
 @dataclass(frozen=True)
@@ -77,13 +83,13 @@ class ProducerState:
         if epoch > self.epoch:
             # A bumped epoch starts its sequences again at 0.
             if first_sequence == 0:
-                return Check(Verdict.NEW)
+                return _NEW
             return Check(
                 Verdict.OUT_OF_ORDER,
                 detail=f"epoch {epoch} must start at sequence 0, not {first_sequence}",
             )
         for batch in self.batches:
-            if (batch.first_sequence, batch.last_sequence) == (first_sequence, last_sequence):
+            if batch.first_sequence == first_sequence and batch.last_sequence == last_sequence:
                 return Check(Verdict.DUPLICATE, base_offset=batch.base_offset)
         expected = (
             self.resume_at
@@ -91,7 +97,7 @@ class ProducerState:
             else next_sequence(self.last_sequence)
         )
         if first_sequence == expected:
-            return Check(Verdict.NEW)
+            return _NEW
         return Check(
             Verdict.OUT_OF_ORDER,
             detail=f"producer {self.producer_id} sent sequence {first_sequence}, "
@@ -117,7 +123,7 @@ def check(
     from where it was, and refused it could not go on at all (librdkafka stops for good)."""
     if state is not None:
         return state.check(epoch, first_sequence, last_sequence)
-    return Check(Verdict.NEW)
+    return _NEW
 
 
 def next_sequence(last: int | None) -> int:

@@ -101,9 +101,9 @@ def stamps(timestamps: list[int], count: int, log_append_ms: int, now_ms: int) -
     return timestamps
 
 
-@dataclass(frozen=True)
-class Placed:
-    """A batch at the offsets plateau gave it, with the times its timestamps take from."""
+class Placed(NamedTuple):
+    """A batch at the offsets plateau gave it, with the times its timestamps take from (a
+    tuple: one is made per produced batch, in half the time of a frozen dataclass)."""
 
     batch: ProducedBatch
     base_offset: int

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -88,7 +89,7 @@ class _Cursor:
 def check_request(request_type: Any, frame: bytes | memoryview, body_at: int) -> None:
     """Raise LengthError when a length or count in the request body overstates the frame."""
     cursor = _Cursor(frame, body_at, len(frame))
-    _entity(request_type, cursor, nullable=False)
+    _entity(request_type, nullable=False)(cursor)
 
 
 def check_header(header_type: Any, frame: bytes | memoryview) -> None:
@@ -98,69 +99,112 @@ def check_header(header_type: Any, frame: bytes | memoryview) -> None:
     if length >= 0:
         cursor.skip(length, "client_id")
     if header_type.__flexible__:
-        _tags(header_type, cursor)
+        _tags(header_type, _tagged(header_type), cursor)
 
 
-def _entity(entity_type: Any, cursor: _Cursor, *, nullable: bool) -> None:
-    if nullable and cursor.fixed(_I8) < 0:
-        return
+# The walk of each entity type is worked out once, as a function per field, from kio's field
+# metadata: a walk that looked each field's shape up again per request was most of a
+# Produce request's parse (docs/benchmarks.md, the Kafka API).
+Check = Callable[[_Cursor], None]
+
+
+@cache
+def _entity(entity_type: Any, *, nullable: bool) -> Check:
     regular, _ = _fields(entity_type)
-    flexible = entity_type.__flexible__
-    for field in regular:
-        _field(field, cursor, flexible)
-    if flexible:
-        _tags(entity_type, cursor)
+    flexible = bool(entity_type.__flexible__)
+    steps = tuple(_field(field, flexible) for field in regular)
+
+    def check(cursor: _Cursor) -> None:
+        if nullable and cursor.fixed(_I8) < 0:
+            return
+        for step in steps:
+            step(cursor)
+        if flexible:
+            _tags(entity_type, _tagged(entity_type), cursor)
+
+    return check
 
 
-def _tags(entity_type: Any, cursor: _Cursor) -> None:
+@cache
+def _tagged(entity_type: Any) -> dict[int, Check]:
     _, tagged = _fields(entity_type)
+    return {tag: _field(field, True, tagged=True) for tag, field in tagged.items()}
+
+
+def _tags(entity_type: Any, tagged: dict[int, Check], cursor: _Cursor) -> None:
     for _ in range(cursor.uvarint()):
         tag = cursor.uvarint()
         size = cursor.uvarint()
-        field = tagged.get(tag)
-        if field is None:
+        check = tagged.get(tag)
+        if check is None:
             raise LengthError(f"tagged field {tag} is not part of {entity_type.__name__}")
         inner = _Cursor(cursor.data, cursor.at, cursor.at + size)
         cursor.skip(size, f"tagged field {tag}")
-        _field(field, inner, True, tagged=True)
+        check(inner)
 
 
-def _field(field: Any, cursor: _Cursor, flexible: bool, *, tagged: bool = False) -> None:
+@cache
+def _field(field: Any, flexible: bool, *, tagged: bool = False) -> Check:
     kind, optional, kafka_type = _shape(field)
     optional = optional and not tagged
     if isinstance(kind, PrimitiveField | EntityField):
-        _one(field, kind, kafka_type, cursor, flexible, optional)
-        return
-    count = cursor.uvarint() - 1 if flexible else cursor.fixed(_I32)
-    if count < 0:
-        return  # a null array
-    if count > cursor.left():
-        raise LengthError(
-            f"{field.name}: {count} elements claimed, {cursor.left()} bytes left in the frame"
-        )
-    for _ in range(count):
-        _one(field, kind, kafka_type, cursor, flexible, optional=False)
+        return _one(field, kind, kafka_type, flexible, optional)
+    one = _one(field, kind, kafka_type, flexible, optional=False)
+    name = field.name
+
+    def check_array(cursor: _Cursor) -> None:
+        count = cursor.uvarint() - 1 if flexible else cursor.fixed(_I32)
+        if count < 0:
+            return  # a null array
+        if count > cursor.left():
+            raise LengthError(
+                f"{name}: {count} elements claimed, {cursor.left()} bytes left in the frame"
+            )
+        for _ in range(count):
+            one(cursor)
+
+    return check_array
 
 
-def _one(  # noqa: PLR0917 - one field's shape, worked out once (_shape)
-    field: Any, kind: Any, kafka_type: str | None, cursor: _Cursor, flexible: bool, optional: bool
-) -> None:
+def _one(field: Any, kind: Any, kafka_type: str | None, flexible: bool, optional: bool) -> Check:
     if isinstance(kind, EntityField | EntityTupleField):
-        _entity(kind.type_, cursor, nullable=isinstance(kind, EntityField) and optional)
-        return
+        return _entity(kind.type_, nullable=isinstance(kind, EntityField) and optional)
+    name = field.name
     if kafka_type in _FIXED:
-        cursor.skip(_FIXED[kafka_type], field.name)
-        return
+        size = _FIXED[kafka_type]
+        return lambda cursor: cursor.skip(size, name)
     if kafka_type not in _VARIABLE:
-        raise LengthError(f"{field.name}: unknown kafka type {kafka_type}")
+
+        def unknown(cursor: _Cursor) -> None:
+            raise LengthError(f"{name}: unknown kafka type {kafka_type}")
+
+        return unknown
+    length_of: Callable[[_Cursor], int]
     if flexible:
-        length = cursor.uvarint() - 1
+        length_of = _compact_length
     elif kafka_type == "string":
-        length = cursor.fixed(_I16)
+        length_of = _short_length
     else:
-        length = cursor.fixed(_I32)
-    if length >= 0:
-        cursor.skip(length, field.name)
+        length_of = _long_length
+
+    def check_variable(cursor: _Cursor) -> None:
+        length = length_of(cursor)
+        if length >= 0:
+            cursor.skip(length, name)
+
+    return check_variable
+
+
+def _compact_length(cursor: _Cursor) -> int:
+    return cursor.uvarint() - 1
+
+
+def _short_length(cursor: _Cursor) -> int:
+    return cursor.fixed(_I16)
+
+
+def _long_length(cursor: _Cursor) -> int:
+    return cursor.fixed(_I32)
 
 
 @cache

@@ -56,7 +56,7 @@ class KafkaRecords:
         self.last_offset = placed.base_offset + batch.count - 1
         # The batch as it came: its records are read out of it only when the seal builds.
         self.nbytes = batch.size + _BATCH_OVERHEAD
-        self.schema, self.fingerprint = _normal(kept)
+        self.schema, self.fingerprint = _normal(kept.key, kept.headers)
 
     def payload(self) -> Sequence[bytes | memoryview]:
         placed = self._placed
@@ -87,14 +87,17 @@ def _rows(records: pa.RecordBatch, kept: Kept) -> pa.RecordBatch:
     """A raw topic's rows of an envelope (what RawDecoder and normalized make of it)."""
     columns = kept_columns(records, kept)
     columns[VALUE] = records.column(VALUE)
-    schema = _normal(kept)[0]
+    schema = _normal(kept.key, kept.headers)[0]
     return pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
 @cache
-def _normal(kept: Kept) -> tuple[pa.Schema, str]:
+def _normal(key: bool, headers: bool) -> tuple[pa.Schema, str]:
     """The schema (and its fingerprint) a raw topic's rows get: worked out from an empty
-    envelope, so it is the schema the eager path gives them, by construction."""
+    envelope, so it is the schema the eager path gives them, by construction. Cached by
+    plain flags, not by Kept, whose dataclass hash and equality were most of a produced
+    batch's KafkaRecords."""
+    kept = Kept(key, headers)
     empty = ENVELOPE.empty_table().to_batches() or [pa.RecordBatch.from_pylist([], ENVELOPE)]
     columns = kept_columns(empty[0], kept)
     columns[VALUE] = empty[0].column(VALUE)

@@ -69,16 +69,21 @@ class Pending:
 class Ticket:
     """What one request waits for: `future` resolves once every partition it was handed to
     (`need`) has counted it off (`met`), durable or failed, and the request has handed out
-    its last partition (`arm`). Before that the count can reach zero and rise again: the
-    request waits between partitions (for the writer, a schema registry) while the first
-    ones become durable."""
+    its last partition (`arm`), or once the timeout given to `arm` ran out, whichever comes
+    first. Before that the count can reach zero and rise again: the request waits between
+    partitions (for the writer, a schema registry) while the first ones become durable.
 
-    __slots__ = ("_armed", "future", "remaining")
+    The timeout is a timer of the ticket's own, not asyncio.wait's: that was a waiter, a
+    timer and two callbacks per request, 8% of the listener's time (docs/benchmarks.md)."""
+
+    __slots__ = ("_armed", "_loop", "_timer", "future", "remaining")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
         self.remaining = 0
         self._armed = False
+        self._timer: asyncio.TimerHandle | None = None
 
     def need(self) -> None:
         self.remaining += 1
@@ -87,12 +92,22 @@ class Ticket:
         self.remaining -= 1
         self._resolve()
 
-    def arm(self) -> None:
+    def arm(self, timeout_s: float | None = None) -> None:
+        """Every partition is handed out; with `timeout_s`, `future` resolves after it at
+        the latest (the partitions still count off after: nothing else changes)."""
         self._armed = True
         self._resolve()
+        if timeout_s is not None and not self.future.done():
+            self._timer = self._loop.call_later(timeout_s, self._expire)
 
     def _resolve(self) -> None:
         if self._armed and self.remaining == 0 and not self.future.done():
+            self.future.set_result(None)
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _expire(self) -> None:
+        if not self.future.done():
             self.future.set_result(None)
 
 
@@ -221,8 +236,12 @@ class ProducedPartition:
         if end <= self.durable_to:
             return
         self.durable_to = end
-        done = bisect.bisect_right(self._waiters, end, key=_end)
-        ready, self._waiters = self._waiters[:done], self._waiters[done:]
+        ready = self._waiters
+        if ready and ready[-1].end > end:
+            done = bisect.bisect_right(ready, end, key=_end)
+            ready, self._waiters = ready[:done], ready[done:]
+        else:  # the common case: one journal sync makes every waiter durable
+            self._waiters = []
         for waiter in ready:
             waiter.ticket.met()
 

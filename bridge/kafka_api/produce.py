@@ -4,7 +4,8 @@ setting promises.
 A request is taken in two steps so one connection's batches land in the order it sent
 them while their acknowledgements overlap: `accept` appends (and, when the writer is full,
 holds the connection there, which is Kafka's quota behaviour: nothing more is read from
-it), and the coroutine it returns waits for durability and builds the response.
+it), and what it returns says what to wait for (`ready`, durability) and builds the
+response once that is done (`respond`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import structlog
@@ -37,8 +38,7 @@ log = structlog.get_logger(__name__)
 Allowed = Callable[[str], bool]
 
 
-@dataclass
-class _Answer:
+class _Answer(NamedTuple):
     topic: str
     partition: int
     outcome: Outcome
@@ -50,9 +50,9 @@ class ProduceHandler:
         self.api = api
 
     async def accept(self, body: Any, allowed: Allowed) -> Accepted:
-        """Land the request's batches; returns the coroutine that builds the response, the
-        milliseconds this connection was held back (its throttle time) and the errors of the
-        partitions refused."""
+        """Land the request's batches; returns what the response waits for and what builds
+        it, the milliseconds this connection was held back (its throttle time) and the
+        errors of the partitions refused."""
         deadline = time.monotonic() + max(body.timeout.total_seconds(), 0.001)
         answers: list[_Answer] = []
         throttled = 0.0
@@ -63,7 +63,7 @@ class ProduceHandler:
             answers = [
                 _Answer(t.name, p.index, wrong) for t in body.topic_data for p in t.partition_data
             ]
-            return Accepted(_answered(answers), 0, [wrong.error])
+            return Accepted(partial(_response, answers, 0), None, 0, [wrong.error])
         # What the writer did not take yet of the batches this request handed over, also
         # part way through it (before a topic opens, a schema is fetched).
         stalled: list[asyncio.Future[None]] = []
@@ -93,15 +93,21 @@ class ProduceHandler:
             throttled += time.monotonic() - started
         self.sink.seal_due()
         throttle_ms = int(throttled * 1000)
+        ready = None
+        if body.acks == -1:
+            # acks=all: until every partition is durable, at most until the timeout.
+            ticket.arm(max(deadline - time.monotonic(), 0.001))
+            ready = ticket.future
 
-        async def respond() -> dict[str, Any]:
-            await self._settle(answers, body.acks, ticket, deadline)
+        def respond() -> dict[str, Any]:
+            if ready is not None:
+                self._settle(answers)
             return _response(answers, throttle_ms)
 
         refused: list[ErrorCode] = [
             a.outcome.error for a in answers if a.outcome.error is not ErrorCode.none
         ]
-        return Accepted(respond, throttle_ms, refused)
+        return Accepted(respond, ready, throttle_ms, refused)
 
     async def _partition(
         self,
@@ -231,7 +237,8 @@ class ProduceHandler:
         first: Outcome | None = None
         held = 0.0
         for batch in batches:
-            stalled += await self.sink.prefetch_schemas(topic, partition, batch)
+            if self.sink.fetches_schemas(topic, partition):
+                stalled += await self.sink.prefetch_schemas(topic, partition, batch)
             while True:
                 try:
                     outcome = self.sink.append(topic, partition, batch, ticket, urgent=urgent)
@@ -279,17 +286,9 @@ class ProduceHandler:
         assert first is not None
         return first, held
 
-    async def _settle(
-        self, answers: list[_Answer], acks: int, ticket: Ticket, deadline: float
-    ) -> None:
-        """Wait as long as `acks` asks: all (-1) until the records are durable. One wait for
-        every partition of the request: they seal in one group."""
-        if acks != -1:
-            return
-        ticket.arm()
-        if not ticket.future.done():
-            # Not wait_for: a timeout leaves the future alone, for the partitions to count off.
-            await asyncio.wait({ticket.future}, timeout=max(deadline - time.monotonic(), 0.001))
+    def _settle(self, answers: list[_Answer]) -> None:
+        """acks=all, once the request's ticket resolved: the partitions whose records are not
+        durable (the timeout came first, or the partition went away) are answered so."""
         for answer in answers:
             outcome = answer.outcome
             if outcome.error is not ErrorCode.none:
@@ -320,16 +319,14 @@ class ProduceHandler:
 
 
 class Accepted(NamedTuple):
-    respond: Callable[[], Awaitable[dict[str, Any]]]
+    """A request taken: its response body (`respond`) once `ready` resolved (None: at once).
+    A callback on `ready`, not a task per request that awaits it: a task and its coroutines
+    cost the listener a few percent of its time per request (docs/benchmarks.md)."""
+
+    respond: Callable[[], dict[str, Any]]
+    ready: asyncio.Future[None] | None
     throttle_ms: int
     refused: list[ErrorCode]  # one per partition refused on arrival
-
-
-def _answered(answers: list[_Answer]) -> Callable[[], Awaitable[dict[str, Any]]]:
-    async def respond() -> dict[str, Any]:
-        return _response(answers, 0)
-
-    return respond
 
 
 def _response(answers: list[_Answer], throttle_ms: int) -> dict[str, Any]:

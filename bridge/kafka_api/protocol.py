@@ -3,30 +3,25 @@ responses as kio's generated entities (one dataclass per API version, from Kafka
 message schemas), so no field layout is written by hand here.
 
 Handlers build responses as plain dicts; `encode_response` fits them to the version asked
-for, leaving out fields that version does not have and filling the rest with their
-protocol defaults. One handler thereby answers every version of its API.
+for (bridge.kafka_api.encoding), leaving out fields that version does not have and filling
+the rest with their protocol defaults. One handler thereby answers every version of its API.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import io
 import struct
-import types
-import typing
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import SerialError
-from kio.static.primitive import i32
 
+from bridge.kafka_api import encoding
 from bridge.kafka_api.bounds import check_header, check_request
 
 # api key -> (name, lowest, highest version answered). The ranges are what current
@@ -119,12 +114,12 @@ def encode_response(
     api_key: int, api_version: int, correlation_id: int, body: dict[str, Any]
 ) -> bytes:
     """The size-prefixed response frame of this API version carrying `body`."""
-    response_type: Any = load_response_schema(api_key, api_version)
+    response_type = _response_type(api_key, api_version)
     header_type: Any = response_type.__header_schema__
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
-    _writer(header_type)(out, header_type(correlation_id=i32(correlation_id)))
-    _writer(response_type)(out, build(response_type, body))
+    encoding.write(header_type, out, {"correlation_id": correlation_id})
+    encoding.write(response_type, out, body)
     frame = out.getbuffer()
     struct.pack_into(">i", frame, 0, len(frame) - 4)
     return bytes(frame)
@@ -158,91 +153,9 @@ def api_versions() -> list[dict[str, int]]:
     ]
 
 
-# --- fitting plain dicts to a version's entity ------------------------------------------------
-
-
-def build(entity_type: Any, values: dict[str, Any]) -> Any:
-    """An instance of `entity_type` from `values`: keys the type lacks are dropped, fields
-    not given take their default (or the zero of their type)."""
-    kwargs: dict[str, Any] = {}
-    for name, convert, annotation in _plan(entity_type):
-        if name in values:
-            kwargs[name] = convert(values[name])
-        elif annotation is not _DEFAULT:
-            kwargs[name] = _zero(annotation)
-    return entity_type(**kwargs)
-
-
-_DEFAULT = object()  # in place of the annotation: the field has a default of its own
-
-
 @cache
-def _plan(entity_type: Any) -> tuple[tuple[str, Callable[[Any], Any], Any], ...]:
-    """Per field: its name, how a plain value becomes its type, and its annotation when it
-    has no default (its zero stands in when no value is given). Worked out from the type
-    hints once per entity type: every response of an API version is built the same way."""
-    hints = typing.get_type_hints(entity_type)
-    plan = []
-    for field in dataclasses.fields(entity_type):
-        if field.name.startswith("__"):
-            continue
-        annotation = hints[field.name]
-        has_default = not (
-            field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-        )
-        plan.append((field.name, _converter(annotation), _DEFAULT if has_default else annotation))
-    return tuple(plan)
-
-
-@cache
-def _converter(annotation: Any) -> Callable[[Any], Any]:
-    """None stays None at every level; tuples, unions, nested entities and durations in ms
-    are followed through."""
-    origin = typing.get_origin(annotation)
-    if origin is tuple:
-        inner = _converter(typing.get_args(annotation)[0])
-        return lambda value: None if value is None else tuple(inner(item) for item in value)
-    if origin in (typing.Union, types.UnionType):
-        return _converter(next(a for a in typing.get_args(annotation) if a is not type(None)))
-    if dataclasses.is_dataclass(annotation):
-        entity = typing.cast(type[Any], annotation)
-        return lambda value: build(entity, value) if isinstance(value, dict) else value
-    if _is_timedelta(annotation):
-        return lambda value: (
-            datetime.timedelta(milliseconds=value) if isinstance(value, int | float) else value
-        )
-    return _same
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _zero(annotation: Any) -> Any:
-    origin = typing.get_origin(annotation)
-    if origin is tuple:
-        return ()
-    if origin in (typing.Union, types.UnionType):
-        return None
-    if annotation is ErrorCode:
-        return ErrorCode.none
-    if _is_timedelta(annotation):
-        return datetime.timedelta(0)
-    if annotation is uuid.UUID:
-        return uuid.UUID(int=0)
-    if annotation is bool:
-        return False
-    if isinstance(annotation, type) and issubclass(annotation, str):
-        return ""
-    if isinstance(annotation, type) and issubclass(annotation, bytes):
-        return b""
-    if isinstance(annotation, type) and issubclass(annotation, int | float):
-        return 0
-    raise TypeError(f"no zero value for {annotation!r}")
-
-
-def _is_timedelta(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, datetime.timedelta)
+def _response_type(api_key: int, api_version: int) -> Any:
+    return load_response_schema(api_key, api_version)
 
 
 @cache
@@ -253,8 +166,3 @@ def _request_type(api_key: int, api_version: int) -> Any:
 @cache
 def _reader(entity_type: type[Any]) -> Any:
     return entity_reader(entity_type)
-
-
-@cache
-def _writer(entity_type: type[Any]) -> Any:
-    return entity_writer(entity_type)

@@ -319,10 +319,19 @@ class KafkaApiServer:
                 done.set_result(None)
                 return done
 
-            async def produced() -> bytes | None:
-                return self._encode(request, await accepted.respond())
+            def produced(_: object = None) -> None:
+                if done.done():  # cancelled: the connection's sender stopped
+                    return
+                try:
+                    done.set_result(self._encode(request, accepted.respond()))
+                except Exception as exc:  # the sender logs it and closes the connection
+                    done.set_exception(exc)
 
-            return asyncio.ensure_future(produced())
+            if accepted.ready is None or accepted.ready.done():
+                produced()
+            else:
+                accepted.ready.add_done_callback(produced)
+            return done
         if request.api_key in (protocol.METADATA, protocol.CREATE_TOPICS):
             # They may create topics, whose partitions open off the event loop.
 

@@ -159,6 +159,12 @@ class ProduceSink:
 
     # --- appends ------------------------------------------------------------------------------
 
+    def fetches_schemas(self, topic: str, partition: int) -> bool:
+        """Whether the partition's records name schemas of a registry (`prefetch_schemas`);
+        asked first, so that the other topics' batches do not each make a coroutine."""
+        state = self.partitions.get((topic, partition))
+        return state is not None and isinstance(state.decoder, SchemaDecoder)
+
     async def prefetch_schemas(
         self, topic: str, partition: int, batch: ProducedBatch
     ) -> list[asyncio.Future[None]]:

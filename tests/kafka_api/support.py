@@ -17,7 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from bridge.config import Config, parse_config
-from bridge.kafka_api.protocol import build
+from bridge.kafka_api.encoding import build
 from bridge.kafka_api.server import KafkaApiServer
 from bridge.store import open_store
 from plateau_core import Store

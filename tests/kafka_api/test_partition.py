@@ -93,3 +93,24 @@ def test_a_request_is_not_answered_before_its_last_partition_is_handed_out() -> 
         return seen
 
     assert asyncio.run(main()) == [False, False, True]
+
+
+def test_a_request_stops_waiting_at_its_timeout_and_its_partitions_still_count_off() -> None:
+    async def main() -> list[object]:
+        loop = asyncio.get_running_loop()
+        state = _partition()
+        late, early = Ticket(loop), Ticket(loop)
+        state.durable(9, late)
+        state.durable(8, early)
+        late.arm(0.05)
+        early.arm(30.0)
+        seen: list[object] = [late.future.done(), early.future.done()]
+        state.reached(8)  # the early one's offsets: answered now, its timer let go
+        seen.append((late.future.done(), early.future.done(), early._timer.cancelled()))  # type: ignore[union-attr]
+        await asyncio.wait_for(late.future, 5)
+        seen.append((late.future.done(), state.is_durable(9), late.remaining))
+        state.reached(9)  # counted off after the answer went: nothing more happens
+        seen.append(late.remaining)
+        return seen
+
+    assert asyncio.run(main()) == [False, False, (False, True, True), (True, False, 1), 0]
