@@ -235,7 +235,9 @@ class ProduceSink:
         else:
             records = envelope_of([placed])
             try:
-                decoded = decoder.decode(records)
+                # What a decoder logs of the records (a json integer rounded) names them.
+                with structlog.contextvars.bound_contextvars(topic=topic, partition=partition):
+                    decoded = decoder.decode(records)
             except RegistryUnavailableError as exc:
                 # Retriable, and nothing was taken: the producer sends the batch again, as a
                 # consumed partition waits, instead of its records being skipped.

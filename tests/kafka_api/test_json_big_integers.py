@@ -1,5 +1,6 @@
 """A json topic produced to plateau: integers beyond int64 land exact as decimal(38, 0), in a
-later request and after a restart, as on the consume path (one decoder)."""
+later request and after a restart, as on the consume path (one decoder); one beyond 38 digits
+is logged with the topic, partition, offset and field."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import structlog
 from kio.schema.errors import ErrorCode
+from structlog.testing import capture_logs
 
 from tests.kafka_api.support import RawClient, api_config, listening, record_batch, stored
 from tests.kafka_api.test_protocol import produce
@@ -46,3 +49,19 @@ def test_produced_integers_beyond_int64_land_exact(tmp_path: Path) -> None:
         2: float(2**63),
         3: 0.5,
     }
+
+
+def test_a_produced_integer_beyond_38_digits_is_logged_with_its_partition(tmp_path: Path) -> None:
+    topics = [{"name": "j", "partitions": 2, "format": "json", "on_error": "skip"}]
+    config = api_config(tmp_path / "store", topics, durability="segment")
+    contextual = [structlog.contextvars.merge_contextvars]
+    with capture_logs(processors=contextual) as logged, listening(config) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        batch = record_batch([b'{"n": 0, "huge": 1}', b'{"n": 1, "huge": ' + b"9" * 40 + b"}"])
+        assert produce(client, "j", batch, partition=1).error_code == ErrorCode.none
+        client.close()
+    rounded = [e for e in logged if e["event"] == "json_integer_rounded"]
+    assert [(e["topic"], e["partition"], e["offset"], e["field"]) for e in rounded] == [
+        ("j", 1, 1, "huge")
+    ]
+    assert stored(tmp_path / "store", "j").schema.field("huge").type == pa.float64()
