@@ -34,7 +34,7 @@ from bridge.ops.monitor import Monitor
 from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
 from bridge.store import open_store, retention_for
 from plateau_core import Store
-from plateau_core.journal import JOURNAL_DIR, SUFFIX
+from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
 from plateau_core.verify import verify_at_start
 
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import pyarrow as pa
 import structlog
 
 from plateau_core.errors import JournalFailedError
@@ -46,8 +45,15 @@ from plateau_core.journal_codec import (
     encode_group,
     encode_schema,
     groups_in_order,
-    last_group,
-    read_file,
+)
+from plateau_core.journal_files import (
+    SUFFIX,
+    journal_name,
+    last_seq,
+    numbered,
+    read_path,
+    sync_dir,
+    write_all,
 )
 from plateau_core.names import fsync_path
 from plateau_core.partition_lock import PartitionLock
@@ -56,15 +62,8 @@ from plateau_core.slog import Append, Prepared
 
 log = structlog.get_logger(__name__)
 
-JOURNAL_DIR = "journal"
-SUFFIX = ".journal"
 FILE_BYTES = JOURNAL_FILE_BYTES  # a new file once the current one holds this much
-_IOV_MAX = 512  # chunks per writev, under the kernel's limit of 1024
 _RETRY_S = (0.05, 0.2, 1.0, 5.0)
-
-
-def journal_name(first_seq: int) -> str:
-    return f"{first_seq:020d}{SUFFIX}"
 
 
 class Journal:
@@ -107,8 +106,8 @@ class Journal:
         self.bytes_written = 0
         old = sorted(p for p in directory.iterdir() if p.name.endswith(SUFFIX))
         self._recovered_files = old
-        named = [int(p.name.removesuffix(SUFFIX)) for p in old if _numbered(p)]
-        self.next_seq = max([_last_seq(old), *(n - 1 for n in named), -1]) + 1
+        named = [int(p.name.removesuffix(SUFFIX)) for p in old if numbered(p)]
+        self.next_seq = max([last_seq(old), *(n - 1 for n in named), -1]) + 1
         self.durable_seq = self.next_seq - 1
         self._thread = threading.Thread(target=self._run, name="journal", daemon=True)
         self._thread.start()
@@ -122,7 +121,7 @@ class Journal:
 
     def _read_recovered(self) -> Iterator[tuple[str, FileRead]]:
         for path in self._recovered_files:
-            read = _read(path)
+            read = read_path(path)
             if read.torn_at is not None:
                 log.warning(
                     "journal_tail_discarded",
@@ -138,7 +137,7 @@ class Journal:
         for path in self._recovered_files:
             path.unlink(missing_ok=True)
         self._recovered_files = []
-        _sync_dir(self.directory, self.fsync)
+        sync_dir(self.directory, self.fsync)
 
     # --- appends ------------------------------------------------------------------------------
 
@@ -174,7 +173,7 @@ class Journal:
         if doomed:
             # Otherwise, after a power loss, an older file could come back while a newer
             # one's deletion stuck, and the start would find a gap in the groups.
-            _sync_dir(self.directory, self.fsync)
+            sync_dir(self.directory, self.fsync)
 
     def cut(self, max_bytes: int) -> int | None:
         """The group number below which every group must be sealed for the files on disk to
@@ -224,7 +223,7 @@ class Journal:
             for file in self._files:
                 file.path.unlink(missing_ok=True)
             self._files = []
-            _sync_dir(self.directory, self.fsync)
+            sync_dir(self.directory, self.fsync)
         self._lock.release()
 
     # --- the journal thread ---------------------------------------------------------------
@@ -316,7 +315,7 @@ class Journal:
                 os.truncate(acked[0], acked[1])
                 if self.fsync:
                     fsync_path(acked[0])
-            _sync_dir(self.directory, self.fsync)
+            sync_dir(self.directory, self.fsync)
         except OSError as exc:
             log.error(
                 "journal_failed_groups_kept",
@@ -345,7 +344,7 @@ class Journal:
         if not chunks:
             return
         assert self._fd is not None
-        _write_all(self._fd, chunks)
+        write_all(self._fd, chunks)
         if self.fsync:
             os.fdatasync(self._fd)
         with self._cond:
@@ -356,10 +355,10 @@ class Journal:
         path = self.directory / journal_name(first_seq)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            _write_all(fd, [MAGIC])
+            write_all(fd, [MAGIC])
             if self.fsync:
                 os.fsync(fd)
-            _sync_dir(self.directory, self.fsync)
+            sync_dir(self.directory, self.fsync)
         except BaseException:
             os.close(fd)
             raise
@@ -418,46 +417,3 @@ def _ignore(_seq: int) -> None:
 
 def _ignore_failure(_failure: JournalFailedError) -> None:
     """No one to tell; `failure` says it all the same."""
-
-
-def _numbered(path: Path) -> bool:
-    stem = path.name.removesuffix(SUFFIX)
-    return len(stem) == 20 and stem.isdigit()
-
-
-def _last_seq(paths: Sequence[Path]) -> int:
-    """The number of the last whole group in these files (-1: none), without decoding any."""
-    for path in reversed(paths):
-        found = last_group(pa.py_buffer(path.read_bytes()))
-        if found is not None:
-            return found
-    return -1
-
-
-def _read(path: Path) -> FileRead:
-    # Read whole (a file is at most a few FILE_BYTES): the batches replayed from it point
-    # into this buffer, which must outlive any file handle.
-    return read_file(pa.py_buffer(path.read_bytes()), path.name)
-
-
-def _write_all(fd: int, chunks: Sequence[Chunk]) -> None:
-    """writev until every chunk is written (a write may take only part of them)."""
-    left: list[Chunk] = [c for c in chunks if len(c)]
-    while left:
-        part = left[:_IOV_MAX]
-        written = os.writev(fd, part)
-        done = 0
-        for chunk in part:
-            if written < len(chunk):
-                break
-            written -= len(chunk)
-            done += 1
-        left = left[done:]
-        if written:
-            # Part of a chunk went out: the rest of it goes next.
-            left[0] = memoryview(left[0])[written:]
-
-
-def _sync_dir(directory: Path, fsync: bool) -> None:
-    if fsync:
-        fsync_path(directory)

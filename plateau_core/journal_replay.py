@@ -14,8 +14,9 @@ from pathlib import Path
 import structlog
 
 from plateau_core.errors import BackpressureError
-from plateau_core.journal import SUFFIX, Journal
+from plateau_core.journal import Journal
 from plateau_core.journal_codec import JournalCorruptError
+from plateau_core.journal_files import SUFFIX
 from plateau_core.lazy import span
 from plateau_core.listener import TopicPartition
 from plateau_core.slog import Append

@@ -206,7 +206,8 @@ class Store:
             A Writer owning no partition yet: `acquire` the partitions it writes, and
             `close` it when done.
         """
-        from plateau_core.journal import JOURNAL_DIR, Journal  # noqa: PLC0415
+        from plateau_core.journal import Journal  # noqa: PLC0415
+        from plateau_core.journal_files import JOURNAL_DIR  # noqa: PLC0415
         from plateau_core.journaled_writer import JournaledWriter  # noqa: PLC0415
         from plateau_core.writer import Writer  # noqa: PLC0415
 

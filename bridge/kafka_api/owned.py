@@ -20,7 +20,7 @@ from plateau_core.errors import (
     ManifestUnusableError,
     PartitionLockedError,
 )
-from plateau_core.journal import JOURNAL_DIR
+from plateau_core.journal_files import JOURNAL_DIR
 from plateau_core.journal_replay import replay, replay_left
 from plateau_core.policies import RollPolicy
 from plateau_core.schema_merge import merged_schema

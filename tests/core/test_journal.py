@@ -22,8 +22,9 @@ from structlog.testing import capture_logs
 
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
 from plateau_core.errors import BackpressureError, FlushTimeoutError
-from plateau_core.journal import JOURNAL_DIR, SUFFIX, Journal, _write_all
+from plateau_core.journal import Journal
 from plateau_core.journal_codec import FRAME, MAGIC, JournalCorruptError
+from plateau_core.journal_files import JOURNAL_DIR, SUFFIX, write_all
 from plateau_core.journal_replay import replay
 from plateau_core.listener import NoListener
 from plateau_core.producers import ProducerBatch
@@ -496,7 +497,7 @@ def test_a_write_that_takes_part_of_the_chunks_goes_on_with_the_rest(
     chunks = [b"abc", b"", pa.py_buffer(b"defghijk"), memoryview(b"lmnopqrstuvwxyz")[2:]]
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        _write_all(fd, chunks)
+        write_all(fd, chunks)
     finally:
         os.close(fd)
     assert path.read_bytes() == b"abcdefghijknopqrstuvwxyz"

@@ -18,7 +18,8 @@ from structlog.testing import capture_logs
 import plateau_core.journal as journal_module
 from plateau_core import Append, RollPolicy, Store, WriterPolicy
 from plateau_core.errors import JournalFailedError
-from plateau_core.journal import JOURNAL_DIR, Journal
+from plateau_core.journal import Journal
+from plateau_core.journal_files import JOURNAL_DIR
 from plateau_core.journal_replay import replay
 from plateau_core.listener import NoListener
 from tests.core.test_journal import files, group, prepared, write
@@ -37,14 +38,14 @@ def fail_at(step: str, journal: Journal, monkeypatch: pytest.MonkeyPatch) -> Non
 
         monkeypatch.setattr(journal_module, "encode_group", encode)
     elif step == "write":
-        real_write = journal_module._write_all
+        real_write = journal_module.write_all
 
         def write_all(fd: int, chunks: Sequence[Any]) -> None:
             real_write(fd, chunks)
             if len(chunks) > 1:  # a round's groups, not a new file's magic
                 raise ValueError("fault after the write")
 
-        monkeypatch.setattr(journal_module, "_write_all", write_all)
+        monkeypatch.setattr(journal_module, "write_all", write_all)
     else:
         real_flush = journal._flush
 

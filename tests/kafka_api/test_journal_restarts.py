@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from bridge.config import parse_config
 from bridge.serve import serve
 from plateau_core import Store
-from plateau_core.journal import JOURNAL_DIR, SUFFIX
+from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
 from tests.bridge_support import free_port, serve_process
 from tests.reliability.test_produce_crashes import wait_listening
 

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from plateau_core.journal import JOURNAL_DIR, SUFFIX
 from plateau_core.journal_codec import read_file
+from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
 from plateau_core.lazy import materialize
 from tests.kafka_api.support import api_config, listening, stored
 

@@ -76,6 +76,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.admission": 4,
     # the journal: append groups synced before they are sealed
     "plateau_core.journal_codec": 4,
+    "plateau_core.journal_files": 4,
     "plateau_core.journal": 4,
     # reading, checking and retiring segments
     "plateau_core.verify": 4,
