@@ -1,5 +1,6 @@
 """Fuzz target for the Kafka API's parsers: request frames (kio's entities), record batches
-(aiokafka's reader) and the journal's files, read back after a crash. Each may only answer
+(aiokafka's reader on arrival, the compiled row builder at the seal) and the journal's
+files, read back after a crash. Each may only answer
 with its own error types (the listener turns the first two into a closed connection or
 CORRUPT_MESSAGE; the journal's stop the start with a message); any other exception is a bug.
 
@@ -13,21 +14,34 @@ longer, coverage-guided run:
 from __future__ import annotations
 
 import contextlib
+import struct
 import sys
+from collections.abc import Sequence
 
 import crc32c
 import pyarrow as pa
+from aiokafka.record.default_records import DefaultRecordBatch
 
 import bridge.kafka_api.lazy_records  # noqa: F401 - registers the loader of produced batches
+from bridge.ingest.records import ENVELOPE
 from bridge.kafka_api.batches import (
     CorruptBatchError,
+    Placed,
     UnsupportedFormatError,
+    envelope_of,
     read_batch,
     split_batches,
 )
 from bridge.kafka_api.protocol import ProtocolError, parse_request
+from bridge.kafka_api.record_rows import Placement, record_columns
 from plateau_core.journal_codec import FRAME, MAGIC, JournalCorruptError, last_group, read_file
 from plateau_core.lazy import UnknownLazyKindError
+from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+
+_LOG_APPEND_TIME = 0x08
+# base offset .. record count: a batch header before a records region (no CRC: neither
+# reader checks it)
+_BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 
 
 def check_frame(frame: bytes) -> None:
@@ -36,13 +50,80 @@ def check_frame(frame: bytes) -> None:
 
 
 def check_batches(data: bytes) -> None:
-    """A batch read on arrival is read again at its seal: that must never fail."""
+    """A batch read on arrival is read again at its seal: that must never fail, and builds
+    the rows aiokafka's reader reads."""
     try:
         batches = [read_batch(part) for part in split_batches(data)]
     except (CorruptBatchError, UnsupportedFormatError):
         return
-    for batch in batches:
-        assert len(batch.records().values) == batch.count
+    # Every other batch as a LogAppendTime topic's (all its records at that time)
+    placed = [Placed(batch, 10 * i, i % 2 * 11 - 1, 7) for i, batch in enumerate(batches)]
+    built = envelope_of(placed)
+    oracle = [Placement(p.batch.data, p.base_offset, p.log_append_ms, p.now_ms) for p in placed]
+    assert built.equals(aiokafka_envelope(oracle, sum(batch.count for batch in batches)))
+
+
+def check_record_rows(data: bytes) -> None:
+    """Arbitrary bytes as a batch's records (its header's count and timestamp type from the
+    first byte): the compiled builder raises ValueError exactly when aiokafka's reader does
+    not read them, and builds what it reads otherwise."""
+    if not data:
+        return
+    count, log_append = data[0] % 16, bool(data[0] & 0x10)
+    attributes = _LOG_APPEND_TIME if log_append else 0
+    region = data[1:]
+    head = _BATCH_HEAD.pack(
+        0, 49 + len(region), -1, 2, 0, attributes, count - 1, 5, 9, -1, -1, -1, count
+    )
+    batch = head + region
+    try:
+        built: pa.RecordBatch | None = pa.RecordBatch.from_arrays(
+            list(record_columns([Placement(batch, 3, -1, 7)])), schema=ENVELOPE
+        )
+    except ValueError:
+        built = None
+    try:
+        read: pa.RecordBatch | None = aiokafka_envelope([Placement(batch, 3, -1, 7)], count)
+    except Exception:  # the reader's own errors: what a produce request is refused with
+        read = None
+    if read is None or built is None:
+        assert read is built, f"aiokafka read {read}, the build gave {built}"
+    else:
+        assert built.equals(read)
+
+
+def aiokafka_envelope(batches: Sequence[Placement], count: int) -> pa.RecordBatch:
+    """The envelope of batches as aiokafka's reader reads them, built from Python objects as
+    plateau built it before its rows were built by compiled code: the oracle the compiled
+    build is checked against. `count`: the records the batches hold in all."""
+    offsets: list[int] = []
+    stamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    headers: list[list[dict[str, object]] | None] = []
+    for place in batches:
+        for i, record in enumerate(DefaultRecordBatch(place.data)):
+            offsets.append(place.base_offset + i)
+            if place.log_append_ms >= 0:
+                stamps.append(place.log_append_ms)
+            else:
+                stamps.append(place.now_ms if record.timestamp == -1 else record.timestamp)
+            keys.append(record.key)
+            values.append(record.value)
+            pairs = [{"key": k, "value": v} for k, v in record.headers]
+            headers.append(pairs or None)
+    if len(offsets) != count:
+        raise ValueError("the batches hold another number of records than they say")
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(offsets, pa.int64()),
+            pa.array(stamps, TIMESTAMP_TYPE),
+            pa.array(keys, pa.binary()),
+            pa.array(headers, HEADERS_TYPE),
+            pa.array(values, pa.binary()),
+        ],
+        schema=ENVELOPE,
+    )
 
 
 def check_journal(data: bytes) -> None:
@@ -58,7 +139,7 @@ def check_journal_frame(body: bytes) -> None:
     check_journal(FRAME.pack(len(body), crc32c.crc32c(body)) + body)
 
 
-PARSERS = (check_frame, check_batches, check_journal, check_journal_frame)
+PARSERS = (check_frame, check_batches, check_journal, check_journal_frame, check_record_rows)
 
 
 def one_input(data: bytes) -> None:

@@ -2,7 +2,8 @@
 record module (its C reader undoes gzip, snappy, lz4 and zstd), CRC checked with crc32c.
 
 A batch becomes the envelope the decoders read (bridge.ingest.records), with the offsets
-plateau assigns.
+plateau assigns: its rows are built by compiled code (bridge.kafka_api.record_rows), not by
+aiokafka's reader, which makes a Python object of every key and value.
 """
 
 from __future__ import annotations
@@ -10,16 +11,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import NamedTuple
 
 import crc32c
-import numpy as np
 import pyarrow as pa
 from aiokafka.record.default_records import DefaultRecordBatch
 
 from bridge.ingest.records import envelope
-from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
+from bridge.kafka_api.record_rows import Placement, record_columns
 
 NO_PRODUCER = -1
 NO_TIMESTAMP = -1  # a record the producer left without a time
@@ -59,7 +58,7 @@ class ProducedBatch:
     `data` when they are needed (`records`), not kept from the check. A Python object per
     record, held from arrival to the seal, cost the listener more than the reading itself
     (fresh memory for every value, and more for the garbage collector to walk), and a raw
-    topic needs its records only when the seal builds its rows."""
+    topic needs its records only when the seal builds its rows (`envelope_of`)."""
 
     producer_id: int
     producer_epoch: int
@@ -79,7 +78,9 @@ class ProducedBatch:
         return (self.base_sequence + self.count - 1) % 2**31
 
     def records(self) -> Records:
-        """The batch's records, read again from its bytes (they read when it was checked)."""
+        """The batch's records as Python objects, read again from its bytes by aiokafka's
+        reader (they read when it was checked): what a registry's schema prefetch looks at.
+        Rows are built by `envelope_of`."""
         found = Records([], [], [], [])
         for record in DefaultRecordBatch(self.data):
             found.timestamps.append(record.timestamp)
@@ -88,17 +89,6 @@ class ProducedBatch:
             # Not the reader's empty list per record: one shared tuple.
             found.headers.append(record.headers or NO_HEADERS)
         return found
-
-
-def stamps(timestamps: list[int], count: int, log_append_ms: int, now_ms: int) -> list[int]:
-    """The records' timestamps as stored: `log_append_ms` for every one (LogAppendTime, when
-    not -1), else their own, with `now_ms` for any a producer left unset (-1; other times
-    before 1970 are kept, as Kafka keeps them)."""
-    if log_append_ms >= 0:
-        return [log_append_ms] * count
-    if timestamps and min(timestamps) < 0:
-        return [now_ms if s == NO_TIMESTAMP else s for s in timestamps]
-    return timestamps
 
 
 class Placed(NamedTuple):
@@ -113,25 +103,20 @@ class Placed(NamedTuple):
 
 def envelope_of(placed: Sequence[Placed]) -> pa.RecordBatch:
     """The envelope of several batches' records, in order, built with one array per column
-    (building an array costs mostly per call, not per record)."""
-    read = [p.batch.records() for p in placed]
+    by compiled code (bridge.kafka_api.record_rows). Timestamps as stored: the placing's
+    `log_append_ms` for every record (LogAppendTime, when not -1), else their own, with
+    `now_ms` for any a producer left unset (-1; other times before 1970 are kept, as Kafka
+    keeps them)."""
     count = sum(p.batch.count for p in placed)
-    offsets = np.concatenate(
-        [np.arange(p.base_offset, p.base_offset + p.batch.count, dtype=np.int64) for p in placed]
-    )
-    times = chain.from_iterable(
-        stamps(r.timestamps, p.batch.count, p.log_append_ms, p.now_ms)
-        for p, r in zip(placed, read, strict=True)
-    )
-    keys = list(chain.from_iterable(r.keys for r in read))
-    return envelope(
-        pa.array(offsets),
-        pa.array(list(times), TIMESTAMP_TYPE),
-        # Most producers send no keys and no headers.
-        pa.nulls(count, pa.binary()) if keys.count(None) == count else pa.array(keys, pa.binary()),
-        _headers(list(chain.from_iterable(r.headers for r in read))),
-        pa.array(list(chain.from_iterable(r.values for r in read)), pa.binary()),
-    )
+    try:
+        columns = record_columns(
+            [Placement(p.batch.data, p.base_offset, p.log_append_ms, p.now_ms) for p in placed]
+        )
+    except ValueError as exc:
+        raise CorruptBatchError(f"the records do not build: {exc}") from exc
+    if len(columns.offsets) != count:
+        raise CorruptBatchError(f"the batches hold {len(columns.offsets)} records, not {count}")
+    return envelope(*columns)
 
 
 def split_batches(data: bytes) -> list[bytes | memoryview]:
@@ -200,13 +185,4 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
         size=len(data),
         newest=max(stamps, default=NO_TIMESTAMP),
         data=data,
-    )
-
-
-def _headers(headers: list[Sequence[tuple[str, bytes | None]]]) -> pa.Array:
-    if not any(headers):
-        return pa.nulls(len(headers), HEADERS_TYPE)
-    return pa.array(
-        [[{"key": k, "value": v} for k, v in pairs] if pairs else None for pairs in headers],
-        HEADERS_TYPE,
     )

@@ -11,12 +11,14 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.records import Kept
-from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch, stamps
+from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_batch
 from bridge.kafka_api.lazy_records import KafkaRecords
 from plateau_core import lazy as plateau_lazy
 from plateau_core.schema import normalized
+from tests.kafka_api.raw_batches import Record, raw_batch
 
 NOW = 1_700_000_000_999
+FIRST = 1_700_000_000_000
 
 
 def produced(count: int, *, keys: bool, headers: bool, unset_times: bool) -> ProducedBatch:
@@ -110,5 +112,13 @@ def test_a_seal_builds_many_batches_in_pieces_with_the_same_rows(
 
 def test_only_unset_timestamps_take_the_arrival_time() -> None:
     # -1 is Kafka's "no timestamp"; other times before 1970 are kept, as Kafka keeps them.
-    assert stamps([-5, -1, 10], 3, -1, 99) == [-5, 99, 10]
-    assert stamps([-5, 10], 2, 7, 99) == [7, 7]  # LogAppendTime
+    records = [
+        Record(-5 - FIRST, None, b"a"),
+        Record(-1 - FIRST, None, b"b"),
+        Record(10, None, b"c"),
+    ]
+    batch = read_batch(raw_batch(records, first_timestamp=FIRST))
+    stamps = [s.value for s in envelope_of([Placed(batch, 0, -1, 99)]).column("timestamp")]
+    assert stamps == [-5, 99, FIRST + 10]
+    appended = envelope_of([Placed(batch, 0, 7, 99)]).column("timestamp")  # LogAppendTime
+    assert [s.value for s in appended] == [7, 7, 7]
