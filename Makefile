@@ -41,7 +41,8 @@ $(VENV)/.bench: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-$(VENV)/.installed: pyproject.toml
+# setup.py builds the C extension (bridge/kafka_api/_record_rows.c): a change to it installs again.
+$(VENV)/.installed: pyproject.toml setup.py bridge/kafka_api/_record_rows.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "plateau needs Python 3.11 or newer, found " + sys.version.split()[0])'
 	@command -v java >/dev/null || { echo "plateau's local Kafka broker needs Java 17+ (java not on PATH)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "plateau fetches the Kafka jars and builds its Spark connector with Maven (mvn not on PATH)"; exit 1; }
