@@ -282,8 +282,11 @@ def test_dockerfile_installs_plateau_and_runs_it(services: dict[str, dict[str, A
         for source in args.split()[:-1]
     }
     include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
-    needed = {Path("pyproject.toml"), Path(PYPROJECT["project"]["readme"])}
+    needed = {Path("pyproject.toml"), Path("setup.py"), Path(PYPROJECT["project"]["readme"])}
     assert needed | {Path(pattern.rstrip("*")) for pattern in include} <= copied
+    # setup.py compiles the C extension: the stage that installs needs a compiler, and the
+    # runtime (which takes the built virtualenv) does not.
+    assert re.search(r"\bgcc\b", " ".join(instructions(stages[0], "RUN")))
 
     entrypoint = json.loads(instructions(runtime, "ENTRYPOINT")[0])
     assert entrypoint == ["plateau"] and "plateau" in PYPROJECT["project"]["scripts"]
