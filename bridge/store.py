@@ -101,7 +101,7 @@ def consolidator_for(
         {},
         resolve=resolve,
         states=(SegmentState.REPLICATED,) if replicating else MERGEABLE,
-        compression=config.storage.compression,
+        compression=writer.codecs,
         guard=guard,
         observer=observe,
         min_free_disk_bytes=config.storage.min_free_disk or 0,

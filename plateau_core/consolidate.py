@@ -28,6 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 import structlog
 
+from plateau_core.adaptive_compression import AdaptiveCompression
 from plateau_core.background import BackgroundTask
 from plateau_core.errors import ManifestConflictError, PartitionLockedError
 from plateau_core.handle import StoreHandle
@@ -141,7 +142,7 @@ class Consolidator(BackgroundTask):
         *,
         indexes: Mapping[str, IndexPolicy] | None = None,
         resolve: Callable[[str], tuple[ConsolidatePolicy, IndexPolicy] | None] | None = None,
-        compression: Compression = "lz4",
+        compression: Compression | AdaptiveCompression = "lz4",
         fsync: bool = True,
         guard: Guard | None = None,
         states: Sequence[SegmentState] = MERGEABLE,
@@ -153,11 +154,17 @@ class Consolidator(BackgroundTask):
         """`topics` and `indexes` name policies outright; `resolve` answers for any other
         topic of the store (None: not consolidated). `observer` hears every pass (metrics).
         A run is merged only while the disk keeps `min_free_disk_bytes` free with the merged
-        file written (`disk_free`: free bytes now, the data folder's filesystem by default)."""
+        file written (`disk_free`: free bytes now, the data folder's filesystem by default).
+        `compression`: a codec, or the writer's choice per partition (`writer.codecs`), so
+        that a partition whose data does not compress is merged uncompressed too."""
         self.store = store
         self.topics = dict(topics)
         self.indexes = dict(indexes or {})
-        self.compression = compression
+        self.codecs = (
+            compression
+            if isinstance(compression, AdaptiveCompression)
+            else AdaptiveCompression(compression, adaptive=False)
+        )
         self.fsync = fsync
         self.states = tuple(states)
         self.failed_passes = 0
@@ -260,7 +267,7 @@ class Consolidator(BackgroundTask):
         path, stats = self._write(
             partition_dir(self.store.data_dir, topic, partition),
             table,
-            self.compression,
+            self.codecs.choose(topic, partition),
             fsync=self.fsync,
             index=self.indexes.get(topic, IndexPolicy()),
             name=name,

@@ -67,6 +67,9 @@ class WriterPolicy:
     memory_budget_bytes: int = 512 * MiB  # buffered + being written, all partitions together
     writer_threads: int = 4
     compression: Compression = "lz4"
+    # A partition whose data `compression` does not shrink by 5% is written uncompressed,
+    # and probed again now and then (plateau_core.adaptive_compression).
+    compression_adaptive: bool = True
     min_free_disk_bytes: int = 0
     fsync: bool = True
     retry_backoff_s: float = 0.5  # first retry after a failed seal; doubles up to 30 s

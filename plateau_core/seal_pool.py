@@ -22,6 +22,7 @@ from pathlib import Path
 
 import structlog
 
+from plateau_core.adaptive_compression import AdaptiveCompression
 from plateau_core.errors import FlushTimeoutError, PlateauError
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
@@ -50,6 +51,8 @@ class SealPool:
         self.policy = policy
         self.listener = listener
         self._write_segment = write  # tests inject failing or slow writers here
+        # Shared with the writer's consolidation (Consolidator(compression=writer.codecs)).
+        self.codecs = AdaptiveCompression(policy.compression, adaptive=policy.compression_adaptive)
         self._cond = threading.Condition()
         self._logs: dict[TopicPartition, SegmentLog] = {}
         self._sealing: set[TopicPartition] = set()  # partitions with a seal running
@@ -167,6 +170,7 @@ class SealPool:
                 self.policy,
                 self._write_segment,
                 self._committer,
+                codecs=self.codecs,
             )
         except Exception as exc:  # any failure keeps the data buffered for a retry
             self._failed(group, exc)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import structlog
 
+from plateau_core.adaptive_compression import AdaptiveCompression
 from plateau_core.errors import ManifestConflictError, SealError
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.lazy import materialize, span
@@ -50,6 +51,8 @@ def seal_group(
     policy: WriterPolicy,
     write: WriteSegment,
     committer: GroupCommitter,
+    *,
+    codecs: AdaptiveCompression,
 ) -> list[Sealed]:
     """Write every job's files, then record the whole group in one transaction.
 
@@ -57,13 +60,15 @@ def seal_group(
     once they took longer under load (the writes contend for the interpreter lock with the
     listener; measured in docs/benchmarks.md, the Kafka API).
 
+    `codecs` picks each partition's codec (compressed only where it pays).
+
     Raises whatever failed; the manifest then holds none of the group, and the files it
     wrote are gone unless the failure was a conflict (another writer's files may be there).
     """
     done: list[Written] = []
     try:
         for job in group:
-            done.append(_write_job(job, data_dir, policy, write))
+            done.append(_write_job(job, data_dir, policy, write, codecs))
         # A job's roll-up segments are recorded in the same transaction as its raw ones:
         # both land, or neither (exactly once, whatever replays).
         derived = [commit for written in done for commit in written.derived]
@@ -98,7 +103,13 @@ class Written(NamedTuple):
     derived_files: tuple[Path, ...]
 
 
-def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteSegment) -> Written:
+def _write_job(
+    job: SealJob,
+    data_dir: Path,
+    policy: WriterPolicy,
+    write: WriteSegment,
+    codecs: AdaptiveCompression,
+) -> Written:
     directory = partition_dir(data_dir, job.topic, job.partition)
     files: list[Path] = []
     segments: list[SegmentFile] = []
@@ -107,9 +118,8 @@ def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteS
     try:
         for run in job.runs():
             table = pa.Table.from_batches(materialize(run))
-            path, stats = write(
-                directory, table, policy.compression, fsync=policy.fsync, index=job.index
-            )
+            codec = codecs.choose(job.topic, job.partition)
+            path, stats = write(directory, table, codec, fsync=policy.fsync, index=job.index)
             files.append(path)
             relative = relative_segment_path(job.topic, job.partition, stats.start_offset)
             segments.append(SegmentFile(stats, relative, table.schema))
@@ -119,7 +129,7 @@ def _write_job(job: SealJob, data_dir: Path, policy: WriterPolicy, write: WriteS
                 path, stats = write(
                     partition_dir(data_dir, topic, job.partition),
                     rolled,
-                    policy.compression,
+                    codecs.choose(topic, job.partition),
                     fsync=policy.fsync,
                     index=IndexPolicy(),
                 )

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from pyarrow import ipc
 
 import plateau_core.crc as crcs
+from plateau_core.adaptive_compression import SegmentCodec
 from plateau_core.bloom import BLOOM_KEY, Bloom, build, footer_value, from_footer
 from plateau_core.checksums import BatchRange
 from plateau_core.column_stats import table_columns
@@ -45,7 +46,7 @@ def table_stats(table: pa.Table) -> tuple[int, int, int, int]:
 def write_segment(
     directory: Path,
     table: pa.Table,
-    compression: Compression = "lz4",
+    compression: Compression | SegmentCodec = "lz4",
     *,
     fsync: bool = True,
     index: IndexPolicy | None = None,
@@ -56,7 +57,8 @@ def write_segment(
     The file appears under its final name only when complete; a crash leaves at most a
     temp file that recovery removes. Writing the same segment again replaces it. The bloom
     filters `index` asks for go in the footer, beside the batch index. `name` replaces the
-    sealed segment's name (a consolidated segment's, plateau_core.names).
+    sealed segment's name (a consolidated segment's, plateau_core.names). A SegmentCodec
+    `compression` (plateau_core.adaptive_compression) hears what its codec saved.
     """
     if table.num_rows == 0:
         raise InvalidInputError("a segment needs at least one row")
@@ -67,8 +69,11 @@ def write_segment(
     make_dirs(directory, fsync=fsync)
     final = directory / (name or segment_name(start))
     temp = directory / f".{final.name}{TEMP_MARKER}{uuid.uuid4().hex[:12]}"
-    options = ipc.IpcWriteOptions(compression=None if compression == "none" else compression)
+    choice = compression if isinstance(compression, SegmentCodec) else SegmentCodec(compression)
+    codec = choice.codec
+    options = ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
     ranges: list[BatchRange] = []
+    raw = 0  # the batches' uncompressed IPC size, when the choice asks for it
     try:
         # OSFile is unbuffered, so tell() around each write is where that batch's message
         # lies in the file.
@@ -80,10 +85,11 @@ def write_segment(
                 for group in groups:
                     before = sink.tell()
                     # One regrouped copy at a time, dropped once written.
-                    writer.write_table(
-                        group.combine_chunks() if group.column(0).num_chunks > 1 else group
-                    )
+                    single = group.combine_chunks() if group.column(0).num_chunks > 1 else group
+                    writer.write_table(single)
                     ranges.append((before, sink.tell() - before))
+                    if choice.measures:
+                        raw += sum(ipc.get_record_batch_size(b) for b in single.to_batches())
             if fsync:
                 sink.flush()
         # Read back while the file is still in the page cache, before fsync makes it durable.
@@ -96,6 +102,8 @@ def write_segment(
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    written = sum(length for _, length in ranges)
+    choice.wrote(raw if choice.measures else written, written, start, end)
     stats = SegmentStats(
         start_offset=start,
         end_offset=end,

@@ -123,6 +123,14 @@ class StorageConfig(Strict):
     compression: Literal["lz4", "zstd", "none"] = Field(
         default="lz4", description="Arrow IPC compression of segment files."
     )
+    compression_adaptive: bool = Field(
+        default=True,
+        description="Write a partition's segments uncompressed while `compression` saves "
+        "less than 5% of its data (encrypted, random or producer-compressed values), where "
+        "the codec's CPU buys nothing; decided on samples of 1 MiB of compressed seals. An "
+        "uncompressed partition is compressed for a new sample after 32 MiB or 60 s, and "
+        "stays compressed if that saves 5%. false: always compress (docs/storage.md).",
+    )
     deletion_grace: Duration = Field(
         default=300.0,
         description="How long a segment retention removed (or consolidation replaced) stays "

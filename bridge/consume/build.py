@@ -44,6 +44,7 @@ def build_worker(
             memory_budget_bytes=storage.memory_budget,
             writer_threads=storage.writer_threads,
             compression=storage.compression,
+            compression_adaptive=storage.compression_adaptive,
             min_free_disk_bytes=storage.min_free_disk or 0,
         ),
         SealListener(sealed, wake, telemetry),

@@ -31,6 +31,7 @@ def worker_snapshot(
     now = time.monotonic()
     unsealed = writer.unsealed_since()
     stats = writer.stats()
+    compressed = writer.codecs.modes()
     rows = []
     # Seconds of pauses still running, on top of the paused_seconds counter.
     pausing: dict[str, float] = defaultdict(float)
@@ -55,6 +56,7 @@ def worker_snapshot(
                 "paused": state.paused_reason,
                 "unsealed_age_s": age,
                 "max_age_s": state.max_age_s,
+                "compressed": compressed.get((state.plateau_topic, partition)),
             }
         )
         if state.paused_reason is not None:

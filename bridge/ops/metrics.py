@@ -178,6 +178,12 @@ class ServeCollector(Collector):
                 "Age of the oldest record buffered and not yet sealed (0: none).",
                 labels=labels,
             ),
+            "compressed": GaugeMetricFamily(
+                "plateau_partition_compressed",
+                "1 while its segments are written compressed, 0 while its data does not "
+                "compress (storage.compression_adaptive); absent before its first seal.",
+                labels=labels,
+            ),
             "paused": GaugeMetricFamily(
                 "plateau_partition_paused",
                 "1 while the partition is paused (reason label), else absent.",
@@ -201,6 +207,8 @@ class ServeCollector(Collector):
                     families["watermark"].add_metric(key, watermark)
                 families["consumed"].add_metric(key, part["next_offset"])
                 families["unsealed"].add_metric(key, part.get("unsealed_age_s") or 0.0)
+                if part.get("compressed") is not None:
+                    families["compressed"].add_metric(key, 1 if part["compressed"] else 0)
                 if part.get("paused"):
                     reason = str(part["paused"])
                     families["paused"].add_metric([*key, reason], 1)

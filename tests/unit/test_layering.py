@@ -34,6 +34,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.segment_stats": 0,
     "plateau_core.producers": 0,
     "plateau_core.policies": 0,
+    "plateau_core.adaptive_compression": 0,
     "plateau_core.cache": 0,
     "plateau_core.listener": 0,
     "plateau_core.partition_lock": 0,
