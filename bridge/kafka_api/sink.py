@@ -77,6 +77,7 @@ class ProduceSink:
                 # (measured: docs/benchmarks.md, the Kafka API).
                 writer_threads=min(storage.writer_threads, 2),
                 compression=storage.compression,
+                compression_adaptive=storage.compression_adaptive,
                 min_free_disk_bytes=storage.min_free_disk or 0,
                 tick_s=0.02,
                 # One manifest transaction per cycle for every partition that is due: the

@@ -13,6 +13,7 @@ def partition_rows(sink: ProduceSink) -> list[dict[str, Any]]:
     """Each produced partition as the status file's partition rows: records accepted up to
     `end_offset`, sealed up to `watermark`; the difference is what is not yet durable."""
     unsealed = sink.writer.unsealed_since()
+    compressed = sink.writer.codecs.modes()
     now = time.monotonic()
     rows = []
     for key, state in sorted(sink.partitions.items()):
@@ -29,6 +30,7 @@ def partition_rows(sink: ProduceSink) -> list[dict[str, Any]]:
                 "unsealed_age_s": None if since is None else round(now - since, 3),
                 "max_age_s": state.max_age_s,
                 "acks_waiting": state.waiting(),
+                "compressed": compressed.get((state.topic, state.partition)),
             }
         )
     return rows

@@ -51,6 +51,7 @@ KNOWN_KEYS = [
     "memory_budget",
     "writer_threads",
     "compression",
+    "compression_adaptive",
     "deletion_grace",
     "retention_interval",
     "roll",
