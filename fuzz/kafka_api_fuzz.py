@@ -1,8 +1,10 @@
 """Fuzz target for the Kafka API's parsers: request frames (kio's entities), record batches
-(aiokafka's reader on arrival, the compiled row builder at the seal) and the journal's
+(the compiled reader's check on arrival, its row builder at the seal) and the journal's
 files, read back after a crash. Each may only answer
 with its own error types (the listener turns the first two into a closed connection or
 CORRUPT_MESSAGE; the journal's stop the start with a message); any other exception is a bug.
+aiokafka's reader is the oracle of the batches: the arrival check refuses what it refuses,
+with the same error, and accepts what it reads with the same count and newest timestamp.
 
 The test suite runs the same checks with hypothesis (tests/kafka_api/test_fuzz.py). For a
 longer, coverage-guided run:
@@ -16,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import crc32c
 import pyarrow as pa
@@ -25,8 +27,12 @@ from aiokafka.record.default_records import DefaultRecordBatch
 import bridge.kafka_api.lazy_records  # noqa: F401 - registers the loader of produced batches
 from bridge.ingest.records import ENVELOPE
 from bridge.kafka_api.batches import (
+    NO_PRODUCER,
+    NO_TIMESTAMP,
     CorruptBatchError,
+    InvalidBatchError,
     Placed,
+    ProducedBatch,
     UnsupportedFormatError,
     envelope_of,
     read_batch,
@@ -50,17 +56,39 @@ def check_frame(frame: bytes) -> None:
 
 
 def check_batches(data: bytes) -> None:
-    """A batch read on arrival is read again at its seal: that must never fail, and builds
-    the rows aiokafka's reader reads."""
+    """A batch is checked on arrival as aiokafka's reader checked it, and read again at its
+    seal: that must never fail, and builds the rows aiokafka's reader reads."""
     try:
-        batches = [read_batch(part) for part in split_batches(data)]
+        parts = split_batches(data)
     except (CorruptBatchError, UnsupportedFormatError):
+        return
+    batches: list[ProducedBatch] = []
+    for part in parts:
+        checked = outcome(read_batch, part)
+        oracle = outcome(aiokafka_read_batch, part)
+        if isinstance(checked, ProducedBatch) and isinstance(oracle, ProducedBatch):
+            assert checked == oracle, f"checked {checked}, aiokafka read {oracle}"
+            batches.append(checked)
+        else:
+            assert type(checked) is type(oracle), f"checked {checked!r}, aiokafka {oracle!r}"
+    if len(batches) < len(parts):
         return
     # Every other batch as a LogAppendTime topic's (all its records at that time)
     placed = [Placed(batch, 10 * i, i % 2 * 11 - 1, 7) for i, batch in enumerate(batches)]
     built = envelope_of(placed)
-    oracle = [Placement(p.batch.data, p.base_offset, p.log_append_ms, p.now_ms) for p in placed]
-    assert built.equals(aiokafka_envelope(oracle, sum(batch.count for batch in batches)))
+    places = [Placement(p.batch.data, p.base_offset, p.log_append_ms, p.now_ms) for p in placed]
+    assert built.equals(aiokafka_envelope(places, sum(batch.count for batch in batches)))
+
+
+def check_batch_with_crc(data: bytes) -> None:
+    """Arbitrary bytes as one v2 batch whose size, magic and CRC are right: what reaches the
+    record reader past the checks a fuzzer would seldom get through."""
+    if len(data) < 61:
+        return
+    batch = bytearray(data)
+    struct.pack_into(">ib", batch, 8, len(batch) - 12, 2)
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    check_batches(bytes(batch))
 
 
 def check_record_rows(data: bytes) -> None:
@@ -90,6 +118,46 @@ def check_record_rows(data: bytes) -> None:
         assert read is built, f"aiokafka read {read}, the build gave {built}"
     else:
         assert built.equals(read)
+
+
+def outcome(
+    read: Callable[[bytes | memoryview], ProducedBatch], data: bytes | memoryview
+) -> ProducedBatch | CorruptBatchError | InvalidBatchError:
+    try:
+        return read(data)
+    except (CorruptBatchError, InvalidBatchError) as exc:
+        return exc
+
+
+def aiokafka_read_batch(data: bytes | memoryview) -> ProducedBatch:
+    """The arrival check as it was with aiokafka's reader: its CRC, every record read, the
+    count and sequence rules, each refused with the same error type."""
+    if len(data) < 61:
+        raise CorruptBatchError("shorter than a header")
+    batch = DefaultRecordBatch(bytes(data))
+    if crc32c.crc32c(memoryview(data)[21:]) != batch.crc:
+        raise CorruptBatchError("crc")
+    if batch.is_control_batch:
+        raise CorruptBatchError("control batch")
+    try:
+        stamps = [record.timestamp for record in batch]
+    except Exception as exc:  # the reader's own errors: bad varints, codecs, sizes
+        raise CorruptBatchError(f"{type(exc).__name__}: {exc}") from exc
+    count = batch.last_offset_delta + 1
+    if count <= 0 or len(stamps) != count:
+        raise InvalidBatchError("count")
+    if batch.producer_id != NO_PRODUCER and batch.base_sequence < 0:
+        raise InvalidBatchError("sequence")
+    return ProducedBatch(
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        count=count,
+        transactional=batch.is_transactional,
+        size=len(data),
+        newest=max(stamps, default=NO_TIMESTAMP),
+        data=data,
+    )
 
 
 def aiokafka_envelope(batches: Sequence[Placement], count: int) -> pa.RecordBatch:
@@ -139,7 +207,14 @@ def check_journal_frame(body: bytes) -> None:
     check_journal(FRAME.pack(len(body), crc32c.crc32c(body)) + body)
 
 
-PARSERS = (check_frame, check_batches, check_journal, check_journal_frame, check_record_rows)
+PARSERS = (
+    check_frame,
+    check_batches,
+    check_journal,
+    check_journal_frame,
+    check_record_rows,
+    check_batch_with_crc,
+)
 
 
 def one_input(data: bytes) -> None:

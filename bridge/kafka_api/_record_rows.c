@@ -3,15 +3,17 @@
  * the batches' bytes without a Python object per record (bridge/kafka_api/record_rows.py
  * wraps them in arrays).
  *
- * A batch was CRC checked and read by aiokafka on arrival, and a journal replay reads it
- * again the same way, but this parser trusts none of that: every read is bounds checked
- * and anything that does not parse raises ValueError naming the batch, the record and the
- * field. Records are read as aiokafka reads them (its varints, any negative length a null,
- * the record's length checked, no bytes left over), so a batch it accepted builds here.
+ * The same walk checks a batch on arrival (check()): the batch comes from the network, so
+ * every read is bounds checked and anything that does not parse raises ValueError naming
+ * the record and the field (and the batch, for a seal's several). Records are read as
+ * aiokafka reads them (its varints, any negative length a null, the record's length
+ * checked, no bytes left over), so what it accepts is accepted here; aiokafka's own reader
+ * is not used on them because it reads varints and headers past the end of its buffer.
  *
- * Two passes over the records with the interpreter lock released: the first checks them
- * and adds up the sizes, the buffers are then allocated (by the caller's allocator, with
- * the lock held), the second fills them.
+ * A build makes two passes over the records with the interpreter lock released: the first
+ * checks them and adds up the sizes, the buffers are then allocated (by the caller's
+ * allocator, with the lock held), the second fills them. A check is the first pass alone,
+ * with the lock let go only for a batch long enough to be worth it (RELEASE_AT).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -28,6 +30,12 @@
 #define RECORD_COUNT_AT 57
 #define LOG_APPEND_TIME 0x08 /* the attributes' timestamp type bit */
 #define NO_TIMESTAMP (-1)
+#define UNNAMED (-1) /* a Reader's batch when only one is read (check()) */
+/* check() lets the interpreter lock go for batches of at least this many records (50-100 us
+ * of walking, at 12-26 ns a record). For a batch of a few dozen, handing the lock to a
+ * waiting thread and taking it back cost the listener 4-5 us of kernel time, ten times the
+ * walk (bench/listener_probe.py: 35 us more per request of eight batches). */
+#define RELEASE_AT 4096
 #define MAX_OFFSET INT32_MAX /* Arrow's binary and list offsets are 32-bit */
 #define MESSAGE 256
 #define DETAIL 160
@@ -49,6 +57,7 @@ typedef struct {
     int64_t records, headers;
     int64_t key_bytes, key_nulls, value_bytes, value_nulls;
     int64_t header_key_bytes, header_value_bytes, header_value_nulls, headerless;
+    int64_t newest; /* the latest timestamp the records carry, as aiokafka gives it */
 } Sizes;
 
 typedef struct {
@@ -74,8 +83,13 @@ static int fail(Reader *r, const char *format, ...) {
     va_start(args, format);
     vsnprintf(detail, sizeof detail, format, args);
     va_end(args);
-    snprintf(r->message, MESSAGE, "batch %zd, record %zd (byte %zd of its records): %s",
-             r->batch, r->record, r->pos, detail);
+    if (r->batch == UNNAMED) {
+        snprintf(r->message, MESSAGE, "record %zd (byte %zd of the records): %s", r->record,
+                 r->pos, detail);
+    } else {
+        snprintf(r->message, MESSAGE, "batch %zd, record %zd (byte %zd of its records): %s",
+                 r->batch, r->record, r->pos, detail);
+    }
     return -1;
 }
 
@@ -162,13 +176,14 @@ static int too_big(Reader *r, int64_t total, const char *what) {
 }
 
 /* One pass over every record of every batch: checks and counts when `out` is NULL, fills
- * the buffers when not. */
-static int walk(Batch *batches, Py_ssize_t n, Sizes *s, const Out *out, char *message) {
+ * the buffers when not. `named`: messages name the batch (a build's several). */
+static int walk(Batch *batches, Py_ssize_t n, int named, Sizes *s, const Out *out,
+                char *message) {
     int64_t row = 0, header = 0;
     int64_t keys = 0, values = 0, hkeys = 0, hvalues = 0;
     for (Py_ssize_t b = 0; b < n; b++) {
         Batch *batch = &batches[b];
-        Reader r = {batch->region.buf, batch->region.len, 0, b, 0, message};
+        Reader r = {batch->region.buf, batch->region.len, 0, named ? b : UNNAMED, 0, message};
         for (int64_t i = 0; i < batch->count; i++, row++) {
             int64_t length, attributes, delta, offset_delta, key_len, value_len, count;
             const uint8_t *key = NULL, *value = NULL;
@@ -215,6 +230,11 @@ static int walk(Batch *batches, Py_ssize_t n, Sizes *s, const Out *out, char *me
                 put_i32(out->value_offsets, row + 1, values);
                 if (count && out->list_valid) set_bit(out->list_valid, row);
             } else {
+                /* aiokafka's record.timestamp, which the arrival keeps the newest of */
+                int64_t stamp = batch->log_append_type
+                                    ? batch->max_timestamp
+                                    : (int64_t)((uint64_t)batch->first_timestamp + (uint64_t)delta);
+                if (stamp > s->newest) s->newest = stamp;
                 if (key_len >= 0) s->key_bytes += key_len; else s->key_nulls++;
                 if (value_len >= 0) s->value_bytes += value_len; else s->value_nulls++;
                 if (!count) s->headerless++;
@@ -399,7 +419,7 @@ static PyObject *build(PyObject *module, PyObject *args) {
     char message[MESSAGE] = "";
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = walk(batches, n, &s, NULL, message);
+    status = walk(batches, n, 1, &s, NULL, message);
     Py_END_ALLOW_THREADS
     if (status < 0) {
         PyErr_SetString(PyExc_ValueError, message);
@@ -441,7 +461,7 @@ static PyObject *build(PyObject *module, PyObject *args) {
     put_i32(out.hkey_offsets, 0, 0);
     put_i32(out.hvalue_offsets, 0, 0);
     Py_BEGIN_ALLOW_THREADS
-    status = walk(batches, n, &s, &out, message);
+    status = walk(batches, n, 1, &s, &out, message);
     Py_END_ALLOW_THREADS
     if (status < 0) { /* the first walk checked the same bytes: not reached */
         PyErr_SetString(PyExc_ValueError, message);
@@ -471,7 +491,61 @@ done:
     return result;
 }
 
+/* check(batch bytes, decompressed records or None) -> (records, newest timestamp): every
+ * record of one batch read and checked as a build reads it, nothing built. The record
+ * count is the header's; a negative one reads no records, as aiokafka reads none (the
+ * caller compares the count with the header's last offset delta). */
+static PyObject *check(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *data, *region;
+    if (!PyArg_ParseTuple(args, "OO:check", &data, &region)) return NULL;
+    Batch batch = {0};
+    if (PyObject_GetBuffer(data, &batch.data, PyBUF_SIMPLE) < 0) return NULL;
+    if (batch.data.len < BATCH_HEADER) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes, shorter than a batch header", batch.data.len);
+        PyBuffer_Release(&batch.data);
+        return NULL;
+    }
+    const uint8_t *head = batch.data.buf;
+    batch.count = be32(head + RECORD_COUNT_AT);
+    if (batch.count < 0) batch.count = 0;
+    batch.first_timestamp = be64(head + FIRST_TIMESTAMP_AT);
+    batch.max_timestamp = be64(head + MAX_TIMESTAMP_AT);
+    batch.log_append_type = (head[ATTRIBUTES_AT + 1] & LOG_APPEND_TIME) != 0;
+    batch.log_append_ms = NO_TIMESTAMP;
+    batch.now_ms = NO_TIMESTAMP;
+    if (region == Py_None) {
+        batch.region = batch.data;
+        batch.region.buf = (uint8_t *)batch.data.buf + BATCH_HEADER;
+        batch.region.len = batch.data.len - BATCH_HEADER;
+    } else {
+        if (PyObject_GetBuffer(region, &batch.region, PyBUF_SIMPLE) < 0) {
+            PyBuffer_Release(&batch.data);
+            return NULL;
+        }
+        batch.has_region = 1;
+    }
+    Sizes s = {0};
+    s.newest = INT64_MIN;
+    char message[MESSAGE] = "";
+    PyThreadState *released = batch.count >= RELEASE_AT ? PyEval_SaveThread() : NULL;
+    int status = walk(&batch, 1, 0, &s, NULL, message);
+    if (released) PyEval_RestoreThread(released);
+    close_batches(&batch, 1);
+    if (status < 0) {
+        PyErr_SetString(PyExc_ValueError, message);
+        return NULL;
+    }
+    return Py_BuildValue("LL", (long long)s.records,
+                         (long long)(s.records ? s.newest : NO_TIMESTAMP));
+}
+
 static PyMethodDef methods[] = {
+    {"check", check, METH_VARARGS,
+     "check(batch, records) -> (count, newest): one batch's records read and checked.\n\n"
+     "records: the batch's decompressed records, or None to read them from the batch.\n"
+     "newest: the latest record timestamp (-1 when there are no records). Raises ValueError\n"
+     "naming the record and field of anything that does not parse."},
     {"build", build, METH_VARARGS,
      "build(batches, allocate) -> dict: the Arrow buffers of the batches' rows.\n\n"
      "batches: (batch bytes, decompressed records or None, base offset, LogAppendTime ms\n"

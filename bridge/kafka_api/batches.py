@@ -1,9 +1,10 @@
-"""Record batches (Kafka's message format v2) of a produce request, read with aiokafka's
-record module (its C reader undoes gzip, snappy, lz4 and zstd), CRC checked with crc32c.
+"""Record batches (Kafka's message format v2) of a produce request: CRC checked with crc32c,
+their header read here and their records by plateau's own bounds-checked compiled reader
+(bridge.kafka_api.record_rows), which undoes gzip, snappy, lz4 and zstd with aiokafka's
+codec functions.
 
 A batch becomes the envelope the decoders read (bridge.ingest.records), with the offsets
-plateau assigns: its rows are built by compiled code (bridge.kafka_api.record_rows), not by
-aiokafka's reader, which makes a Python object of every key and value.
+plateau assigns: its rows are built by the same compiled code.
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ from typing import NamedTuple
 
 import crc32c
 import pyarrow as pa
-from aiokafka.record.default_records import DefaultRecordBatch
 
 from bridge.ingest.records import envelope
-from bridge.kafka_api.record_rows import Placement, record_columns
+from bridge.kafka_api.record_rows import Placement, check_records, record_columns
 
 NO_PRODUCER = -1
 NO_TIMESTAMP = -1  # a record the producer left without a time
-NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _HEAD = struct.Struct(">qiib")  # base offset, batch length, leader epoch, magic
 _LENGTH_END = 12  # batch_length counts the bytes after base offset and itself
 _MIN_BATCH = 61  # the v2 batch header; a batch holds at least this many bytes
 _CRC = struct.Struct(">I")
 _CRC_AT, _CRC_FROM = 17, 21  # where the CRC field is, where the bytes it covers start
+# attributes, last offset delta, first and max timestamp, producer id and epoch, base
+# sequence, record count: the header after the CRC
+_AFTER_CRC = struct.Struct(">hiqqqhii")
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
 
 
 class CorruptBatchError(ValueError):
@@ -44,12 +48,10 @@ class InvalidBatchError(ValueError):
 
 
 class Records(NamedTuple):
-    """The records of a batch, column by column."""
+    """The keys and values of a batch's records, in order."""
 
-    timestamps: list[int]
     keys: list[bytes | None]
     values: list[bytes | None]
-    headers: list[Sequence[tuple[str, bytes | None]]]
 
 
 @dataclass(frozen=True)
@@ -78,17 +80,14 @@ class ProducedBatch:
         return (self.base_sequence + self.count - 1) % 2**31
 
     def records(self) -> Records:
-        """The batch's records as Python objects, read again from its bytes by aiokafka's
-        reader (they read when it was checked): what a registry's schema prefetch looks at.
-        Rows are built by `envelope_of`."""
-        found = Records([], [], [], [])
-        for record in DefaultRecordBatch(self.data):
-            found.timestamps.append(record.timestamp)
-            found.keys.append(record.key)
-            found.values.append(record.value)
-            # Not the reader's empty list per record: one shared tuple.
-            found.headers.append(record.headers or NO_HEADERS)
-        return found
+        """The batch's keys and values as Python objects, read again from its bytes by the
+        compiled reader that checked it: what a registry's schema prefetch looks at. Rows
+        are built by `envelope_of`."""
+        try:
+            columns = record_columns([Placement(self.data, 0, -1, NO_TIMESTAMP)])
+        except ValueError as exc:
+            raise CorruptBatchError(f"the records do not read: {exc}") from exc
+        return Records(columns.keys.to_pylist(), columns.values.to_pylist())
 
 
 class Placed(NamedTuple):
@@ -144,7 +143,7 @@ def split_batches(data: bytes) -> list[bytes | memoryview]:
 
 
 def read_batch(data: bytes | memoryview) -> ProducedBatch:
-    """One v2 record batch, CRC checked and decompressed."""
+    """One v2 record batch, CRC checked, decompressed and every record read."""
     if len(data) < _MIN_BATCH:
         raise CorruptBatchError(f"a batch of {len(data)} bytes is shorter than its header")
     # The CRC-32C field covers the batch from its attributes on. Checked here with the
@@ -153,36 +152,41 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
     (expected,) = _CRC.unpack_from(data, _CRC_AT)
     if crc32c.crc32c(memoryview(data)[_CRC_FROM:]) != expected:
         raise CorruptBatchError("the batch's CRC does not match its contents")
+    (
+        attributes,
+        last_offset_delta,
+        _first_timestamp,
+        _max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        _record_count,
+    ) = _AFTER_CRC.unpack_from(data, _CRC_FROM)
+    if attributes & _CONTROL:
+        raise CorruptBatchError("control batches are a broker's own; producers send none")
+    # Every record is read (and let go) so that a batch that does not read is refused now,
+    # not found at its seal after it was acknowledged. Their newest timestamp is taken from
+    # the records, not from the header's max_timestamp, which a producer sets and need not
+    # get right. The compiled reader is bounds checked: the CRC is no authentication, and
+    # aiokafka's reader reads past the end of a crafted batch.
     try:
-        batch = DefaultRecordBatch(data)
-        if batch.is_control_batch:
-            raise CorruptBatchError("control batches are a broker's own; producers send none")
-        # Every record is read (and let go) so that a batch that does not read is refused
-        # now, not found at its seal after it was acknowledged. Their newest timestamp is
-        # taken from the records, not from the header's max_timestamp, which a producer
-        # sets and need not get right.
-        stamps = [record.timestamp for record in batch]
-        read = len(stamps)
-    except CorruptBatchError:
-        raise
-    except Exception as exc:  # the reader's own errors: bad varints, codecs, sizes
-        raise CorruptBatchError(f"the batch does not read: {type(exc).__name__}: {exc}") from exc
-    count = batch.last_offset_delta + 1
+        read, newest = check_records(data)
+    except ValueError as exc:
+        raise CorruptBatchError(f"the batch does not read: {exc}") from exc
+    count = last_offset_delta + 1
     if count <= 0:
         raise InvalidBatchError(f"the batch's last offset delta {count - 1} leaves no records")
     if read != count:
         raise InvalidBatchError(f"the batch holds {read} records; its header says {count}")
-    if batch.producer_id != NO_PRODUCER and batch.base_sequence < 0:
-        raise InvalidBatchError(
-            f"sequence {batch.base_sequence} in a batch of producer {batch.producer_id}"
-        )
+    if producer_id != NO_PRODUCER and base_sequence < 0:
+        raise InvalidBatchError(f"sequence {base_sequence} in a batch of producer {producer_id}")
     return ProducedBatch(
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
         count=count,
-        transactional=batch.is_transactional,
+        transactional=bool(attributes & _TRANSACTIONAL),
         size=len(data),
-        newest=max(stamps, default=NO_TIMESTAMP),
+        newest=newest,
         data=data,
     )

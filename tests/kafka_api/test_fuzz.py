@@ -14,12 +14,19 @@ from hypothesis import strategies as st
 from bridge.ingest.records import Kept
 from bridge.kafka_api.batches import Placed, read_batch, split_batches
 from bridge.kafka_api.lazy_records import KafkaRecords
-from fuzz.kafka_api_fuzz import check_batches, check_frame, check_journal, check_journal_frame
+from fuzz.kafka_api_fuzz import (
+    check_batch_with_crc,
+    check_batches,
+    check_frame,
+    check_journal,
+    check_journal_frame,
+)
 from plateau_core import Append
 from plateau_core.journal_codec import MAGIC, SchemaIds, encode_group, encode_schema, read_file
 from plateau_core.lazy import materialize
 from plateau_core.schema import normalized
 from plateau_core.slog import Prepared
+from tests.kafka_api.raw_batches import Record, raw_batch
 from tests.kafka_api.support import RawClient, produce_body, record_batch
 from tests.support import batch
 
@@ -72,6 +79,32 @@ def test_arbitrary_record_batches(data: bytes) -> None:
 )
 def test_damaged_record_batches(data: bytes) -> None:
     check_batches(data)
+
+
+def headed_batch(codec: int) -> bytes:
+    """Records with keys, null values and headers: every field the arrival check reads."""
+    return raw_batch(
+        [
+            Record(0, b"k", b"v" * 20, [("h", b"x"), ("g", None)]),
+            Record(-3, None, None),
+            Record(200, b"", b"w", [("\u00e9", b"")]),
+        ],
+        codec=codec,
+    )
+
+
+@FUZZ
+@given(st.integers(0, 4).flatmap(lambda codec: damaged(headed_batch(codec))))
+def test_damaged_record_batches_with_a_matching_crc(data: bytes) -> None:
+    """The arrival check past the CRC (the CRC is no authentication): what aiokafka's reader
+    refuses is refused with the same error, what it reads is accepted alike."""
+    check_batch_with_crc(data)
+
+
+@FUZZ
+@given(st.binary(min_size=61, max_size=300))
+def test_arbitrary_record_batches_with_a_matching_crc(data: bytes) -> None:
+    check_batch_with_crc(data)
 
 
 @FUZZ

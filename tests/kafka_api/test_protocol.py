@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from bridge.kafka_api.partition import Outcome, Pending
 from plateau_core import Append, Store
+from tests.kafka_api.raw_batches import batch_of, varint
 from tests.kafka_api.support import (
     RawClient,
     api_config,
@@ -229,6 +230,41 @@ def test_bad_batches_get_kafkas_answer_and_store_nothing(
         assert answer.error_message
         assert server.stats.records["events"] == 0
         # The connection carries on after a refused batch.
+        assert produce(client, "events", record_batch([b"ok"])).error_code == ErrorCode.none
+        client.close()
+    assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"ok"]
+
+
+def one_record(body: bytes, claimed: int | None = None) -> bytes:
+    """A batch of one record with this body after its length (`claimed`, when the length
+    says another size), CRC right: a crafted batch, not a damaged one."""
+    return batch_of(varint(len(body) if claimed is None else claimed) + body, 1)
+
+
+@pytest.mark.parametrize(
+    ("records", "named"),
+    [
+        # attributes, timestamp delta, offset delta, then a key length whose varint's
+        # continuation bit points past the end of the batch
+        (one_record(b"\x00\x02\x00\xd0", claimed=10), "the key length runs past the end"),
+        # a null key and value, then a header count no bytes are left for
+        (one_record(b"\x00\x00\x00\x01\x01" + varint(1000)), "1000 headers, with 0 bytes left"),
+        (one_record(b"\x00\x00\x00\x01\x01\x02" + varint(40) + b"ab"), "header key claims 40"),
+    ],
+    ids=["truncated-varint", "more-headers-than-bytes", "header-key-past-the-end"],
+)
+def test_crafted_records_are_refused_as_corrupt_naming_what_does_not_read(
+    tmp_path: Path, records: bytes, named: str
+) -> None:
+    """Records that read past the batch's end, with a CRC that matches (it is no
+    authentication): refused by the bounds-checked reader, which says where."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
+        client = RawClient(bootstrap)
+        answer = produce(client, "events", records)
+        assert answer.error_code == ErrorCode.corrupt_message
+        assert named in answer.error_message
+        assert "record 0" in answer.error_message
+        assert server.stats.records["events"] == 0
         assert produce(client, "events", record_batch([b"ok"])).error_code == ErrorCode.none
         client.close()
     assert stored(tmp_path / "store", "events").column("value").to_pylist() == [b"ok"]
