@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import crc32c
 import pyarrow as pa
+from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 from aiokafka.record.default_records import DefaultRecordBatch
 
 import bridge.kafka_api.lazy_records  # noqa: F401 - registers the loader of produced batches
@@ -45,6 +46,12 @@ from plateau_core.lazy import UnknownLazyKindError
 from plateau_core.schema import HEADERS_TYPE, TIMESTAMP_TYPE
 
 _LOG_APPEND_TIME = 0x08
+_DECODE: dict[int, Callable[[bytes], bytes]] = {
+    1: gzip_decode,
+    2: snappy_decode,
+    3: lz4_decode,
+    4: zstd_decode,
+}
 # base offset .. record count: a batch header before a records region (no CRC: neither
 # reader checks it)
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
@@ -148,6 +155,8 @@ def aiokafka_read_batch(data: bytes | memoryview) -> ProducedBatch:
         raise InvalidBatchError("count")
     if batch.producer_id != NO_PRODUCER and batch.base_sequence < 0:
         raise InvalidBatchError("sequence")
+    codec = data[22] & 0x07
+    records = len(data) - 61 if codec == 0 else len(_DECODE[codec](bytes(data[61:])))
     return ProducedBatch(
         producer_id=batch.producer_id,
         producer_epoch=batch.producer_epoch,
@@ -157,6 +166,7 @@ def aiokafka_read_batch(data: bytes | memoryview) -> ProducedBatch:
         size=len(data),
         newest=max(stamps, default=NO_TIMESTAMP),
         data=data,
+        records_bytes=records,
     )
 
 

@@ -11,6 +11,10 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from bridge.config.fields import Duration, Size, Strict
 from plateau_core.policies import JOURNAL_MIN_BYTES
 
+MAX_UNCOMPRESSED_BATCH_BYTES = 64 * 1024 * 1024
+# Arrow's binary offsets are 32-bit: a seal holds less than 2 GiB of values.
+_UNCOMPRESSED_CEILING = 2**31 - 1
+
 
 class KafkaApiTls(Strict):
     certfile: Path = Field(description="PEM certificate chain the listener presents.")
@@ -89,6 +93,15 @@ class KafkaApiConfig(Strict):
         description="The largest record batch accepted (Kafka's message.max.bytes); a larger "
         "one is refused with MESSAGE_TOO_LARGE.",
     )
+    max_uncompressed_batch_bytes: Size = Field(
+        default=MAX_UNCOMPRESSED_BATCH_BYTES,
+        le=_UNCOMPRESSED_CEILING,
+        description="The most a compressed batch's records may expand to (gzip, snappy, lz4, "
+        "zstd); message_max_bytes bounds the compressed size only, and a megabyte of "
+        "gzip'd zeros is a gigabyte. A batch that expands past it is refused with "
+        "MESSAGE_TOO_LARGE, found without decompressing it whole. At least "
+        "message_max_bytes; the writer counts a batch's memory by this decompressed size.",
+    )
     durability: Literal["journal", "segment"] = Field(
         default="journal",
         description="What acks=all waits for. journal: the batch is written and synced to "
@@ -166,6 +179,17 @@ class KafkaApiConfig(Strict):
         if value is not None and value < JOURNAL_MIN_BYTES:
             raise ValueError(f"must be at least 32MiB (two journal files), got {value} bytes")
         return value
+
+    @model_validator(mode="after")
+    def _room_for_uncompressed(self) -> KafkaApiConfig:
+        # An uncompressed batch may be message_max_bytes: a compressed one expanding to
+        # as much is no larger.
+        if self.max_uncompressed_batch_bytes < self.message_max_bytes:
+            raise ValueError(
+                f"max_uncompressed_batch_bytes ({self.max_uncompressed_batch_bytes}) must be "
+                f"at least message_max_bytes ({self.message_max_bytes})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _advertise_reachable(self) -> KafkaApiConfig:

@@ -1,7 +1,7 @@
 """Record batches (Kafka's message format v2) of a produce request: CRC checked with crc32c,
 their header read here and their records by plateau's own bounds-checked compiled reader
-(bridge.kafka_api.record_rows), which undoes gzip, snappy, lz4 and zstd with aiokafka's
-codec functions.
+(bridge.kafka_api.record_rows), which undoes gzip, snappy, lz4 and zstd with a bound on
+what the records expand to (bridge.kafka_api.codecs).
 
 A batch becomes the envelope the decoders read (bridge.ingest.records), with the offsets
 plateau assigns: its rows are built by the same compiled code.
@@ -17,7 +17,9 @@ from typing import NamedTuple
 import crc32c
 import pyarrow as pa
 
+from bridge.config.kafka_api import MAX_UNCOMPRESSED_BATCH_BYTES
 from bridge.ingest.records import envelope
+from bridge.kafka_api.codecs import ExpansionError
 from bridge.kafka_api.record_rows import Placement, check_records, record_columns
 
 NO_PRODUCER = -1
@@ -47,6 +49,11 @@ class InvalidBatchError(ValueError):
     match them, an idempotent batch without a sequence): Kafka's INVALID_RECORD."""
 
 
+class OversizedBatchError(ValueError):
+    """A compressed batch whose records expand past kafka_api.max_uncompressed_batch_bytes:
+    Kafka's MESSAGE_TOO_LARGE."""
+
+
 class Records(NamedTuple):
     """The keys and values of a batch's records, in order."""
 
@@ -70,6 +77,9 @@ class ProducedBatch:
     size: int
     newest: int = NO_TIMESTAMP  # the records' latest timestamp (ms; -1: none carries one)
     data: bytes | memoryview = b""  # the batch as the producer sent it (the journal keeps it)
+    # Its records decompressed (of an uncompressed batch, `size` less the header): what the
+    # seal reads and builds from, so what its memory is counted by.
+    records_bytes: int = 0
 
     @property
     def idempotent(self) -> bool:
@@ -142,8 +152,12 @@ def split_batches(data: bytes) -> list[bytes | memoryview]:
     return batches
 
 
-def read_batch(data: bytes | memoryview) -> ProducedBatch:
-    """One v2 record batch, CRC checked, decompressed and every record read."""
+def read_batch(
+    data: bytes | memoryview, max_uncompressed: int | None = MAX_UNCOMPRESSED_BATCH_BYTES
+) -> ProducedBatch:
+    """One v2 record batch, CRC checked, decompressed and every record read. Its records
+    may expand to at most `max_uncompressed` bytes (None: no limit, for a batch that was
+    checked on arrival under the limit then in force); OversizedBatchError past that."""
     if len(data) < _MIN_BATCH:
         raise CorruptBatchError(f"a batch of {len(data)} bytes is shorter than its header")
     # The CRC-32C field covers the batch from its attributes on. Checked here with the
@@ -170,7 +184,9 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
     # get right. The compiled reader is bounds checked: the CRC is no authentication, and
     # aiokafka's reader reads past the end of a crafted batch.
     try:
-        read, newest = check_records(data)
+        read, newest, records_bytes = check_records(data, max_uncompressed)
+    except ExpansionError as exc:
+        raise OversizedBatchError(str(exc)) from exc
     except ValueError as exc:
         raise CorruptBatchError(f"the batch does not read: {exc}") from exc
     count = last_offset_delta + 1
@@ -189,4 +205,5 @@ def read_batch(data: bytes | memoryview) -> ProducedBatch:
         size=len(data),
         newest=newest,
         data=data,
+        records_bytes=records_bytes,
     )

@@ -29,6 +29,7 @@ KIND = "kafka-record-batch-v2"
 _HEAD = struct.Struct("<qqqBB")
 # What a batch's Python objects (it, its placing, this) hold beyond its bytes.
 _BATCH_OVERHEAD = 512
+_BATCH_HEADER = 61  # before the records
 
 
 class KafkaRecords:
@@ -54,8 +55,11 @@ class KafkaRecords:
         self.num_rows = batch.count
         self.first_offset = placed.base_offset
         self.last_offset = placed.base_offset + batch.count - 1
-        # The batch as it came: its records are read out of it only when the seal builds.
-        self.nbytes = batch.size + _BATCH_OVERHEAD
+        # Counted by its records decompressed, though it is held as it came: the seal
+        # builds from them (and holds them, decompressed, while it does), and a batch of
+        # well-compressed records is many times its size. The memory budget, the
+        # throttling and the seal's pieces all go by this figure.
+        self.nbytes = _BATCH_HEADER + batch.records_bytes + _BATCH_OVERHEAD
         self.schema, self.fingerprint = _normal(kept.key, kept.headers)
 
     def payload(self) -> Sequence[bytes | memoryview]:
@@ -79,7 +83,9 @@ class KafkaRecords:
     @classmethod
     def load(cls, payload: pa.Buffer) -> KafkaRecords:
         base, appended, now, key, headers = _HEAD.unpack(payload.slice(0, _HEAD.size).to_pybytes())
-        batch = read_batch(payload.slice(_HEAD.size).to_pybytes())
+        # No limit on what its records expand to: the batch was checked under the limit in
+        # force when it came, and was acknowledged; a lower limit since must not lose it.
+        batch = read_batch(payload.slice(_HEAD.size).to_pybytes(), None)
         return cls(Placed(batch, base, appended, now), Kept(bool(key), bool(headers)))
 
 

@@ -24,6 +24,7 @@ from bridge.config.kafka_api import KafkaApiConfig
 from bridge.kafka_api.batches import (
     CorruptBatchError,
     InvalidBatchError,
+    OversizedBatchError,
     ProducedBatch,
     UnsupportedFormatError,
     read_batch,
@@ -153,7 +154,15 @@ class ProduceHandler:
                     f"{len(parts)} record batches for one partition; a produce request "
                     "carries exactly one per partition"
                 )
-            batches = [read_batch(data) for data in parts]
+            batches = [read_batch(data, self.api.max_uncompressed_batch_bytes) for data in parts]
+        except OversizedBatchError as exc:
+            # MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE: the batch reads, it is too big. Java
+            # producers split a batch of several records refused so and send the halves;
+            # clients do not retry it as it is, where CORRUPT_MESSAGE is retried until the
+            # delivery timeout.
+            outcome = Outcome(ErrorCode.message_too_large, message=str(exc))
+            self._log_refused(topic, partition, outcome)
+            return outcome, 0.0
         except (UnsupportedFormatError, InvalidBatchError) as exc:
             outcome = Outcome(ErrorCode.invalid_record, message=str(exc))
             self._log_refused(topic, partition, outcome)

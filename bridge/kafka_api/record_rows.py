@@ -8,30 +8,24 @@ The same compiled reader checks every produced batch on arrival (`check_records`
 its records without building anything: aiokafka's reader reads varints and headers past the
 end of its buffer on crafted input, so untrusted bytes are read by this one.
 
-A compressed batch's records are undone here with aiokafka's codec functions (whole
-buffers in, whole buffers out), one call per batch.
+A compressed batch's records are undone here (bridge.kafka_api.codecs), one call per batch,
+with a bound on what they expand to on arrival.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
-from aiokafka.codec import gzip_decode, lz4_decode, snappy_decode, zstd_decode
 
 from bridge.kafka_api import _record_rows
+from bridge.kafka_api.codecs import NAMES, ExpansionError, decompress
 from plateau_core.schema import HEADER_TYPE, HEADERS_TYPE, TIMESTAMP_TYPE
 
 _ATTRIBUTES_AT = 22  # the low byte of the batch attributes: its codec in bits 0-2
 _RECORDS_AT = 61  # where the records (or their compressed form) start
 _CODEC_MASK = 0x07
-_CODECS: dict[int, Callable[[bytes], bytes]] = {
-    1: gzip_decode,
-    2: snappy_decode,
-    3: lz4_decode,
-    4: zstd_decode,
-}
 
 
 class Placement(NamedTuple):
@@ -52,31 +46,43 @@ class RecordColumns(NamedTuple):
     values: pa.Array
 
 
-def records_region(data: bytes | memoryview) -> bytes | None:
+class Checked(NamedTuple):
+    """What the arrival check found of a batch's records."""
+
+    records: int  # the records read
+    newest: int  # their newest timestamp; -1 when there are none
+    records_bytes: int  # the records region's size, decompressed: what the seal reads
+
+
+def records_region(data: bytes | memoryview, limit: int | None = None) -> bytes | None:
     """A compressed batch's records, undone; None for an uncompressed batch (its records
-    are read where they are). Raises ValueError when its codec is not one Kafka has or
-    its records do not decompress."""
+    are read where they are). Raises ExpansionError when they expand past `limit` bytes
+    (None: no limit, for bytes already checked), ValueError when its codec is not one
+    Kafka has or its records do not decompress."""
     if len(data) < _RECORDS_AT:
         raise ValueError(f"a batch of {len(data)} bytes is shorter than its header")
     codec = data[_ATTRIBUTES_AT] & _CODEC_MASK
     if codec == 0:
         return None
-    decode = _CODECS.get(codec)
-    if decode is None:
+    if codec not in NAMES:
         raise ValueError(f"the batch's codec {codec} is not one Kafka has")
     try:
-        return decode(bytes(memoryview(data)[_RECORDS_AT:]))
+        return decompress(codec, bytes(memoryview(data)[_RECORDS_AT:]), limit)
+    except ExpansionError:
+        raise
     except Exception as exc:  # each codec library has its own errors (zlib, cramjam, EOF)
         raise ValueError(
-            f"the records do not decompress ({decode.__name__}): {type(exc).__name__}: {exc}"
+            f"the records do not decompress ({NAMES[codec]}_decode): {type(exc).__name__}: {exc}"
         ) from exc
 
 
-def check_records(data: bytes | memoryview) -> tuple[int, int]:
+def check_records(data: bytes | memoryview, limit: int | None) -> Checked:
     """Every record of one batch read and checked as a seal's build reads them, nothing
-    built: (the records read, their newest timestamp or -1 when there are none). Raises
-    ValueError naming the record and field of anything that does not parse."""
-    return _record_rows.check(data, records_region(data))
+    built. Raises ExpansionError when the records expand past `limit` bytes, ValueError
+    naming the record and field of anything that does not parse."""
+    region = records_region(data, limit)
+    count, newest = _record_rows.check(data, region)
+    return Checked(count, newest, len(data) - _RECORDS_AT if region is None else len(region))
 
 
 def record_columns(batches: Sequence[Placement]) -> RecordColumns:

@@ -15,7 +15,7 @@ from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of, read_ba
 from bridge.kafka_api.lazy_records import KafkaRecords
 from plateau_core import lazy as plateau_lazy
 from plateau_core.schema import normalized
-from tests.kafka_api.raw_batches import Record, raw_batch
+from tests.kafka_api.raw_batches import Record, batch_of, encode_record, raw_batch
 
 NOW = 1_700_000_000_999
 FIRST = 1_700_000_000_000
@@ -122,3 +122,18 @@ def test_only_unset_timestamps_take_the_arrival_time() -> None:
     assert stamps == [-5, 99, FIRST + 10]
     appended = envelope_of([Placed(batch, 0, 7, 99)]).column("timestamp")  # LogAppendTime
     assert [s.value for s in appended] == [7, 7, 7]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_a_kept_batch_counts_its_records_decompressed(codec: int) -> None:
+    """What the memory budget, the throttling and the seal's pieces go by: the records the
+    seal builds from, not the batch as it came (a compressed one is many times smaller),
+    and a replay from the journal counts the same."""
+    region = b"".join(encode_record(Record(0, None, bytes(2000)), i) for i in range(50))
+    data = batch_of(region, 50, codec=codec)
+    kept = KafkaRecords(Placed(read_batch(data), 0, -1, NOW), Kept())
+    assert kept.nbytes == 61 + len(region) + 512
+    if codec:
+        assert len(data) < len(region) / 10
+    payload = pa.py_buffer(b"".join(bytes(part) for part in kept.payload()))
+    assert KafkaRecords.load(payload).nbytes == kept.nbytes
