@@ -46,12 +46,11 @@ from plateau_spark.replication.iceberg_commit import (
 )
 from plateau_spark.replication.iceberg_files import DATA_DIR, data_dir, data_name, parse_data_name
 from plateau_spark.replication.iceberg_schema import iceberg_arrow_schema
-from plateau_spark.replication.target import Target
+from plateau_spark.replication.target import Target, log_temp_removed
 
 # A data or metadata file nothing names is removed once this old: younger ones may belong to
 # a run or compaction still in progress (on this node or another sharing the table).
 STALE_FILE_S = 3600.0
-_PARTITION_DIR = "partition="
 
 log = structlog.get_logger("plateau.replication.iceberg")
 
@@ -265,18 +264,7 @@ def _remove_unreferenced_data(
         relative = info.path.removeprefix(location.root + "/")
         if info.type == fs.FileType.File and location.abandoned(relative):
             filesystem.delete_file(info.path)
-            folder = relative.rpartition("/")[0].rpartition("/")[2]
-            log.warning(
-                "iceberg_temp_file_removed",
-                topic=topic,
-                partition=(
-                    int(folder.removeprefix(_PARTITION_DIR))
-                    if folder.startswith(_PARTITION_DIR)
-                    else None
-                ),
-                path=relative,
-                reason="left by a killed write",
-            )
+            log_temp_removed("iceberg_temp_file_removed", topic, relative)
             continue
         parsed = parse_data_name(info.base_name)
         if info.type != fs.FileType.File or parsed is None:

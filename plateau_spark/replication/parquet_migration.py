@@ -43,7 +43,7 @@ import structlog
 from pyarrow import fs
 
 from plateau_spark.replication.files import ReplicaFile, parse_replica_name
-from plateau_spark.replication.target import Target, TargetError
+from plateau_spark.replication.target import Target, TargetError, log_temp_removed
 from plateau_spark.replication.widening import (
     casts_for,
     described,
@@ -275,18 +275,7 @@ class ReplicaTypes:
         for relative in temps:
             if self.target.abandoned(relative):
                 self.target.delete(self.filesystem, relative)
-                folder = relative.rpartition("/")[0].rpartition("/")[2]
-                log.warning(
-                    "replica_temp_file_removed",
-                    topic=topic,
-                    partition=(
-                        int(folder.removeprefix(_PARTITION_DIR))
-                        if folder.startswith(_PARTITION_DIR)
-                        else None
-                    ),
-                    path=relative,
-                    reason="left by a killed write",
-                )
+                log_temp_removed("replica_temp_file_removed", topic, relative)
             elif self.filesystem.get_file_info(self.target.path(relative)).type == fs.FileType.File:
                 left.append(relative)
         return tuple(left)

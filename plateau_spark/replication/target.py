@@ -251,6 +251,20 @@ class Target:
         filesystem.delete_file(self.path(relative))
 
 
+def log_temp_removed(event: str, topic: str, relative: str) -> None:
+    """Log the removal of a killed write's temp file, with the partition its folder names
+    (`.../partition=3/.tmp-...`; None for a file outside a partition's folder)."""
+    folder = relative.rpartition("/")[0].rpartition("/")[2]
+    number = folder.removeprefix("partition=")
+    log.warning(
+        event,
+        topic=topic,
+        partition=int(number) if folder.startswith("partition=") and number.isdigit() else None,
+        path=relative,
+        reason="left by a killed write",
+    )
+
+
 def _mtime(info: fs.FileInfo) -> float:
     """When the entry last changed; an S3 prefix has no time, and counts as long ago."""
     return 0.0 if info.mtime is None else info.mtime.timestamp()
