@@ -100,6 +100,15 @@ def rollup_table(
     """The roll-up rows of one raw segment table (non-empty), by bucket then dimensions.
     `topic` and `partition` (of the raw segment) name it in the log."""
     rows = table.num_rows
+    first_offset = table.column(OFFSET)[0].as_py()
+    # What every log line of this roll-up names it by.
+    context = {
+        "topic": topic,
+        "partition": partition,
+        "rollup": policy.label,
+        "start_offset": first_offset,
+        "end_offset": table.column(OFFSET)[rows - 1].as_py(),
+    }
     stamps = table.column(TIMESTAMP).cast(pa.int64()).to_numpy()
     buckets = stamps // policy.granularity_ms * policy.granularity_ms
     # Grouped under names of their place, not the topic's own: a dimension or metric column
@@ -123,15 +132,7 @@ def rollup_table(
         if m not in taken and m.column is not None and _typed(table, m.column)
     }
     if unfit:
-        log.warning(
-            "rollup_metrics_skipped",
-            topic=topic,
-            partition=partition,
-            rollup=policy.label,
-            start_offset=table.column(OFFSET)[0].as_py(),
-            end_offset=table.column(OFFSET)[rows - 1].as_py(),
-            metrics=unfit,
-        )
+        log.warning("rollup_metrics_skipped", **context, metrics=unfit)
     named = sorted({m.column for m in taken if m.column is not None})
     sources = {column: f"__m{at}" for at, column in enumerate(named)}
     for source, name in sources.items():
@@ -157,7 +158,7 @@ def rollup_table(
     grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
     grouped = grouped.sort_by([(k, "ascending") for k in keys])
     out: dict[str, pa.Array | pa.ChunkedArray] = {
-        OFFSET: pa.array([table.column(OFFSET)[0].as_py()] * grouped.num_rows, pa.int64()),
+        OFFSET: pa.array([first_offset] * grouped.num_rows, pa.int64()),
         TIMESTAMP: grouped.column(_BUCKET).cast(pa.int64()).cast(TIMESTAMP_TYPE),
     }
     for dimension, key in zip(policy.dimensions, keys[1:], strict=True):
@@ -186,16 +187,7 @@ def rollup_table(
             )
         out[metric.name] = produced
     for held, metrics in widened.items():
-        log.warning(
-            "rollup_sum_widened",
-            topic=topic,
-            partition=partition,
-            rollup=policy.label,
-            start_offset=table.column(OFFSET)[0].as_py(),
-            end_offset=table.column(OFFSET)[rows - 1].as_py(),
-            metrics=metrics,
-            type=held,
-        )
+        log.warning("rollup_sum_widened", **context, metrics=metrics, type=held)
     return pa.table(out)
 
 
