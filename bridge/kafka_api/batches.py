@@ -20,13 +20,12 @@ import pyarrow as pa
 from bridge.config.kafka_api import MAX_UNCOMPRESSED_BATCH_BYTES
 from bridge.ingest.records import envelope
 from bridge.kafka_api.codecs import ExpansionError
-from bridge.kafka_api.record_rows import Placement, check_records, record_columns
+from bridge.kafka_api.record_rows import RECORDS_AT, Placement, check_records, record_columns
 
 NO_PRODUCER = -1
 NO_TIMESTAMP = -1  # a record the producer left without a time
 _HEAD = struct.Struct(">qiib")  # base offset, batch length, leader epoch, magic
 _LENGTH_END = 12  # batch_length counts the bytes after base offset and itself
-_MIN_BATCH = 61  # the v2 batch header; a batch holds at least this many bytes
 _CRC = struct.Struct(">I")
 _CRC_AT, _CRC_FROM = 17, 21  # where the CRC field is, where the bytes it covers start
 # attributes, last offset delta, first and max timestamp, producer id and epoch, base
@@ -141,7 +140,7 @@ def split_batches(data: bytes) -> list[bytes | memoryview]:
         if magic != 2:
             raise UnsupportedFormatError(f"record batch magic {magic}: only v2 batches are read")
         end = at + _LENGTH_END + length
-        if length < _MIN_BATCH - _LENGTH_END or end > len(data):
+        if length < RECORDS_AT - _LENGTH_END or end > len(data):
             raise CorruptBatchError(
                 f"a batch claims {length} bytes; {len(data) - at - _LENGTH_END} are there"
             )
@@ -158,7 +157,7 @@ def read_batch(
     """One v2 record batch, CRC checked, decompressed and every record read. Its records
     may expand to at most `max_uncompressed` bytes (None: no limit, for a batch that was
     checked on arrival under the limit then in force); OversizedBatchError past that."""
-    if len(data) < _MIN_BATCH:
+    if len(data) < RECORDS_AT:
         raise CorruptBatchError(f"a batch of {len(data)} bytes is shorter than its header")
     # The CRC-32C field covers the batch from its attributes on. Checked here with the
     # crc32c package's hardware instructions: 1 us for 16 KiB where aiokafka's own

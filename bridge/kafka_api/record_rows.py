@@ -24,7 +24,8 @@ from bridge.kafka_api.codecs import NAMES, ExpansionError, decompress
 from plateau_core.schema import HEADER_TYPE, HEADERS_TYPE, TIMESTAMP_TYPE
 
 _ATTRIBUTES_AT = 22  # the low byte of the batch attributes: its codec in bits 0-2
-_RECORDS_AT = 61  # where the records (or their compressed form) start
+# The v2 batch header's size: where the records (or their compressed form) start.
+RECORDS_AT = 61
 _CODEC_MASK = 0x07
 
 
@@ -59,7 +60,7 @@ def records_region(data: bytes | memoryview, limit: int | None = None) -> bytes 
     are read where they are). Raises ExpansionError when they expand past `limit` bytes
     (None: no limit, for bytes already checked), ValueError when its codec is not one
     Kafka has or its records do not decompress."""
-    if len(data) < _RECORDS_AT:
+    if len(data) < RECORDS_AT:
         raise ValueError(f"a batch of {len(data)} bytes is shorter than its header")
     codec = data[_ATTRIBUTES_AT] & _CODEC_MASK
     if codec == 0:
@@ -67,7 +68,7 @@ def records_region(data: bytes | memoryview, limit: int | None = None) -> bytes 
     if codec not in NAMES:
         raise ValueError(f"the batch's codec {codec} is not one Kafka has")
     try:
-        return decompress(codec, bytes(memoryview(data)[_RECORDS_AT:]), limit)
+        return decompress(codec, bytes(memoryview(data)[RECORDS_AT:]), limit)
     except ExpansionError:
         raise
     except Exception as exc:  # each codec library has its own errors (zlib, cramjam, EOF)
@@ -82,7 +83,7 @@ def check_records(data: bytes | memoryview, limit: int | None) -> Checked:
     naming the record and field of anything that does not parse."""
     region = records_region(data, limit)
     count, newest = _record_rows.check(data, region)
-    return Checked(count, newest, len(data) - _RECORDS_AT if region is None else len(region))
+    return Checked(count, newest, len(data) - RECORDS_AT if region is None else len(region))
 
 
 def record_columns(batches: Sequence[Placement]) -> RecordColumns:
