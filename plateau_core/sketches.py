@@ -139,9 +139,7 @@ def _decimal(value: Decimal) -> bytes | None:
         return None
     if value == value.to_integral_value():
         whole = int(value)
-        if INT64_MIN <= whole <= INT64_MAX:
-            return canonical("int", whole)
-        return _wide(whole) or _DIGITS + str(whole).encode()
+        return _canonical("int", whole) or _DIGITS + str(whole).encode()
     number = float(value)
     if Decimal(repr(number)) == value:
         return _FRACTION + struct.pack("<d", number)
