@@ -68,7 +68,7 @@ from plateau_spark.replication.job import (
     Step,
 )
 from plateau_spark.replication.owner import Consumed, OffsetOrigins, refuse
-from plateau_spark.replication.target import Target, TargetError
+from plateau_spark.replication.target import Target, TargetError, log_temp_removed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -400,12 +400,8 @@ class IcebergReplicator(Replicator):
             for relative in self._candidates(location, filesystem, partition, mine):
                 if location.abandoned(relative):
                     location.delete(filesystem, relative)
-                    log.warning(
-                        "iceberg_temp_file_removed",
-                        topic=mine[0].topic,
-                        partition=partition,
-                        path=relative,
-                        reason="left by a killed write",
+                    log_temp_removed(
+                        "iceberg_temp_file_removed", mine[0].topic, relative, partition
                     )
                     continue
                 parsed = parse_data_name(relative.rsplit("/", 1)[-1])

@@ -54,7 +54,7 @@ from plateau_spark.replication.files import (
 from plateau_spark.replication.owner import Consumed, ParquetOwners
 from plateau_spark.replication.parquet_migration import ReplicaTypes
 from plateau_spark.replication.spark_write import run_spark
-from plateau_spark.replication.target import Target, TargetError
+from plateau_spark.replication.target import Target, TargetError, log_temp_removed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -304,13 +304,7 @@ class Replicator:
             for relative in self._candidate_files(filesystem, topic, partition, segments):
                 if self.target.abandoned(relative):
                     self.target.delete(filesystem, relative)
-                    log.warning(
-                        "replica_temp_file_removed",
-                        topic=topic,
-                        partition=partition,
-                        path=relative,
-                        reason="left by a killed write",
-                    )
+                    log_temp_removed("replica_temp_file_removed", topic, relative, partition)
                     continue
                 if self.target.temp_file(relative):
                     young.setdefault(topic, []).append(relative)

@@ -251,17 +251,17 @@ class Target:
         filesystem.delete_file(self.path(relative))
 
 
-def log_temp_removed(event: str, topic: str, relative: str) -> None:
-    """Log the removal of a killed write's temp file, with the partition its folder names
-    (`.../partition=3/.tmp-...`; None for a file outside a partition's folder)."""
-    folder = relative.rpartition("/")[0].rpartition("/")[2]
-    number = folder.removeprefix("partition=")
+def log_temp_removed(event: str, topic: str, relative: str, partition: int | None = None) -> None:
+    """Log the removal of a killed write's temp file, with its partition: `partition` when
+    the caller knows it, else the one its folder names (`.../partition=3/.tmp-...`; None
+    for a file outside a partition's folder)."""
+    if partition is None:
+        folder = relative.rpartition("/")[0].rpartition("/")[2]
+        number = folder.removeprefix("partition=")
+        if folder.startswith("partition=") and number.isdigit():
+            partition = int(number)
     log.warning(
-        event,
-        topic=topic,
-        partition=int(number) if folder.startswith("partition=") and number.isdigit() else None,
-        path=relative,
-        reason="left by a killed write",
+        event, topic=topic, partition=partition, path=relative, reason="left by a killed write"
     )
 
 
