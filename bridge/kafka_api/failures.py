@@ -65,6 +65,7 @@ def refuse_stalled(state: ProducedPartition, exc: Exception, stats: SinkStats) -
         error_type=type(exc).__name__,
     )
     stats.errors[("Produce", code.name)] += 1
+    stats.failed(state.topic, sum(pending.records for pending in dropped))
     behind = f"an earlier batch of {state.topic}[{state.partition}] was refused; retry"
     for pending in dropped[1:]:
         # Refused for their place only (retriable): the producer sends them again.

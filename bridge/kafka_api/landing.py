@@ -112,15 +112,16 @@ class Landing:
 
     def _landed(self, state: ProducedPartition, landed: list[Pending], seq: int | None) -> None:
         """`landed`, the partition's oldest stalled batches, are in the writer (in journal
-        group `seq`). They count as produced only now: a batch the writer refuses is taken
-        back, and a counter cannot go down."""
+        group `seq`). They count as stored once durable (`durable`): a failed journal
+        still cuts them out, and a counter cannot go down."""
+        end = None
         for pending in landed:
-            self.stats.produced(state.topic, pending.records, pending.size)
+            end = pending.source.advance_to
+            assert end is not None
+            state.taken(end, pending.records, pending.size)
             if pending.letters is not None:
                 pending.letters.dlq.reserve(len(pending.letters.poison))
-        if seq is not None and landed:
-            end = landed[-1].source.advance_to
-            assert end is not None
+        if seq is not None and end is not None:
             self._unjournaled.append((seq, state, end))
 
     def drain(
@@ -212,6 +213,15 @@ class Landing:
         while waiting and waiting[0][0] <= seq:
             _, state, end = waiting.popleft()
             state.reached(end)
+            self.durable(state)
+
+    def durable(self, state: ProducedPartition) -> None:
+        """Count the partition's batches that are durable now as stored: synced in the
+        journal or sealed, whatever their acks (acks=0 and 1 are answered before that, and
+        a failed journal cuts them out all the same)."""
+        records, size = state.newly_durable()
+        if records:
+            self.stats.produced(state.topic, records, size)
 
     def journal_failed(self, error: JournalFailedError) -> None:
         """No group from `error.first_seq` on will be durable: answer every acks=all request
@@ -223,7 +233,11 @@ class Landing:
         for state in self.partitions.values():
             first, end = state.durable_to, state.next_offset
             refused = state.refuse_waiters(code, message)
-            if refused:
+            # Taken, and acks=0 and 1 answered, but cut from the journal: not stored.
+            lost = state.never_durable()
+            if lost:
+                self.stats.failed(state.topic, lost)
+            if refused or lost:
                 self.stats.errors[("Produce", code.name)] += refused
                 log.error(
                     "produce_journal_failed",
@@ -232,6 +246,7 @@ class Landing:
                     start_offset=first,
                     end_offset=end,
                     requests=refused,
+                    records=lost,
                     answered=code.name,
                     first_seq=error.first_seq,
                 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import time
 from dataclasses import dataclass, field
 
@@ -144,6 +145,10 @@ class ProducedPartition:
         self.append_times: dict[int, int] = {}
         self.max_age_s = max_age_s
         self.stalled: list[Pending] = []  # batches the writer refused, retried first
+        # Batches the writer took and that are not durable yet, in offset order: (offset
+        # they reach, records, bytes). They count as stored only once durable: until then
+        # a failed journal can still cut them out, and a counter cannot go down.
+        self._undurable: collections.deque[tuple[int, int, int]] = collections.deque()
         self.landed: asyncio.Future[None] | None = None  # resolves once `stalled` is empty
         self._waiters: list[Waiter] = []
         self.failure: Exception | None = None  # why waiting requests were let go (shutdown)
@@ -222,6 +227,27 @@ class ProducedPartition:
             if waiter.outcome is not None:
                 _refuse(waiter.outcome, code, message)
             waiter.ticket.met()
+
+    def taken(self, end: int, records: int, size: int) -> None:
+        """The writer took a batch of `records` (`size` bytes) reaching offset `end`."""
+        self._undurable.append((end, records, size))
+
+    def newly_durable(self) -> tuple[int, int]:
+        """Records and bytes of the taken batches durable now and not told before."""
+        records = size = 0
+        undurable = self._undurable
+        while undurable and undurable[0][0] <= self.durable_to:
+            _, count, nbytes = undurable.popleft()
+            records += count
+            size += nbytes
+        return records, size
+
+    def never_durable(self) -> int:
+        """Nothing taken and not durable yet will be (the journal failed): how many
+        records that was, forgotten."""
+        records = sum(count for _, count, _ in self._undurable)
+        self._undurable.clear()
+        return records
 
     def is_durable(self, end: int) -> bool:
         return end <= self.durable_to

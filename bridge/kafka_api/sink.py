@@ -361,6 +361,7 @@ class ProduceSink:
         state = self.partitions.get((topic, partition))
         if state is not None:
             state.sealed(end)
+            self.landing.durable(state)
 
 
 def _prefetch(decoder: SchemaDecoder, missing: list[tuple[int, str | None]]) -> None:

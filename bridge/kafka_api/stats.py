@@ -13,8 +13,13 @@ class SinkStats:
     connections_total: int = 0
     requests: Counter[str] = field(default_factory=Counter)  # by API name
     errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (API, error name)
-    records: Counter[str] = field(default_factory=Counter)  # by topic
-    bytes: Counter[str] = field(default_factory=Counter)  # record batch bytes, by topic
+    # Records durable in the store (journal synced, or sealed), and their record batch
+    # bytes, by topic: what the store keeps, whatever the acks.
+    records: Counter[str] = field(default_factory=Counter)
+    bytes: Counter[str] = field(default_factory=Counter)
+    # Records taken (offsets handed out) that the store then did not keep: refused by the
+    # writer, or cut from a failed journal. By topic.
+    failed_records: Counter[str] = field(default_factory=Counter)
     poisoned: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, on_error)
     throttled_requests: int = 0
     throttled_bytes: int = 0
@@ -28,6 +33,9 @@ class SinkStats:
         self.records[topic] += records
         self.bytes[topic] += size
 
+    def failed(self, topic: str, records: int) -> None:
+        self.failed_records[topic] += records
+
     def poison(self, topic: str, action: str, count: int) -> None:
         self.poisoned[(topic, action)] += count
 
@@ -39,6 +47,7 @@ class SinkStats:
             "errors": {f"{api}:{error}": n for (api, error), n in self.errors.items()},
             "records": dict(self.records),
             "bytes": dict(self.bytes),
+            "failed_records": dict(self.failed_records),
             "poison": {f"{topic}:{action}": n for (topic, action), n in self.poisoned.items()},
             "throttled_requests": self.throttled_requests,
             "throttled_bytes": self.throttled_bytes,

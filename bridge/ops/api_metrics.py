@@ -36,11 +36,18 @@ def kafka_api_families(snapshots: list[dict[str, Any]]) -> Iterator[Metric]:
     )
     records = CounterMetricFamily(
         "plateau_kafka_api_records",
-        "Records producers wrote to the Kafka API and the store took.",
+        "Records producers wrote to the Kafka API that are durable in the store (synced in "
+        "its journal, or sealed), whatever the acks.",
         labels=["topic"],
     )
     sizes = CounterMetricFamily(
         "plateau_kafka_api_bytes", "Record batch bytes those records came in.", labels=["topic"]
+    )
+    failed = CounterMetricFamily(
+        "plateau_kafka_api_failed_records",
+        "Records the Kafka API took that the store then did not keep: refused by the writer, "
+        "or cut from a failed journal (acks=0 and 1 ones had been answered).",
+        labels=["topic"],
     )
     for body in listeners:
         for api, count in sorted((body.get("requests") or {}).items()):
@@ -52,7 +59,9 @@ def kafka_api_families(snapshots: list[dict[str, Any]]) -> Iterator[Metric]:
             records.add_metric([topic], count)
         for topic, count in sorted((body.get("bytes") or {}).items()):
             sizes.add_metric([topic], count)
-    yield from (requests, errors, records, sizes)
+        for topic, count in sorted((body.get("failed_records") or {}).items()):
+            failed.add_metric([topic], count)
+    yield from (requests, errors, records, sizes, failed)
     for name, help_text in _TOTALS.items():
         yield CounterMetricFamily(
             f"plateau_kafka_api_{name}",

@@ -271,10 +271,11 @@ def _cell(value: object) -> str:
 
 def _listener_line(body: dict[str, Any]) -> str:
     records = sum(int(n) for n in (body.get("records") or {}).values())
+    failed = sum(int(n) for n in (body.get("failed_records") or {}).values())
     errors = sum(int(n) for n in (body.get("errors") or {}).values())
     line = (
         f"kafka api {body.get('listen', '?')}: {body.get('connections', 0)} connections, "
-        f"{records} records taken, {errors} error answers, "
+        f"{records} records stored, {failed} failed, {errors} error answers, "
         f"{body.get('throttled_requests', 0)} throttled, {body.get('duplicates', 0)} duplicates"
     )
     journal = body.get("journal")

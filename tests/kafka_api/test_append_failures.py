@@ -106,19 +106,24 @@ def test_a_batch_the_writer_refuses_is_answered_and_lands_once_when_sent_again(
             0,
         )
         refusing.refusal = None
-        # The same connection: the producer sends the batch again.
-        again = answers(client.call(PRODUCE, 9, produce_body("events", 0, batch, acks=acks)))
-        assert (again[("events", 0)].error_code, again[("events", 0)].base_offset) == (
-            ErrorCode.none,
-            0,
-        )
+        # The same connection: the producer sends the batch again (an idempotent one twice:
+        # the second is a duplicate, answered with the first's offsets).
+        for _ in range(2 if idempotent else 1):
+            again = answers(client.call(PRODUCE, 9, produce_body("events", 0, batch, acks=acks)))
+            assert (again[("events", 0)].error_code, again[("events", 0)].base_offset) == (
+                ErrorCode.none,
+                0,
+            )
         after = answers(client.call(PRODUCE, 9, produce_body("events", 0, record_batch([b"c"]))))
         assert after[("events", 0)].base_offset == 2
         client.close()
-        # The refused batch counts once, when it landed: /metrics' counters cannot go down.
+        # The refused batch counts once as stored, when it landed, and its duplicate not
+        # again; the refusal counts its records as failed. /metrics' counters cannot go down.
         landed = [batch, record_batch([b"c"]), record_batch([b"other"])]
         assert server.stats.records == {"events": 4}
         assert server.stats.bytes == {"events": sum(len(b) for b in landed)}
+        assert server.stats.failed_records == {"events": 2}
+        assert server.stats.duplicates == (1 if idempotent else 0)
     assert stored_values(tmp_path / "store", "events", 0) == [b"a", b"b", b"c"]
     assert stored_values(tmp_path / "store", "events", 1) == [b"other"]
 

@@ -11,12 +11,22 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
+from kio.schema.errors import ErrorCode
 from structlog.testing import capture_logs
 
 from tests.core.test_journal_failures import STEPS, fail_at
-from tests.kafka_api.support import api_config, listening, stored
+from tests.kafka_api.support import (
+    RawClient,
+    api_config,
+    listening,
+    produce_body,
+    record_batch,
+    stored,
+)
+from tests.kafka_api.test_append_failures import PRODUCE, answers, producer_id
 
 TOPICS = [{"name": "events", "partitions": 2, "roll": {"max_age": "1h"}}]
+IDEMPOTENT = [b"i0", b"i1"]
 
 
 def deliver(
@@ -56,6 +66,19 @@ def test_a_failed_journal_answers_waiting_and_later_produces_with_a_storage_erro
         assert sink is not None and sink.writer.journal is not None
         delivered, failed, _ = deliver(bootstrap, acked)
         assert (len(delivered), failed) == (10, [])
+        # An idempotent batch, and the producer's retry of it while the first may still
+        # wait for its journal sync: a duplicate, answered with the first's offsets.
+        client = RawClient(bootstrap)
+        ids = {"producer_id": producer_id(client), "epoch": 0, "sequence": 0}
+        retried = record_batch(IDEMPOTENT, **ids)
+        for acks in (1, -1):
+            answer = answers(client.call(PRODUCE, 9, produce_body("events", 0, retried, acks)))
+            assert (answer[("events", 0)].error_code, answer[("events", 0)].base_offset) == (
+                ErrorCode.none,
+                5,
+            )
+        client.close()
+        acked += IDEMPOTENT
         fail_at(step, sink.writer.journal, monkeypatch)
         with capture_logs() as logs:
             delivered, failed, seconds = deliver(bootstrap, [b"b%d" % i for i in range(10)])
@@ -73,10 +96,19 @@ def test_a_failed_journal_answers_waiting_and_later_produces_with_a_storage_erro
         assert refused, "no waiting request was refused by the failure"
         for event in refused:
             assert event["topic"] == "events"
-            assert event["start_offset"] == 5  # each partition's acknowledged a*
-            assert event["end_offset"] > 5
+            # Each partition's acknowledged a*, and partition 0's idempotent batch.
+            start = 7 if event["partition"] == 0 else 5
+            assert event["start_offset"] == start
+            assert event["end_offset"] > start
         snapshot = server.snapshot()
         assert snapshot["journal"]["failed"] is True
+        # Stored: what was durable, the duplicate once. The b* the journal cut were taken
+        # and not kept: failed records (b* refused by the writer itself before the loop
+        # heard of the failure are too, their offsets taken back out of those spans).
+        assert snapshot["records"] == {"events": 12}
+        assert snapshot["duplicates"] == 1
+        cut = sum(event["end_offset"] - event["start_offset"] for event in refused)
+        assert 0 < cut <= snapshot["failed_records"]["events"] <= 10
         # One per partition of each request refused: b* (waiting), then c*.
         assert snapshot["errors"]["Produce:kafka_storage_error"] >= 4
         monkeypatch.undo()
@@ -89,8 +121,8 @@ def test_a_failed_journal_answers_waiting_and_later_produces_with_a_storage_erro
         delivered, failed, _ = deliver(bootstrap, after)
         assert failed == []
         assert sorted((m.partition(), m.offset()) for m in delivered) == [
-            (0, 5),
-            (0, 6),
+            (0, 7),
+            (0, 8),
             (1, 5),
             (1, 6),
         ]

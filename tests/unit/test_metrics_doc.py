@@ -48,6 +48,7 @@ def _listener_file(data_dir: Path, run: str) -> None:
                 "errors": {"Produce:corrupt_message": 1},
                 "records": {"p": 70},
                 "bytes": {"p": 7000},
+                "failed_records": {"p": 4},
                 "poison": {"p:skip": 3},
                 "throttled_requests": 4,
                 "throttled_bytes": 400,
@@ -166,6 +167,7 @@ def test_collector_figures(exported: dict[str, Metric]) -> None:
         == 1
     )
     assert _sample(exported, "plateau_kafka_api_records_total", topic="p") == 70
+    assert _sample(exported, "plateau_kafka_api_failed_records_total", topic="p") == 4
     assert _sample(exported, "plateau_kafka_api_throttled_requests_total") == 4
     assert _sample(exported, "plateau_kafka_api_connections") == 2
     assert _sample(exported, "plateau_kafka_api_journal_syncs_total") == 5
