@@ -97,7 +97,7 @@ class ReadResult:
         # A clashed column's statistics and filters are of its stored types, not of the text
         # it reads as: no segment is ruled out by a condition on it.
         stored = manifest.schemas(request.topic).values()
-        clashed = merged_schema(stored).clashes
+        clashed = merged_schema(stored, request.topic).clashes
         where = tuple(c for c in request.where if c.column not in clashed)
         columns = [c.column for c in where]
         # Filters first: a needle's value is in few segments' filters, and then only those
@@ -118,7 +118,7 @@ class ReadResult:
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
         known = self.store.manifest.schemas(self.request.topic)
-        found = merged_schema(known.values())
+        found = merged_schema(known.values(), self.request.topic)
         merged = found.schema
         for column, types in found.clashes.items():
             log.warning(

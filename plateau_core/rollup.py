@@ -16,7 +16,10 @@ segment's column or that query's answer only, which the readers merge with int64
 (plateau_core.schema_merge). A seal never fails for it: that would stall the partition.
 Sums of decimals take Arrow's widest decimal (38 digits at the column's scale), where a sum
 past it wrapped round silently: it is summed in 76 digits, and held as a double, logged, in
-that segment's column or that query's answer, when it passes 38.
+that segment's column or that query's answer, when it passes 38. Those 38 digits are the sum
+type's, not whole digits the values take: the readers merge a roll-up topic's decimal sums
+by their places (`rollup_sum`, plateau_core.schema_merge), so decimal(38, 0) sums beside
+decimal(38, 2) ones read as decimal(38, 2).
 """
 
 from __future__ import annotations
@@ -89,6 +92,13 @@ def rollup_base(topic: str) -> str | None:
     """The topic whose roll-up `topic` is named as (`{base}.rollup.{label}`), or None."""
     base, marker, label = topic.rpartition(".rollup.")
     return base if marker and base and _LABEL.fullmatch(label) else None
+
+
+def rollup_sum(topic: str | None, column: str) -> bool:
+    """Whether `column` of `topic` is named as a roll-up's sum (`sum_{col}` of a roll-up
+    topic), whose decimals the readers merge by the places they hold (schema_merge). A
+    dimension named so is taken for one only where all its decimals have 38 digits."""
+    return topic is not None and column.startswith("sum_") and rollup_base(topic) is not None
 
 
 _BUCKET = "__bucket"

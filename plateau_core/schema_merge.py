@@ -12,16 +12,17 @@ import pyarrow as pa
 
 from plateau_core.coarsened import UNIT_NANOS
 from plateau_core.errors import InvalidInputError
+from plateau_core.rollup import rollup_sum
 from plateau_core.schema import FIXED_FIELDS, OFFSET, TIMESTAMP, fingerprint
 
 UINT64_WITH_SIGNED = pa.decimal128(20, 0)
 
 
-def merge_schemas(schemas: Iterable[pa.Schema]) -> pa.Schema:
+def merge_schemas(schemas: Iterable[pa.Schema], topic: str | None = None) -> pa.Schema:
     """One schema for segments written over time: fields united, types widened, all nullable
     except the fixed columns, in first-seen order. A column whose types cannot be merged is
     a string column (see `merged_schema`)."""
-    return merged_schema(schemas).schema
+    return merged_schema(schemas, topic).schema
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class MergedSchema:
         return pa.schema([f for f in self.schema if f.name not in self.clashes])
 
 
-def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
+def merged_schema(schemas: Iterable[pa.Schema], topic: str | None = None) -> MergedSchema:
     stored = list({fingerprint(s): s.remove_metadata() for s in schemas}.values())
     if not stored:
         return MergedSchema(pa.schema(FIXED_FIELDS), {})
@@ -62,18 +63,23 @@ def merged_schema(schemas: Iterable[pa.Schema]) -> MergedSchema:
     fields[0] = fields[0].with_nullable(False)
     fields += [
         f.with_nullable(True)
-        for f in _settled_fields(merged, unique)
+        for f in _settled_fields(merged, unique, topic)
         if f.name not in (OFFSET, TIMESTAMP)
     ]
     return MergedSchema(pa.schema(fields), clashes)
 
 
-def _settled_fields(merged: pa.Schema, schemas: list[pa.Schema]) -> list[pa.Field]:
-    """Arrow's permissive merge of `schemas`, each field's type `_settled`."""
-    return [
-        f.with_type(_settled(f.type, [s.field(f.name).type for s in schemas if f.name in s.names]))
-        for f in merged
-    ]
+def _settled_fields(
+    merged: pa.Schema, schemas: list[pa.Schema], topic: str | None = None
+) -> list[pa.Field]:
+    """Arrow's permissive merge of `schemas` (of `topic`), each field's type `_settled`, or
+    `_sum_holding` for a roll-up's sum."""
+    fields = []
+    for f in merged:
+        stored = [s.field(f.name).type for s in schemas if f.name in s.names]
+        held = _sum_holding(stored) if rollup_sum(topic, f.name) else None
+        fields.append(f.with_type(held or _settled(f.type, stored)))
+    return fields
 
 
 def _settled(merged: pa.DataType, stored: list[pa.DataType]) -> pa.DataType:
@@ -156,6 +162,25 @@ def _decimal_holding(types: list[pa.DataType]) -> pa.DataType | None:
             return None
     scale = min(scale, DECIMAL_MAX_PRECISION - whole)
     return pa.decimal128(max(whole + scale, 1), scale)
+
+
+def _sum_holding(types: list[pa.DataType]) -> pa.DataType | None:
+    """The decimal a roll-up's sums of `types` read as (None: as `_decimal_holding` merges
+    them). A sum of decimals is Arrow's decimal(38, s) whatever digits its values take (a
+    decimal(7, 2) column's sums), and one of integers past int64 is decimal(38, 0): counting
+    their 38 digits as whole ones, as a column's, gave decimal(38, 0) beside decimal(38, 2),
+    the cents cut. Here such a 38-digit decimal counts places only: the most places of any,
+    the whole digits of the integers beside them (19 for int64, 20 for uint64), and past 38
+    digits the places give way, never the whole digits. A sum with more whole digits than
+    the merged type keeps (some 10**17 rows past int64) fails the read, named."""
+    t = pa.types
+    present = [s for s in types if not t.is_null(s)]
+    sums = [s for s in present if t.is_decimal128(s) and s.precision == DECIMAL_MAX_PRECISION]
+    if not sums or not all(t.is_integer(s) or s in sums for s in present):
+        return None
+    whole = max((_INTEGER_DIGITS[s] for s in present if t.is_integer(s)), default=0)
+    scale = min(max(s.scale for s in sums), DECIMAL_MAX_PRECISION - whole)
+    return pa.decimal128(DECIMAL_MAX_PRECISION, scale)
 
 
 def unified_schema(schemas: Iterable[pa.Schema]) -> pa.Schema:

@@ -172,7 +172,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
           break;
         }
       }
-      if (field != null && !TopicSchema.clashed(f) && !TopicSchema.readable(field, f.dataType())
+      if (field != null && !TopicSchema.clashed(f) && !TopicSchema.readable(field, f, plan.options.topic)
           && !clashesSinceLoad(field, f)) {
         file = null;
         throw new TopicSchema.ChangedTypeException(

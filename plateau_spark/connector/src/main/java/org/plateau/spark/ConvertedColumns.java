@@ -227,7 +227,15 @@ final class ConvertedColumns {
         value = BigDecimal.valueOf(integer(rowId));
       }
       Decimal d = Decimal.apply(value.setScale(scale, RoundingMode.HALF_UP));
-      return d.changePrecision(precision, scale) ? d : null;
+      if (!d.changePrecision(precision, scale)) {
+        // A roll-up's sum with more whole digits than the places beside it leave: read as
+        // null, it was lost without a word; the store's reader refuses it too.
+        throw new ArithmeticException(
+            "column '" + vector.getField().getName() + "' holds " + value.toPlainString()
+                + ", which the topic's merged type decimal(" + precision + ", " + scale
+                + ") cannot hold");
+      }
+      return d;
     }
 
     @Override

@@ -10,6 +10,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.regex.Pattern;
 import org.apache.arrow.vector.ipc.ReadChannel;
 import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.arrow.vector.types.pojo.ArrowType;
@@ -36,6 +37,17 @@ import org.slf4j.LoggerFactory;
  * store reads it in UTC (plateau_core.schema).
  */
 final class TopicSchema {
+  /**
+   * The metadata key of a roll-up's sum column ({@link #rollupSum}): the whole digits of the
+   * integer sums its merged decimal keeps, so that a segment sealed since is checked against the
+   * type a fresh load would give ({@link #readable(Field, StructField, String)}).
+   */
+  static final String SUM_WHOLE_DIGITS = "plateau.sum_whole_digits";
+
+  private static final String ROLLUP = ".rollup.";
+  private static final Pattern ROLLUP_LABEL = Pattern.compile("[1-9][0-9]*[smhd]");
+  private static final int MAX_DIGITS = DecimalType.MAX_PRECISION();
+
   /** The metadata key of a column whose stored types clash: those types, as Spark names them. */
   static final String CLASH = "plateau.clashed_types";
 
@@ -69,6 +81,7 @@ final class TopicSchema {
     Map<String, StructField> merged = new LinkedHashMap<>();
     Map<String, Set<String>> types = new LinkedHashMap<>();
     Set<String> clashed = new LinkedHashSet<>();
+    Map<String, int[]> sums = new LinkedHashMap<>();
     merged.put(Bounds.OFFSET, new StructField(Bounds.OFFSET, DataTypes.LongType, false, Metadata.empty()));
     merged.put(Bounds.TIMESTAMP, new StructField(Bounds.TIMESTAMP, DataTypes.TimestampType, true, Metadata.empty()));
     for (byte[] bytes : segmentSchemas) {
@@ -76,6 +89,9 @@ final class TopicSchema {
         DataType type = sparkType(field);
         String name = field.getName();
         types.computeIfAbsent(name, n -> new TreeSet<>()).add(type.simpleString());
+        if (rollupSum(topic, name)) {
+          sums.put(name, sumDigits(field, sums.getOrDefault(name, NO_SUMS)));
+        }
         StructField known = merged.get(name);
         if (known == null) {
           merged.put(name, new StructField(name, type, true, Metadata.empty()));
@@ -89,6 +105,14 @@ final class TopicSchema {
           }
           merged.put(name, new StructField(name, widened, true, Metadata.empty()));
         }
+      }
+    }
+    for (Map.Entry<String, int[]> sum : sums.entrySet()) {
+      String name = sum.getKey();
+      int[] digits = sum.getValue();
+      if (!clashed.contains(name) && digits != null && digits[2] > 0) {
+        Metadata whole = new MetadataBuilder().putLong(SUM_WHOLE_DIGITS, digits[0]).build();
+        merged.put(name, new StructField(name, sumType(digits), true, whole));
       }
     }
     for (String name : clashed) {
@@ -118,6 +142,55 @@ final class TopicSchema {
     } catch (IOException e) {
       throw new IllegalStateException("unreadable segment schema in the manifest: " + e.getMessage(), e);
     }
+  }
+
+  /**
+   * Whether `column` of `topic` is named as a roll-up's sum (`sum_{col}` of a topic named
+   * `{topic}.rollup.{label}`), as plateau_core.rollup.rollup_sum says.
+   */
+  static boolean rollupSum(String topic, String column) {
+    int at = topic == null ? -1 : topic.lastIndexOf(ROLLUP);
+    return column.startsWith("sum_") && at > 0
+        && ROLLUP_LABEL.matcher(topic.substring(at + ROLLUP.length())).matches();
+  }
+
+  private static final int[] NO_SUMS = {0, 0, 0};
+
+  /**
+   * A roll-up sum column's stored types so far, `digits` ({whole digits of the integers, most
+   * places of the 38-digit decimals, how many such decimals}, or null once a type that is
+   * neither came), with `field`'s added: as plateau_core.schema_merge._sum_holding counts
+   * them. A sum of decimals is Arrow's decimal(38, s) whatever digits its values take, one of
+   * integers past int64 is decimal(38, 0): their 38 digits are no whole digits.
+   */
+  private static int[] sumDigits(Field field, int[] digits) {
+    ArrowType type = field.getType();
+    if (digits == null || type.getTypeID() == ArrowType.ArrowTypeID.Null) {
+      return digits;
+    }
+    if (type instanceof ArrowType.Int) {
+      // The whole digits of the type Spark reads it as, as the store counts them: uint64 is
+      // decimal(20, 0), the others an integer type.
+      int rank = integerRank(sparkType(field));
+      int whole = rank > 0 ? INTEGER_DIGITS[rank] : 20;
+      return new int[] {Math.max(digits[0], whole), digits[1], digits[2]};
+    }
+    if (type instanceof ArrowType.Decimal) {
+      ArrowType.Decimal t = (ArrowType.Decimal) type;
+      if (t.getPrecision() == MAX_DIGITS && t.getBitWidth() == 128) {
+        return new int[] {digits[0], Math.max(digits[1], t.getScale()), digits[2] + 1};
+      }
+    }
+    return null;
+  }
+
+  /**
+   * The decimal a roll-up's sums of `digits` ({@link #sumDigits}) read as: the most places of
+   * any, the whole digits of the integers beside them, and past 38 digits the places give way,
+   * never the whole digits.
+   */
+  private static DecimalType sumType(int[] digits) {
+    return DataTypes.createDecimalType(MAX_DIGITS, Math.min(digits[1], MAX_DIGITS - digits[0]));
   }
 
   /** The Spark type a segment column reads as (before merging with other segments). */
@@ -301,6 +374,24 @@ final class TopicSchema {
           return false; // types that do not merge, or one Spark cannot read
         }
     }
+  }
+
+  /**
+   * {@link #readable(Field, DataType)} for the planned column `planned` of `topic`: a roll-up's
+   * sum planned as a decimal is readable when the segment's sums merged with those the plan
+   * was made from ({@link #SUM_WHOLE_DIGITS}) give the planned type, as a fresh load would.
+   */
+  static boolean readable(Field field, StructField planned, String topic) {
+    DataType type = planned.dataType();
+    if (rollupSum(topic, planned.name()) && planned.metadata().contains(SUM_WHOLE_DIGITS)
+        && type instanceof DecimalType && ((DecimalType) type).precision() == MAX_DIGITS) {
+      int whole = (int) planned.metadata().getLong(SUM_WHOLE_DIGITS);
+      int[] digits = sumDigits(field, new int[] {whole, ((DecimalType) type).scale(), 1});
+      if (digits != null) {
+        return sumType(digits).equals(type);
+      }
+    }
+    return readable(field, type);
   }
 
   /** A segment column's type for a message: Spark's name for it, then Arrow's. */
