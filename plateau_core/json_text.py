@@ -65,9 +65,9 @@ def value_texts(value: str | bytes | int | float | bool) -> frozenset[str]:
         texts = {str(value)}
         with contextlib.suppress(OverflowError):  # beyond any double: no double equals it
             if int(float(value)) == value:
-                texts.add(_double(float(value)))
+                texts.add(as_double_text(float(value)))
         return frozenset(texts)
-    texts = {_double(value)}
+    texts = {as_double_text(value)}
     if math.isfinite(value) and value.is_integer():
         texts.add(str(int(value)))
     return frozenset(texts)
@@ -91,7 +91,7 @@ def _texts(column: pa.Array, *, nested: bool) -> list[str | None]:
     if types.is_boolean(t):
         return [None if v is None else ("true" if v else "false") for v in values]
     if types.is_floating(t):
-        return [None if v is None else _double(v) for v in values]
+        return [None if v is None else as_double_text(v) for v in values]
     if types.is_decimal(t):
         return [None if v is None else format(v, "f") for v in values]
     texts = _quotable(column, values)
@@ -160,7 +160,8 @@ def _item(text: str | None) -> str:
     return "null" if text is None else text
 
 
-def _double(value: float) -> str:
+def as_double_text(value: float) -> str:
+    """A double's text: its repr, NaN and the infinities as json.dumps writes them."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):

@@ -4,7 +4,8 @@ holds them all and the count is exact; above, the estimate is (K - 1) * 2^64 / (
 smallest hash), within about 1/sqrt(K - 2) (9% at K = 128). Sketches of one column merge by
 union, whatever type each segment holds it in: a value hashes as the raw rows read it, so a
 whole double as its integer (int64 and double columns read as doubles) and a string that is
-a number's JSON text as that number (a column whose types clash reads as JSON text). An
+the text a read writes for a number as that number (a column whose types clash reads as
+JSON text; `_text`), so 42, "42", "42.0" and "42.00" count once. An
 integer past int64 (a uint64 from 2**63) hashes as 16 bytes, since the 8 of int64 cannot hold
 it; every value int64 holds keeps its 8, so sketches sealed before still merge. A decimal
 hashes as the integer or double that is the same number (`_decimal`), so a field widened
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import struct
 from collections.abc import Iterable
 from decimal import Decimal
@@ -23,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from plateau_core.bloom import bloom_kind, canonical, value_hash
+from plateau_core.json_text import as_double_text
 from plateau_core.schema import INT64_MAX, INT64_MIN
 
 SKETCH_K = 128
@@ -38,6 +41,10 @@ _WIDE_BYTES = 16
 # Set before the plain digits of a decimal that no double reads as (more digits than a double
 # holds, or a whole number past int128), so they never hash as a string of the same text.
 _DIGITS = b"\x04"
+# A decimal's (or an integer's) text as a read writes it: digits, then its places if any.
+_PLAIN = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
+# The texts of the doubles that are no numbers' digits (json_text writes them as json.dumps).
+_NOT_DIGITS = frozenset({"NaN", "Infinity", "-Infinity"})
 
 
 def sketch_kind(dtype: pa.DataType) -> SketchKind | None:
@@ -102,20 +109,23 @@ def _canonical(kind: SketchKind, value: object) -> bytes | None:
 
 
 def _text(value: str) -> bytes | None:
-    """A string hashes as the number it is the JSON text of: a field seen as a number in
-    some segments and as a string in others reads as text (plateau_core.json_text), where
-    42 and "42" are one value, and 0.5 and "0.5". Only the exact text a read writes for the
-    number is taken ("42", never "042", "+42" or "4.2e1"), so distinct strings stay
-    distinct."""
-    if value[:1].isdigit() or (value[:1] == "-" and value[1:2].isdigit()):
-        with contextlib.suppress(ValueError):
-            whole = int(value)
-            if str(whole) == value and INT64_MIN <= whole <= INT64_MAX:
-                return canonical("int", whole)
-        with contextlib.suppress(ValueError):
-            number = float(value)
-            if math.isfinite(number) and not number.is_integer() and repr(number) == value:
-                return _FRACTION + struct.pack("<d", number)
+    """A string hashes as the number it is the text of, as a read writes that number in a
+    column whose types clash (plateau_core.json_text): an integer's digits ("42", and
+    "18446744073709551615" as that uint64), a decimal's plain digits with its places
+    ("42.00", "-1.25"), a double's repr ("42.0", "0.5", "1e+20", "NaN"). A value and the
+    text it reads as so count once, and the texts of one number ("42", "42.0", "42.00") once,
+    as that number's values do. Any other string ("042", "+42", "4.2e1", "-0") is text."""
+    unsigned = value[1:] if value[:1] == "-" else value
+    if not unsigned[:1].isdigit() and value not in _NOT_DIGITS:
+        return canonical("bytes", value)  # most text, told apart without parsing
+    if _PLAIN.fullmatch(value):
+        number = Decimal(value)  # exact, whatever its digits
+        if not (number.is_zero() and number.is_signed()):  # no decimal reads as "-0.00"
+            return _decimal(number)
+    with contextlib.suppress(ValueError):
+        double = float(value)
+        if as_double_text(double) == value:  # "-0.0", "1e+20", "Infinity"
+            return _canonical("float", double)
     return canonical("bytes", value)
 
 
