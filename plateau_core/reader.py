@@ -19,9 +19,10 @@ from plateau_core.manifest import READABLE_STATES, SegmentRecord
 from plateau_core.quarantine import quarantine
 from plateau_core.read_request import ReadRequest, at_or_beyond
 from plateau_core.schema import OFFSET, TIMESTAMP
-from plateau_core.schema_merge import merged_schema
 from plateau_core.segment_file import open_segment, read_batch_index
+from plateau_core.stored_names import TwinColumnsError, read_names
 from plateau_core.top_by_time import time_ordered, top_by_time
+from plateau_core.topic_schema import topic_schema
 from plateau_core.where import admitted_by_blooms, admitted_by_stats
 
 log = structlog.get_logger(__name__)
@@ -96,8 +97,7 @@ class ReadResult:
         )
         # A clashed column's statistics and filters are of its stored types, not of the text
         # it reads as: no segment is ruled out by a condition on it.
-        stored = manifest.schemas(request.topic).values()
-        clashed = merged_schema(stored, request.topic).clashes
+        clashed = topic_schema(manifest, request.topic).clashes
         where = tuple(c for c in request.where if c.column not in clashed)
         columns = [c.column for c in where]
         # Filters first: a needle's value is in few segments' filters, and then only those
@@ -117,8 +117,7 @@ class ReadResult:
 
     def _schema(self) -> pa.Schema:
         """Every schema the topic ever had, merged: the same columns whatever is selected."""
-        known = self.store.manifest.schemas(self.request.topic)
-        found = merged_schema(known.values(), self.request.topic)
+        found = topic_schema(self.store.manifest, self.request.topic)
         merged = found.schema
         for column, types in found.clashes.items():
             log.warning(
@@ -143,7 +142,8 @@ class ReadResult:
         if self.request.columns is None:
             return merged
         missing = [c for c in self.request.columns if c not in merged.names]
-        if missing and known:
+        # A topic never written reads as no rows, whatever the columns.
+        if missing and self.store.manifest.schemas(self.request.topic):
             raise InvalidInputError(
                 f"topic {self.request.topic!r} has no column(s) {missing}; it has {merged.names}"
             )
@@ -239,14 +239,15 @@ def needed_fields(path: Path, columns: tuple[str, ...] | None) -> list[int] | No
     """Indices of the columns to decode: the projection plus what the filters need."""
     if columns is None:
         return None
-    return _field_indices(open_segment(path).schema, columns)
+    return _field_indices(read_names(open_segment(path).schema.names), columns)
 
 
 def _field_indices(
-    schema: pa.Schema, columns: tuple[str, ...], where_columns: tuple[str, ...] = ()
+    names: list[str], columns: tuple[str, ...], where_columns: tuple[str, ...] = ()
 ) -> list[int]:
+    """Indices of the columns a read needs, among a segment's columns `names` as they read."""
     wanted = {*columns, OFFSET, TIMESTAMP, *where_columns}
-    return [i for i, name in enumerate(schema.names) if name in wanted]
+    return [i for i, name in enumerate(names) if name in wanted]
 
 
 def segment_batches(
@@ -255,7 +256,9 @@ def segment_batches(
     request: ReadRequest,
     counters: ScanCounters,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one segment file that pass `request`, batch by batch, in its own schema.
+    """The rows of one segment file that pass `request`, batch by batch, in its own schema
+    with its columns named as they read (a `partition` stored before the `_` suffix rule as
+    `partition_`, plateau_core.stored_names).
 
     Needs only the file and its manifest row, so Spark executors call it without the manifest.
     Before the first batch is returned, the file's size, its head and tail and every batch
@@ -266,6 +269,9 @@ def segment_batches(
     Raises:
         SegmentUnavailableError: The file cannot be opened or a batch does not decode.
         SegmentCorruptError: The file disagrees with the row's size or checksums.
+        SegmentUnavailableError: The file holds a column stored before the `_` suffix rule
+            and its suffixed name too (`partition` and `partition_`): no plateau writer
+            stores both, and one would hide the other.
     """
     unavailable = (
         f"segment {segment.path} ({segment.topic}[{segment.partition}] offsets "
@@ -286,13 +292,19 @@ def segment_batches(
             raise SegmentCorruptError(segment, problem)
         try:
             reader = ipc.open_file(data)
-            if request.columns is not None:
-                where_columns = tuple(c.column for c in request.where)
-                fields = _field_indices(reader.schema, request.columns, where_columns)
-                options = ipc.IpcReadOptions(included_fields=fields)
-                reader = ipc.open_file(data, options=options)
         except (OSError, pa.ArrowException) as exc:
             raise SegmentUnavailableError(f"{unavailable}: {exc}") from exc
+        stored = reader.schema.names
+        names = _read_names(stored, segment)
+        if request.columns is not None:
+            where_columns = tuple(c.column for c in request.where)
+            fields = _field_indices(names, request.columns, where_columns)
+            stored = [stored[i] for i in fields]
+            names = [names[i] for i in fields]
+            try:
+                reader = ipc.open_file(data, options=ipc.IpcReadOptions(included_fields=fields))
+            except (OSError, pa.ArrowException) as exc:
+                raise SegmentUnavailableError(f"{unavailable}: {exc}") from exc
         counters.opened.append(segment.path)
         count = reader.num_record_batches
         if checksums is not None and len(checksums.batches) != count:
@@ -309,8 +321,26 @@ def segment_batches(
                 if problem := crcs.batch_problem(data, checksums, i):
                     raise SegmentCorruptError(segment, problem)
         yield from _decode(
-            reader, selected, request, counters, filtered=filtered, unavailable=unavailable
+            reader,
+            selected,
+            request,
+            counters,
+            filtered=filtered,
+            unavailable=unavailable,
+            renamed=None if names == stored else names,
         )
+
+
+def _read_names(stored: list[str], segment: SegmentRecord) -> list[str]:
+    """The segment's columns `stored` as they read (plateau_core.stored_names)."""
+    try:
+        return read_names(stored)
+    except TwinColumnsError as exc:
+        where = (
+            f"topic {segment.topic!r}: segment {segment.path} (partition {segment.partition}, "
+            f"offsets [{segment.start_offset}, {segment.end_offset}))"
+        )
+        raise SegmentUnavailableError(str(exc.at(where))) from exc
 
 
 def _select(
@@ -348,13 +378,19 @@ def _decode(
     *,
     filtered: bool,
     unavailable: str,
+    renamed: list[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
+    """The selected batches, filtered, in the order asked for; `renamed`: their columns'
+    names as they read, when those differ from the stored ones."""
     for i in selected:
         try:
             batch = reader.get_batch(i)
         except (OSError, pa.ArrowException) as exc:
             raise SegmentUnavailableError(f"{unavailable}: batch {i}: {exc}") from exc
         counters.batches_read += 1
+        if renamed is not None:
+            # Before the filter: a condition names the column as it reads.
+            batch = batch.rename_columns(renamed)
         if filtered:
             mask = request.mask(batch)
             if mask is not None:

@@ -14,6 +14,7 @@ from plateau_core.coarsened import UNIT_NANOS
 from plateau_core.errors import InvalidInputError
 from plateau_core.rollup import rollup_sum
 from plateau_core.schema import FIXED_FIELDS, OFFSET, TIMESTAMP, fingerprint
+from plateau_core.stored_names import TwinColumnsError, read_schema
 
 UINT64_WITH_SIGNED = pa.decimal128(20, 0)
 
@@ -41,7 +42,11 @@ class MergedSchema:
 
 
 def merged_schema(schemas: Iterable[pa.Schema], topic: str | None = None) -> MergedSchema:
-    stored = list({fingerprint(s): s.remove_metadata() for s in schemas}.values())
+    """`schemas` merged; each segment's columns as they read (plateau_core.stored_names: a
+    `partition` of a segment sealed before the `_` suffix rule as `partition_`), so old and
+    new segments give one column. A schema holding both names raises TwinColumnsError
+    carrying its fingerprint."""
+    stored = list({fingerprint(s): _read_as(s.remove_metadata()) for s in schemas}.values())
     if not stored:
         return MergedSchema(pa.schema(FIXED_FIELDS), {})
     unique = _in_utc(stored)
@@ -67,6 +72,14 @@ def merged_schema(schemas: Iterable[pa.Schema], topic: str | None = None) -> Mer
         if f.name not in (OFFSET, TIMESTAMP)
     ]
     return MergedSchema(pa.schema(fields), clashes)
+
+
+def _read_as(schema: pa.Schema) -> pa.Schema:
+    try:
+        return read_schema(schema)
+    except TwinColumnsError as exc:
+        exc.fingerprint = fingerprint(schema)
+        raise
 
 
 def _settled_fields(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau_core import Append, BackpressureError, RollPolicy, Store, Writer, WriterPolicy
+from plateau_core.names import relative_segment_path
 from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
@@ -84,6 +85,24 @@ def fill_segments(
             writer.flush()
     finally:
         writer.close()
+
+
+def record_segment(
+    store: Store,
+    topic: str,
+    partition: int,
+    table: pa.Table,
+    *,
+    index: IndexPolicy | None = None,
+) -> SegmentStats:
+    """`table` written as a segment file, laid out as the writer lays one out, and recorded in
+    the manifest, with no decoder in between: a segment sealed by an older plateau, or a
+    file made by hand."""
+    directory = store.data_dir / "topics" / topic / str(partition)
+    _path, stats = write_segment(directory, table, fsync=False, index=index)
+    relative = relative_segment_path(topic, partition, stats.start_offset)
+    store.manifest.commit_segment(topic, partition, stats, relative, table.schema)
+    return stats
 
 
 class GatedDisk:

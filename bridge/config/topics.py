@@ -101,10 +101,10 @@ class IndexConfig(Strict):
 def stored_column(setting: str, column: str) -> str:
     """`column`, when a setting naming a topic's column may name it so. A decoded field
     named like one of plateau's columns in any case (`Key`, `Partition`) is stored with a
-    `_` suffix (bridge.ingest.decode.names): named as the field, the setting would match
+    `_` suffix (plateau_core.stored_names): named as the field, the setting would match
     nothing, silently."""
     # Imported here: the decoders' package imports this module.
-    from bridge.ingest.decode.names import OWN, clashes  # noqa: PLC0415
+    from plateau_core.stored_names import OWN, clashes  # noqa: PLC0415
 
     if clashes(column) and column not in OWN:
         stored = f"{column}_"

@@ -35,8 +35,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
-from plateau_core.schema_merge import merge_schemas
 from plateau_core.store import Store
+from plateau_core.topic_schema import topic_schema
 from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.replication.files import ReplicaFile, ReplicaTask, pending_days
 from plateau_spark.replication.iceberg_catalog import IcebergSettings, open_catalog
@@ -244,7 +244,7 @@ class IcebergReplicator(Replicator):
             # Before the table is evolved or a file of it deleted: a refused topic's table
             # is left as it is.
             self._check_owner(catalog, identifier, topic, owner)
-        schema = table_schema(merge_schemas(self.store.manifest.schemas(topic).values()), topic)
+        schema = table_schema(topic_schema(self.store.manifest, topic).schema, topic)
         table = ensure_table(
             catalog,
             identifier,

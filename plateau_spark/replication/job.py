@@ -38,8 +38,9 @@ from plateau_core.manifest import SegmentRecord, SegmentState
 from plateau_core.names import MANIFEST_FILE
 from plateau_core.policies import MiB
 from plateau_core.schema import OFFSET
-from plateau_core.schema_merge import merge_schemas
 from plateau_core.store import Store
+from plateau_core.stored_names import TwinColumnsError
+from plateau_core.topic_schema import topic_schema
 from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
 from plateau_spark.replication.files import (
     ReplicaFile,
@@ -113,15 +114,28 @@ class Replicator:
         self.topics = None if topics is None else list(topics)
         self.consumed = consumed
         self._step = step or (lambda _name: None)
+        # Topics the last plan left out, each with its error (`plan`).
+        self.unplanned: dict[str, str] = {}
 
     def plan(self) -> list[ReplicaTask]:
-        """Sealed, unreplicated segments, grouped per partition into ~file_bytes tasks."""
+        """Sealed, unreplicated segments, grouped per partition into ~file_bytes tasks. A
+        topic whose segment schemas cannot be read as one (a segment file holding a column
+        and its `_` suffixed name) is left out, with its error in `unplanned`."""
         tasks: list[ReplicaTask] = []
+        self.unplanned = {}
         for topic in self.topics if self.topics is not None else self.store.topics():
             pending = self.store.manifest.segments(topic, states=(SegmentState.SEALED,))
             if not pending:
                 continue
-            schema = merge_schemas(self.store.manifest.schemas(topic).values())
+            try:
+                schema = topic_schema(self.store.manifest, topic).schema
+            except TwinColumnsError as exc:
+                # The topic's own: it waits, named at the end, instead of every topic after it.
+                self.unplanned[topic] = str(exc)  # names the topic and the files
+                log.error(
+                    "replication_topic_failed", topic=topic, target=self.target.uri, error=str(exc)
+                )
+                continue
             for group in _groups(pending, self.file_bytes):
                 tasks.append(
                     ReplicaTask(
@@ -150,7 +164,10 @@ class Replicator:
         failed: dict[str, str] = {}
         with self._lock():
             tasks = self.plan()
+            failed.update(self.unplanned)
             if not tasks:
+                if failed:
+                    raise TopicReplicationError(failed)
                 return report
             filesystem = self.target.filesystem()
             owners = ParquetOwners(self.store, self.target, self.consumed)

@@ -463,16 +463,16 @@ def test_on_an_interval_a_failed_run_is_logged_and_the_next_one_tries_again(
     ("writer", "field"),
     [
         *(("spark", f) for f in ("date", "Date")),
-        # The Spark source reads no topic with a column named partition in any case (ingest
-        # stores such fields as partition_; only segments from before that hold one).
-        *(("in-process", f) for f in ("date", "Date", "partition", "PARTITION")),
+        # A column named partition in any case reads as partition_ (ingest stores such
+        # fields so, segments from before it hold them unsuffixed), and one beside a
+        # partition_ is refused: tests/spark/test_old_names.py.
+        *(("in-process", f) for f in ("date", "Date")),
     ],
 )
 def test_a_field_named_like_a_folder_column_keeps_its_values_under_a_suffixed_name(
     spark: SparkSession, tmp_path: Path, field: str, writer: str
 ) -> None:
-    """A data column named `date` or `partition` in any case (a decoded field, or a segment
-    stored before such fields were suffixed) is written as `date_`, or as `date__` when a
+    """A data column named `date` in any case is written as `date_`, or as `date__` when a
     column `date_` exists: the `date` column Spark's writer adds, or the folder values
     partition discovery reads, would otherwise replace its values or fail the run."""
     store = Store.open(tmp_path / "data")

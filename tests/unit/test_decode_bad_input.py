@@ -15,9 +15,9 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Message
 from bridge.config import TopicMapping
 from bridge.consume.messages import records_of
 from bridge.ingest.decode import Decoded, decoder_for
-from bridge.ingest.decode.names import stored_name
 from plateau_core import RollPolicy, Store, WriterPolicy
 from plateau_core.schema_merge import merged_schema
+from plateau_core.stored_names import stored_name
 
 
 def _decode(mapping: dict[str, object], values: list[bytes | None]) -> Decoded:
@@ -319,12 +319,12 @@ def test_a_json_field_two_workers_inferred_differently_reads_as_text(tmp_path: P
     store.close()
 
 
-def test_a_store_sealed_before_the_suffix_reads_old_and_new_columns_side_by_side(
+def test_a_store_sealed_before_the_suffix_reads_old_and_new_values_in_one_column(
     tmp_path: Path,
 ) -> None:
-    """A segment sealed before `Timestamp` took the suffix keeps it as `Timestamp`; the
-    topic then reads both columns, each null in the other's rows, and a restarted worker
-    still checks the field's type against the old column."""
+    """A segment sealed before `Timestamp` took the suffix keeps it as `Timestamp`, which
+    reads as `Timestamp_` (plateau_core.stored_names): the topic has one column for the
+    field, and a restarted worker still checks the field's type against the old column."""
     old = pa.RecordBatch.from_pydict(
         {
             "offset": pa.array([0], pa.int64()),
@@ -349,11 +349,8 @@ def test_a_store_sealed_before_the_suffix_reads_old_and_new_columns_side_by_side
             writer.flush()
         finally:
             writer.close()
-        table = store.read("t", columns=["offset", "Timestamp", "Timestamp_"]).to_table()
-    assert table.to_pylist() == [
-        {"offset": 0, "Timestamp": 10, "Timestamp_": None},
-        {"offset": 1, "Timestamp": None, "Timestamp_": 11},
-    ]
+        table = store.read("t", columns=["offset", "Timestamp_"]).to_table()
+    assert table.to_pylist() == [{"offset": 0, "Timestamp_": 10}, {"offset": 1, "Timestamp_": 11}]
 
 
 def test_inferred_json_text_that_looks_like_a_time_stays_text() -> None:

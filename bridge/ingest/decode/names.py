@@ -15,22 +15,8 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from plateau_core.names import fold_case
-
-# The exact names plateau stores beside the fields of every decoded topic.
-OWN = ("offset", "timestamp", "key", "headers")
-# Also taken: the column every reader adds.
-TAKEN = (*OWN, "partition")
-
-
-def clashes(name: str, taken: Sequence[str] = TAKEN) -> bool:
-    """Whether a field `name` is one of the `taken` columns' names, ignoring case."""
-    return fold_case(name) in taken
-
-
-def stored_name(name: str, taken: Sequence[str] = TAKEN) -> str:
-    """The column a field `name` is stored in."""
-    return f"{name}_" if clashes(name, taken) else name
+# The rule itself is the store's: its readers read older segments by it.
+from plateau_core.stored_names import OWN, TAKEN, clashes, stored_name
 
 
 def field_name(column: str, taken: Sequence[str] = TAKEN) -> str:

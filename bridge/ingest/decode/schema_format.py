@@ -26,7 +26,7 @@ import structlog
 from bridge.ingest.decode.avro_arrow import UnsupportedSchemaError
 from bridge.ingest.decode.common import Decoded, poison_at
 from bridge.ingest.decode.event_times import event_times
-from bridge.ingest.decode.names import OWN, TAKEN, clashes, renamed, stored_name, twins
+from bridge.ingest.decode.names import renamed, twins
 from bridge.ingest.decode.registry import SchemaSource, UnknownSchemaError
 from bridge.ingest.decode.wire import (
     HEADER,
@@ -39,6 +39,7 @@ from bridge.ingest.decode.wire import (
 from bridge.ingest.records import KEY, VALUE, Kept, kept_columns
 from plateau_core.conform import conform
 from plateau_core.schema_merge import unified_schema
+from plateau_core.stored_names import OWN, TAKEN, clashes, stored_name
 
 log = structlog.get_logger(__name__)
 

@@ -5,6 +5,7 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
 import java.util.Comparator;
 import java.util.HashMap;
@@ -49,6 +50,35 @@ final class ManifestReader implements AutoCloseable {
         List.of(topic),
         rs -> schemas.add(rs.getBytes(1)));
     return schemas;
+  }
+
+  /**
+   * The readable segments of the topic written with the schema message `schema`, each as its
+   * path, partition and offsets, for a message naming them.
+   */
+  List<String> segmentsWithSchema(String topic, byte[] schema) {
+    List<String> fingerprints = new ArrayList<>();
+    query(
+        "SELECT fingerprint, arrow_schema FROM schemas WHERE topic = ?",
+        List.of(topic),
+        rs -> {
+          if (Arrays.equals(rs.getBytes(2), schema)) {
+            fingerprints.add(rs.getString(1));
+          }
+        });
+    List<String> holders = new ArrayList<>();
+    for (String fingerprint : fingerprints) {
+      query(
+          "SELECT path, partition, start_offset, end_offset FROM segments WHERE topic = ? AND "
+              + READABLE
+              + " AND schema_fingerprint = ? ORDER BY partition, start_offset",
+          List.of(topic, fingerprint),
+          rs ->
+              holders.add(
+                  rs.getString(1) + " (partition " + rs.getInt(2) + ", offsets [" + rs.getLong(3)
+                      + ", " + rs.getLong(4) + "))"));
+    }
+    return holders;
   }
 
   /** Readable segments of the topic overlapping the bounds' ranges, by partition and offset. */

@@ -68,7 +68,12 @@ final class SegmentFile {
     int footerLength = tail.getInt((int) size - 10);
     ByteBuffer footerBytes = slice((int) (size - 10 - footerLength), footerLength);
     ArrowFooter footer = new ArrowFooter(Footer.getRootAsFooter(footerBytes));
-    this.schema = footer.getSchema();
+    try {
+      // Named as the columns read: the plan and the scan's filters use those names.
+      this.schema = StoredNames.readAs(footer.getSchema());
+    } catch (StoredNames.TwinColumnsException e) {
+      throw new SegmentException(e.at(where), null);
+    }
     this.blocks = footer.getRecordBatches();
     if (batchCrcs != null && batchCrcs.length != blocks.size()) {
       throw corrupt(where, "the file holds " + blocks.size() + " record batches, its checksums " + batchCrcs.length);

@@ -34,7 +34,8 @@ import org.slf4j.LoggerFactory;
  * Arrow types Spark lacks are widened: unsigned integers grow (uint64 to decimal(20, 0), exact)
  * and timestamps of every unit become Spark's microseconds. A column stored with different
  * zones, or with and without one, is a timestamp (instants, naive values taken as UTC), as the
- * store reads it in UTC (plateau_core.schema).
+ * store reads it in UTC (plateau_core.schema). A column of a segment sealed before data fields
+ * named like plateau's columns got a `_` suffix reads as the suffixed name ({@link StoredNames}).
  */
 final class TopicSchema {
   /**
@@ -85,7 +86,7 @@ final class TopicSchema {
     merged.put(Bounds.OFFSET, new StructField(Bounds.OFFSET, DataTypes.LongType, false, Metadata.empty()));
     merged.put(Bounds.TIMESTAMP, new StructField(Bounds.TIMESTAMP, DataTypes.TimestampType, true, Metadata.empty()));
     for (byte[] bytes : segmentSchemas) {
-      for (Field field : parse(bytes).getFields()) {
+      for (Field field : readAs(bytes).getFields()) {
         DataType type = sparkType(field);
         String name = field.getName();
         types.computeIfAbsent(name, n -> new TreeSet<>()).add(type.simpleString());
@@ -124,15 +125,22 @@ final class TopicSchema {
               + "merged: it reads as string, the other types' values as their JSON text",
           topic, name, stored);
     }
-    if (merged.containsKey(Bounds.PARTITION)) {
-      throw new IllegalArgumentException(
-          "the topic has a column named 'partition', which the Spark source uses for the Kafka "
-              + "partition; rename it in the producer or the mapping");
-    }
     List<StructField> fields = new ArrayList<>();
     fields.add(new StructField(Bounds.PARTITION, DataTypes.IntegerType, false, Metadata.empty()));
     fields.addAll(merged.values());
     return new StructType(fields.toArray(new StructField[0]));
+  }
+
+  /**
+   * A manifest schema message with its columns named as they read ({@link StoredNames}): a
+   * `partition` of a segment sealed before the `_` suffix rule as `partition_`.
+   */
+  static Schema readAs(byte[] message) {
+    try {
+      return StoredNames.readAs(parse(message));
+    } catch (StoredNames.TwinColumnsException e) {
+      throw new StoredNames.TwinColumnsException(e.twins, message);
+    }
   }
 
   static Schema parse(byte[] message) {

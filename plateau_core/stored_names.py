@@ -1,0 +1,93 @@
+"""The column a data field is stored in when its name is one of plateau's, and the name a
+stored column reads as.
+
+Beside the fields, a decoded topic holds plateau's own columns (`offset`, `timestamp`, `key`,
+`headers`), and its readers add `partition`. Spark resolves names ignoring case, so a field
+`Timestamp` or `Partition` beside them made every reference to `timestamp` or `partition`
+ambiguous: such a field is stored with a `_` suffix (`Timestamp` as `Timestamp_`). Segments
+sealed before that rule hold it under its own name; every reader reads such a column as the
+suffixed one (`read_names`), so a topic's old and new segments give one column. The Spark
+connector follows the same rule (StoredNames.java).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from plateau_core.errors import InvalidInputError
+from plateau_core.names import fold_case
+
+# The exact names plateau stores beside the fields of every decoded topic. The writer checks
+# their types (plateau_core.schema), so a column of exactly such a name is plateau's own.
+OWN = ("offset", "timestamp", "key", "headers")
+# Also taken: the column every reader adds.
+TAKEN = (*OWN, "partition")
+
+
+def clashes(name: str, taken: Sequence[str] = TAKEN) -> bool:
+    """Whether a field `name` is one of the `taken` columns' names, ignoring case."""
+    return fold_case(name) in taken
+
+
+def stored_name(name: str, taken: Sequence[str] = TAKEN) -> str:
+    """The column a field `name` is stored in."""
+    return f"{name}_" if clashes(name, taken) else name
+
+
+class TwinColumnsError(InvalidInputError):
+    """A segment holds a data column named as one of plateau's columns (stored before the `_`
+    suffix rule) and also the suffixed name it reads as: one of the two would be lost.
+    Plateau's writers never store both; the reader adds the topic and the segment files."""
+
+    def __init__(self, twins: Sequence[tuple[str, str]], where: str = "a segment schema") -> None:
+        pairs = "; ".join(
+            f"{old!r} and {new!r} ({old!r} was stored before fields named like plateau's "
+            f"columns got a '_' suffix, and reads as {new!r})"
+            for old, new in twins
+        )
+        super().__init__(
+            f"{where} holds the columns {pairs}: one column's values would hide the other's. "
+            "Rewrite the file with one of them renamed, or remove it"
+        )
+        self.twins = tuple(twins)
+        self.where = where
+        # The schema's fingerprint, when raised merging a topic's schemas: the manifest
+        # finds the segments written with it.
+        self.fingerprint: str | None = None
+
+    def at(self, where: str) -> TwinColumnsError:
+        """The error naming `where` (the topic and segment files) instead."""
+        located = TwinColumnsError(self.twins, where)
+        located.fingerprint = self.fingerprint
+        return located
+
+
+def read_names(names: Sequence[str]) -> list[str]:
+    """The names a segment's columns `names` read as: a data column named like a taken
+    column in any case (`partition`, `Timestamp`, `KEY`), which only segments sealed before
+    the `_` suffix rule hold, as its suffixed name; plateau's own columns as they are.
+
+    Raises TwinColumnsError when the segment also holds that suffixed name."""
+    read = [name if name in OWN else stored_name(name) for name in names]
+    if read == list(names):
+        return read
+    present = set(names)
+    twins = [
+        (old, new) for old, new in zip(names, read, strict=True) if new != old and new in present
+    ]
+    if twins:
+        raise TwinColumnsError(twins)
+    return read
+
+
+def read_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` of a segment with its columns named as they read (`read_names`)."""
+    names = read_names(schema.names)
+    if names == schema.names:
+        return schema
+    return pa.schema(
+        [field.with_name(name) for field, name in zip(schema, names, strict=True)],
+        metadata=schema.metadata,
+    )
