@@ -4,8 +4,8 @@ holds them all and the count is exact; above, the estimate is (K - 1) * 2^64 / (
 smallest hash), within about 1/sqrt(K - 2) (9% at K = 128). Sketches of one column merge by
 union, whatever type each segment holds it in: a value hashes as the raw rows read it, so a
 whole double as its integer (int64 and double columns read as doubles) and a string that is
-the text a read writes for a number as that number (a column whose types clash reads as
-JSON text; `_text`), so 42, "42", "42.0" and "42.00" count once. An
+a number's one text as that number (a column whose types clash reads as JSON text; `_text`),
+so 42 and "42" count once while "42" and "42.0" stay two strings. An
 integer past int64 (a uint64 from 2**63) hashes as 16 bytes, since the 8 of int64 cannot hold
 it; every value int64 holds keeps its 8, so sketches sealed before still merge. A decimal
 hashes as the integer or double that is the same number (`_decimal`), so a field widened
@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 
 from plateau_core.bloom import bloom_kind, canonical, value_hash
-from plateau_core.json_text import as_double_text
 from plateau_core.schema import INT64_MAX, INT64_MIN
 
 SKETCH_K = 128
@@ -41,10 +40,9 @@ _WIDE_BYTES = 16
 # Set before the plain digits of a decimal that no double reads as (more digits than a double
 # holds, or a whole number past int128), so they never hash as a string of the same text.
 _DIGITS = b"\x04"
-# A decimal's (or an integer's) text as a read writes it: digits, then its places if any.
-_PLAIN = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")
-# The texts of the doubles that are no numbers' digits (json_text writes them as json.dumps).
-_NOT_DIGITS = frozenset({"NaN", "Infinity", "-Infinity"})
+# An integer's one text, and a fraction's plain digits without trailing zeros.
+_WHOLE = re.compile(r"-?(0|[1-9][0-9]*)")
+_FRACTION_DIGITS = re.compile(r"-?(0|[1-9][0-9]*)\.[0-9]*[1-9]")
 
 
 def sketch_kind(dtype: pa.DataType) -> SketchKind | None:
@@ -109,23 +107,26 @@ def _canonical(kind: SketchKind, value: object) -> bytes | None:
 
 
 def _text(value: str) -> bytes | None:
-    """A string hashes as the number it is the text of, as a read writes that number in a
-    column whose types clash (plateau_core.json_text): an integer's digits ("42", and
-    "18446744073709551615" as that uint64), a decimal's plain digits with its places
-    ("42.00", "-1.25"), a double's repr ("42.0", "0.5", "1e+20", "NaN"). A value and the
-    text it reads as so count once, and the texts of one number ("42", "42.0", "42.00") once,
-    as that number's values do. Any other string ("042", "+42", "4.2e1", "-0") is text."""
+    """A string hashes as a number only when it is that number's one text: an integer's
+    digits ("42", and "18446744073709551615" as that uint64), a fraction's shortest repr as
+    a double ("0.5", "1e-07"), or, for a fraction no double holds, its plain digits without
+    trailing zeros. A value and the text a column whose types clash reads it as
+    (plateau_core.json_text) so count once, and distinct strings stay distinct: "1.1" and
+    "1.10", "42" and "42.0" are two strings, so a decimal's or a whole double's own text
+    ("42.00", "42.0") is text, not the number (docs/storage.md, roll-ups)."""
     unsigned = value[1:] if value[:1] == "-" else value
-    if not unsigned[:1].isdigit() and value not in _NOT_DIGITS:
+    if not unsigned[:1].isdigit():
         return canonical("bytes", value)  # most text, told apart without parsing
-    if _PLAIN.fullmatch(value):
-        number = Decimal(value)  # exact, whatever its digits
-        if not (number.is_zero() and number.is_signed()):  # no decimal reads as "-0.00"
-            return _decimal(number)
+    if _WHOLE.fullmatch(value) and value != "-0":
+        # As a decimal of those digits hashes, past int128 included.
+        return _decimal(Decimal(value)) or canonical("bytes", value)
     with contextlib.suppress(ValueError):
         double = float(value)
-        if as_double_text(double) == value:  # "-0.0", "1e+20", "Infinity"
-            return _canonical("float", double)
+        if math.isfinite(double) and not double.is_integer():
+            if repr(double) == value:
+                return _FRACTION + struct.pack("<d", double)
+            if _FRACTION_DIGITS.fullmatch(value) and Decimal(repr(double)) != Decimal(value):
+                return _decimal(Decimal(value))  # its own digits: no double is this number
     return canonical("bytes", value)
 
 
