@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from plateau_core.errors import InvalidInputError
+from plateau_core.stored_names import write_names
 
 OFFSET = "offset"
 TIMESTAMP = "timestamp"
@@ -55,7 +56,10 @@ def normalize_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
 
     Refused, naming the field: a missing or null `offset`/`timestamp`, negative offsets or
     offsets that go backwards inside the batch, a `key`/`headers` column of the wrong type,
-    and any column of a type plateau does not store. Timestamps of another unit or zone are
+    any column of a type plateau does not store, and a data column named like one of
+    plateau's columns beside its suffixed name (`partition` and `partition_`:
+    plateau_core.stored_names.TwinFieldsError). Such a data column alone is renamed to its
+    suffixed name (`Timestamp` to `Timestamp_`). Timestamps of another unit or zone are
     converted to milliseconds in UTC.
     """
     return normalized(batch)[0]
@@ -115,12 +119,15 @@ def _new_plan(schema: pa.Schema) -> _Plan:
     _check_timestamp_type(schema.field(timestamp).type)
     fields: list[pa.Field] = list(FIXED_FIELDS)
     others = []
+    # Under the names its readers read it by: a batch built by hand (not by a decoder) may
+    # hold a data column `partition` or `Timestamp`.
+    stored = write_names(names)
     for index, field in enumerate(schema):
         if index in (offset, timestamp):
             continue
         _check_field(field)
         others.append(index)
-        fields.append(field)
+        fields.append(field if stored[index] == field.name else field.with_name(stored[index]))
     normal = pa.schema(fields)
     return _Plan(offset, timestamp, tuple(others), normal, fingerprint(normal))
 

@@ -4,10 +4,11 @@ stored column reads as.
 Beside the fields, a decoded topic holds plateau's own columns (`offset`, `timestamp`, `key`,
 `headers`), and its readers add `partition`. Spark resolves names ignoring case, so a field
 `Timestamp` or `Partition` beside them made every reference to `timestamp` or `partition`
-ambiguous: such a field is stored with a `_` suffix (`Timestamp` as `Timestamp_`). Segments
-sealed before that rule hold it under its own name; every reader reads such a column as the
-suffixed one (`read_names`), so a topic's old and new segments give one column. The Spark
-connector follows the same rule (StoredNames.java).
+ambiguous: such a field is stored with a `_` suffix (`Timestamp` as `Timestamp_`), by the
+decoders and by the writer for every batch appended (`write_names`). Segments sealed before
+that rule hold it under its own name; every reader reads such a column as the suffixed one
+(`read_names`), so a topic's old and new segments give one column. The Spark connector
+follows the same rule (StoredNames.java).
 """
 
 from __future__ import annotations
@@ -64,22 +65,66 @@ class TwinColumnsError(InvalidInputError):
         return located
 
 
+class TwinFieldsError(InvalidInputError):
+    """An appended batch holds a data column named like one of plateau's columns and also
+    the suffixed name that column is stored in: one of the two would be lost, and the
+    segment would make the topic unreadable. The writer adds the topic and partition."""
+
+    def __init__(self, twins: Sequence[tuple[str, str]], where: str = "a batch") -> None:
+        pairs = "; ".join(
+            f"{old!r} and {new!r} ({old!r} is named like one of plateau's columns ignoring "
+            f"case, so it is stored as {new!r})"
+            for old, new in twins
+        )
+        super().__init__(
+            f"{where} holds the columns {pairs}: one column's values would hide the other's. "
+            "Rename one of them; nothing of this append was stored"
+        )
+        self.twins = tuple(twins)
+        self.where = where
+
+    def at(self, where: str) -> TwinFieldsError:
+        """The error naming `where` (the topic and partition appended to) instead."""
+        return TwinFieldsError(self.twins, where)
+
+
 def read_names(names: Sequence[str]) -> list[str]:
     """The names a segment's columns `names` read as: a data column named like a taken
     column in any case (`partition`, `Timestamp`, `KEY`), which only segments sealed before
     the `_` suffix rule hold, as its suffixed name; plateau's own columns as they are.
 
     Raises TwinColumnsError when the segment also holds that suffixed name."""
-    read = [name if name in OWN else stored_name(name) for name in names]
-    if read == list(names):
-        return read
-    present = set(names)
-    twins = [
-        (old, new) for old, new in zip(names, read, strict=True) if new != old and new in present
-    ]
+    read, twins = _suffixed(names)
     if twins:
         raise TwinColumnsError(twins)
     return read
+
+
+def write_names(names: Sequence[str]) -> list[str]:
+    """The columns an appended batch's columns `names` are stored in: a data column named
+    like a taken column in any case as its suffixed name, as the decoders store a field;
+    plateau's own columns, in their exact names, as they are.
+
+    Raises TwinFieldsError when the batch also holds that suffixed name."""
+    stored, twins = _suffixed(names)
+    if twins:
+        raise TwinFieldsError(twins)
+    return stored
+
+
+def _suffixed(names: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """`names` with data columns named like a taken column suffixed, and the (name,
+    suffixed name) pairs whose suffixed name is among `names` already."""
+    suffixed = [name if name in OWN else stored_name(name) for name in names]
+    if suffixed == list(names):
+        return suffixed, []
+    present = set(names)
+    twins = [
+        (old, new)
+        for old, new in zip(names, suffixed, strict=True)
+        if new != old and new in present
+    ]
+    return suffixed, twins
 
 
 def read_schema(schema: pa.Schema) -> pa.Schema:

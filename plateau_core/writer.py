@@ -31,6 +31,7 @@ from plateau_core.seal_groups import relieve_pressure
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from plateau_core.slog import Append, Prepared, SegmentLog, prepare
+from plateau_core.stored_names import TwinFieldsError
 
 Logs = Iterable[SegmentLog]
 
@@ -107,7 +108,7 @@ class Writer(PartitionOwner):
         Returns:
             The group's journal number; None without a journal (or with `journal=False`).
         """
-        prepared = [[prepare(item) for item in a.batches if item.num_rows] for a in appends]
+        prepared = [_prepared(a) for a in appends]
         nbytes = sum(p.nbytes for batches in prepared for p in batches)
         with self._cond:
             slogs = [self._owned(a.topic, a.partition) for a in appends]
@@ -240,3 +241,14 @@ class Writer(PartitionOwner):
         if slog is None:
             raise InvalidInputError(f"{topic}[{partition}] is not acquired by this writer")
         return slog
+
+
+def _prepared(append: Append) -> list[Prepared]:
+    """`append`'s batches prepared for their segment; a batch holding a column and its
+    suffixed twin is refused naming where it was appended."""
+    try:
+        return [prepare(item) for item in append.batches if item.num_rows]
+    except TwinFieldsError as exc:
+        raise exc.at(
+            f"a batch appended to topic {append.topic!r} partition {append.partition}"
+        ) from None
