@@ -98,7 +98,7 @@ def ensure_table(
     if added:
         try:
             with table.update_schema() as update:
-                update.union_by_name(in_table_types(schema, current))
+                update.union_by_name(in_table_types(schema, current, topic))
         except (ValueError, TypeError) as exc:
             raise SchemaConflictError(f"topic {topic!r}: cannot evolve {added}: {exc}") from None
         log.info("iceberg_columns_evolved", topic=topic, table=".".join(identifier), columns=added)

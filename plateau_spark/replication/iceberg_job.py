@@ -255,7 +255,7 @@ class IcebergReplicator(Replicator):
         )
         # A column the table holds wider than this store does (another store widened it)
         # is written in the table's type.
-        schema = in_table_types(schema, iceberg_arrow_schema(table.schema()))
+        schema = in_table_types(schema, iceberg_arrow_schema(table.schema()), topic)
         committed = committed_state(table).offsets
         location = self.target.at(table.location())
         report.orphans_removed += self._remove_uncommitted(location, tasks, committed)

@@ -129,11 +129,11 @@ def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> Evolut
             evolution.added.append(wanted_field.name)
             continue
         have, want = current.field(index).type, wanted_field.type
-        if have.equals(want) or widens(want, have):
+        if have.equals(want) or widens(want, have, topic, wanted_field.name):
             continue
         if _same_or_promoted(have, want):
             evolution.added.append(wanted_field.name)
-        elif widens(have, want) and wanted_field.name not in _FIXED:
+        elif widens(have, want, topic, wanted_field.name) and wanted_field.name not in _FIXED:
             evolution.replaced[wanted_field.name] = want
         else:
             refused.append(
@@ -149,14 +149,14 @@ def check_evolution(current: pa.Schema, wanted: pa.Schema, topic: str) -> Evolut
     return evolution
 
 
-def in_table_types(wanted: pa.Schema, current: pa.Schema) -> pa.Schema:
-    """`wanted` with the table's type for each column the table holds wider (another store
-    widened it): the types this store's data files are written in."""
+def in_table_types(wanted: pa.Schema, current: pa.Schema, topic: str) -> pa.Schema:
+    """`wanted` (of `topic`) with the table's type for each column the table holds wider
+    (another store widened it): the types this store's data files are written in."""
     fields = []
     for wanted_field in wanted:
         index = current.get_field_index(wanted_field.name)
         have = current.field(index).type if index >= 0 else None
-        if have is not None and widens(wanted_field.type, have):
+        if have is not None and widens(wanted_field.type, have, topic, wanted_field.name):
             fields.append(wanted_field.with_type(have))
         else:
             fields.append(wanted_field)

@@ -132,10 +132,11 @@ class Reconciled:
     unmigrated: dict[str, tuple[pa.DataType, pa.DataType]]  # name -> (replica's, store's)
 
 
-def reconcile(recorded: pa.Schema, wanted: pa.Schema) -> Reconciled:
-    """The recorded types, widened where the store's (`wanted`) widen them, with the columns
-    the store added. A recorded type wider than the store's stays (another store widened
-    it); a change that is no widening is left as it is, and reported."""
+def reconcile(recorded: pa.Schema, wanted: pa.Schema, topic: str) -> Reconciled:
+    """The recorded types of `topic`'s replica, widened where the store's (`wanted`) widen
+    them, with the columns the store added. A recorded type wider than the store's stays
+    (another store widened it); a change that is no widening is left as it is, and
+    reported."""
     fields = {f.name: f for f in recorded}
     widened: list[str] = []
     unmigrated: dict[str, tuple[pa.DataType, pa.DataType]] = {}
@@ -143,9 +144,9 @@ def reconcile(recorded: pa.Schema, wanted: pa.Schema) -> Reconciled:
         have = fields.get(field.name)
         if have is None:
             fields[field.name] = field
-        elif same_type(have.type, field.type) or widens(field.type, have.type):
+        elif same_type(have.type, field.type) or widens(field.type, have.type, topic, field.name):
             continue
-        elif widens(have.type, field.type):
+        elif widens(have.type, field.type, topic, field.name):
             fields[field.name] = field
             widened.append(field.name)
         else:
@@ -178,7 +179,7 @@ class ReplicaTypes:
             # looked at once.
             goal, widened = wanted, []
         else:
-            found = reconcile(recorded.schema, wanted)
+            found = reconcile(recorded.schema, wanted, topic)
             goal, widened = found.goal, found.widened
             for name, (held, store) in found.unmigrated.items():
                 log.warning(
@@ -225,7 +226,7 @@ class ReplicaTypes:
         narrower = [
             f.name
             for f in wanted
-            if f.name in held.names and widens(f.type, held.field(f.name).type)
+            if f.name in held.names and widens(f.type, held.field(f.name).type, topic, f.name)
         ]
         if not narrower:
             return 0
@@ -285,7 +286,7 @@ class ReplicaTypes:
         with self.filesystem.open_input_file(self.target.path(relative)) as handle:
             source = pq.ParquetFile(handle)
             held = source.schema_arrow
-            casts = casts_for(held, goal)
+            casts = casts_for(held, goal, topic)
             if not casts:
                 return False
             fields = {name: held.field(name).with_type(dtype) for name, dtype in casts.items()}

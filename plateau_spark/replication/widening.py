@@ -9,7 +9,10 @@ themselves (integers to wider integers or to floating point, float to double, ti
 a finer unit or to UTC, the same inside a struct, list or map, a struct gaining children):
 a value read from the replica is then what the store reads. Any other change (a clash of
 types the store reads as JSON text) is not a widening, and the replicas keep what they do
-with it.
+with it. A roll-up topic's `sum_*` decimals merge by their places, not their digits
+(plateau_core.rollup.rollup_sum), so the topic and the column are part of the question:
+decimal(38, 0) sums widen to decimal(38, 2) there, where a raw topic's decimal(38, 2)
+column widens to decimal(38, 0) (every whole digit kept).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from plateau_core.conform import conform_column
+from plateau_core.rollup import rollup_sum
 from plateau_core.schema import FIXED_FIELDS
 from plateau_core.schema_merge import merged_schema
 
@@ -54,26 +58,30 @@ def same_type(a: pa.DataType, b: pa.DataType) -> bool:
     return bool(plain(a).equals(plain(b)))
 
 
-def widens(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether the store's readers, merging a column of type `old` with one of type `new`,
-    read both as `new` (and `new` differs from `old`)."""
+def widens(old: pa.DataType, new: pa.DataType, topic: str, column: str) -> bool:
+    """Whether the store's readers, merging `column` of `topic` of type `old` with one of
+    type `new`, read both as `new` (and `new` differs from `old`)."""
     a, b = plain(old), plain(new)
     if a.equals(b):
         return False
-    merged = merged_schema([_probe(a), _probe(b)])
-    return not merged.clashes and bool(plain(merged.schema.field(_PROBE).type).equals(b))
+    # A roll-up's sum merges by its name (schema_merge); any other column merges alike
+    # under the probe's name, which no name of plateau's own columns (offset) can clash with.
+    name = column if rollup_sum(topic, column) else _PROBE
+    merged = merged_schema([_probe(name, a), _probe(name, b)], topic)
+    return not merged.clashes and bool(plain(merged.schema.field(name).type).equals(b))
 
 
-def _probe(dtype: pa.DataType) -> pa.Schema:
-    return pa.schema([*FIXED_FIELDS, pa.field(_PROBE, dtype)])
+def _probe(name: str, dtype: pa.DataType) -> pa.Schema:
+    return pa.schema([*FIXED_FIELDS, pa.field(name, dtype)])
 
 
-def casts_for(held: pa.Schema, goal: pa.Schema) -> dict[str, pa.DataType]:
-    """The columns of a file of schema `held` that `goal` widens, with their `goal` type."""
+def casts_for(held: pa.Schema, goal: pa.Schema, topic: str) -> dict[str, pa.DataType]:
+    """The columns of a file of `topic` of schema `held` that `goal` widens, with their
+    `goal` type."""
     casts = {}
     for field in held:
         index = goal.get_field_index(field.name)
-        if index >= 0 and widens(field.type, goal.field(index).type):
+        if index >= 0 and widens(field.type, goal.field(index).type, topic, field.name):
             casts[field.name] = goal.field(index).type
     return casts
 

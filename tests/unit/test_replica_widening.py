@@ -36,8 +36,8 @@ STRUCT = pa.struct([pa.field("ms", pa.int64())])
 def test_what_the_store_reads_as_the_wider_type_is_a_widening(
     old: pa.DataType, new: pa.DataType
 ) -> None:
-    assert widens(old, new)
-    assert not widens(new, old)
+    assert widens(old, new, "t", "n")
+    assert not widens(new, old, "t", "n")
 
 
 @pytest.mark.parametrize(
@@ -54,7 +54,30 @@ def test_what_the_store_reads_as_the_wider_type_is_a_widening(
     ],
 )
 def test_anything_else_is_no_widening(old: pa.DataType, new: pa.DataType) -> None:
-    assert not widens(old, new)
+    assert not widens(old, new, "t", "n")
+
+
+WHOLE_SUMS, CENT_SUMS = pa.decimal128(38, 0), pa.decimal128(38, 2)
+
+
+def test_a_rollup_topics_sums_widen_by_their_places() -> None:
+    """A roll-up's sums of integers past int64 (decimal(38, 0)) beside sums of a
+    decimal(7, 2) field (decimal(38, 2)) read as decimal(38, 2): the replica of the first
+    migrates to it, never the other way, which cut the cents."""
+    rollup = "pay.rollup.1m"
+    assert widens(WHOLE_SUMS, CENT_SUMS, rollup, "sum_amount")
+    assert not widens(CENT_SUMS, WHOLE_SUMS, rollup, "sum_amount")
+    assert widens(pa.int64(), CENT_SUMS, rollup, "sum_amount")
+    # A raw topic's column, and a roll-up's column that is no sum, keep every whole digit.
+    assert widens(CENT_SUMS, WHOLE_SUMS, "pay", "sum_amount")
+    assert widens(CENT_SUMS, WHOLE_SUMS, rollup, "amount")
+    assert not widens(WHOLE_SUMS, CENT_SUMS, rollup, "amount")
+    recorded = pa.schema([pa.field("sum_amount", WHOLE_SUMS)])
+    found = reconcile(recorded, pa.schema([pa.field("sum_amount", CENT_SUMS)]), rollup)
+    assert (found.widened, found.unmigrated) == (["sum_amount"], {})
+    assert casts_for(recorded, found.goal, rollup) == {"sum_amount": CENT_SUMS}
+    # A store whose sums are still whole writes into a replica another store widened.
+    assert casts_for(found.goal, recorded, rollup) == {}
 
 
 def test_the_recorded_types_take_the_store_widenings_and_new_columns_only() -> None:
@@ -74,7 +97,7 @@ def test_the_recorded_types_take_the_store_widenings_and_new_columns_only() -> N
             pa.field("new", pa.bool_()),
         ]
     )
-    found = reconcile(recorded, wanted)
+    found = reconcile(recorded, wanted, "t")
     assert found.widened == ["n"]
     assert found.unmigrated == {"clash": (pa.int64(), pa.string())}
     assert found.goal == pa.schema(
@@ -102,7 +125,7 @@ def test_a_rewritten_file_keeps_its_rows_order_and_row_groups_with_the_column_wi
     pq.write_table(table, raw, row_group_size=4)
     source = pq.ParquetFile(io.BytesIO(raw.getvalue()))
     goal = pa.schema([pa.field("n", pa.float64()), pa.field("s", pa.string())])
-    casts = casts_for(source.schema_arrow, goal)
+    casts = casts_for(source.schema_arrow, goal, "t")
     assert casts == {"n": pa.float64()}
     out = io.BytesIO()
     rewrite_parquet(source, out, {"n": pa.field("n", pa.float64())}, "zstd")
