@@ -4,10 +4,11 @@ Files are laid out as `{topic}/date=YYYY-MM-DD/partition=P/{first:020d}-{last:02
 (dates in UTC, offsets of the first and last row in the file), so Spark's partition
 discovery reads `date` and `partition` back, and a task re-run writes the same names.
 
-A data column named like one of those folders ignoring case (a decoded field `date`, or a
-`partition` column of a segment stored before ingest suffixed such fields) is written with
-a `_` suffix, more when that name is taken: Spark resolves names ignoring case, and its
-writer's `date` column, or the folder value on read, would otherwise replace its values.
+A data column named `date` ignoring case is written with a `_` suffix, more when that name
+is taken: Spark resolves names ignoring case, and its writer's `date` column, or the folder
+value on read, would otherwise replace its values. No data column is named `partition`: such
+a field is stored as `partition_`, and a segment sealed before that rule reads so too
+(plateau_core.stored_names).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from plateau_spark.replication.micros import in_micros, micros_type
 from plateau_spark.replication.target import Target
 
 ROW_GROUP_ROWS = 1 << 20
-FOLDER_COLUMNS = ("date", "partition")
+DATE_FOLDER = "date"
 _NAME = re.compile(r"(\d{20})-(\d{20})\.parquet")
 
 
@@ -74,11 +75,11 @@ class ReplicaFile:
 
 def replica_columns(names: Sequence[str]) -> list[str]:
     """The names data columns `names` are written under in the replica, in order."""
-    taken = {fold_case(name) for name in names} | set(FOLDER_COLUMNS)
+    taken = {fold_case(name) for name in names}
     out = []
     for name in names:
         written = name
-        if fold_case(name) in FOLDER_COLUMNS:
+        if fold_case(name) == DATE_FOLDER:
             written = f"{name}_"
             while fold_case(written) in taken:
                 written = f"{written}_"

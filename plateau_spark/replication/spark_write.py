@@ -118,8 +118,8 @@ def _task_frame(spark: SparkSession, task: ReplicaTask, manifest_url: str | None
     if manifest_url:
         reader = reader.option("manifest", manifest_url)
     frame = reader.load()
-    # The connector's own `partition` comes first; a data column clashing with it or with
-    # `date` is renamed by position, as a name would resolve to both.
+    # The connector's own `partition` comes first; a data column named `date` is renamed by
+    # position, as a name would resolve to it and to the `date` column the writer adds.
     own, *data = frame.columns
     names = [own, *replica_columns(data)]
     if names != frame.columns:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -70,9 +71,15 @@ def test_old_segments_replicate_into_the_suffixed_parquet_columns(
     spark: SparkSession, mixed: Store, tmp_path: Path, through_spark: bool
 ) -> None:
     """Before, the Parquet replica renamed an old `partition` to `partition_` and the new
-    `partition_` to `partition__`: two columns for one field."""
+    `partition_` to `partition__`: two columns for one field. The readers give the replica
+    `partition_` alone, which it writes as it is, beside its `partition` folders."""
     target = tmp_path / "replica"
     Replicator(mixed, Target.parse(str(target))).run_once(spark if through_spark else None)
+    files = sorted((target / "t").rglob("*.parquet"))
+    assert len(files) == 2
+    for path in files:
+        names = pq.read_schema(path).names
+        assert "partition_" in names and not {"partition", "partition__"} & set(names)
     copy = spark.read.parquet(str(target / "t"))
     assert "partition__" not in copy.columns
     got = {r.offset: (r.partition, r.partition_, r.Timestamp_) for r in copy.collect()}
