@@ -117,16 +117,21 @@ def of_written(path: Path, ranges: Sequence[BatchRange]) -> Checksums:
     file (another pyarrow writing differently) fall back to walking the messages.
     """
     with pa.memory_map(str(path), "r") as source:
-        data = file_buffer(source)
-        adjusted = list(ranges)
-        if adjusted:
-            first_end = adjusted[0][0] + adjusted[0][1]
-            start = schema_end(data)
-            adjusted[0] = (start, first_end - start)
-        checksums = compute(data, adjusted)
-        if checksums.tiling_problem(data.size) is not None:
-            checksums = compute(data, scan_batch_ranges(data))
-        return checksums
+        return of_buffer(file_buffer(source), ranges)
+
+
+def of_buffer(data: pa.Buffer, ranges: Sequence[BatchRange]) -> Checksums:
+    """Checksums of a segment's bytes built in memory, from the positions the writer
+    reported (as `of_written`)."""
+    adjusted = list(ranges)
+    if adjusted:
+        first_end = adjusted[0][0] + adjusted[0][1]
+        start = schema_end(data)
+        adjusted[0] = (start, first_end - start)
+    checksums = compute(data, adjusted)
+    if checksums.tiling_problem(data.size) is not None:
+        checksums = compute(data, scan_batch_ranges(data))
+    return checksums
 
 
 def of_file(path: Path) -> Checksums:

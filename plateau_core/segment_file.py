@@ -1,19 +1,27 @@
-"""Segment files: durable writes (temp → fsync → rename → fsync dir) and inspection."""
+"""Segment files: durable writes (temp → fsync → rename → fsync dir) and inspection.
+
+A synced segment is built in memory and written with O_DIRECT where it can be
+(plateau_core.direct_io), else through the page cache; the file's bytes are the same.
+"""
 
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import ipc
 
 import plateau_core.crc as crcs
+from plateau_core import direct_io
 from plateau_core.adaptive_compression import SegmentCodec
 from plateau_core.bloom import BLOOM_KEY, Bloom, build, footer_value, from_footer
-from plateau_core.checksums import BatchRange
+from plateau_core.checksums import BatchRange, Checksums
 from plateau_core.column_stats import table_columns
 from plateau_core.errors import InvalidInputError
 from plateau_core.names import TEMP_MARKER, fsync_path, make_dirs, segment_name
@@ -72,36 +80,23 @@ def write_segment(
     choice = compression if isinstance(compression, SegmentCodec) else SegmentCodec(compression)
     codec = choice.codec
     options = ipc.IpcWriteOptions(compression=None if codec == "none" else codec)
-    ranges: list[BatchRange] = []
-    raw = 0  # the batches' uncompressed IPC size, when the choice asks for it
+    footer = {BATCH_INDEX_KEY: json.dumps(spans, separators=(",", ":")).encode()}
+    if blooms:
+        footer[BLOOM_KEY] = footer_value(blooms)
+    layout = _Layout(table.schema, groups, options, footer, choice.measures)
     try:
-        # OSFile is unbuffered, so tell() around each write is where that batch's message
-        # lies in the file.
-        with pa.OSFile(str(temp), "wb") as sink:
-            footer = {BATCH_INDEX_KEY: json.dumps(spans, separators=(",", ":")).encode()}
-            if blooms:
-                footer[BLOOM_KEY] = footer_value(blooms)
-            with ipc.new_file(sink, table.schema, options=options, metadata=footer) as writer:
-                for group in groups:
-                    before = sink.tell()
-                    # One regrouped copy at a time, dropped once written.
-                    single = group.combine_chunks() if group.column(0).num_chunks > 1 else group
-                    writer.write_table(single)
-                    ranges.append((before, sink.tell() - before))
-                    if choice.measures:
-                        raw += sum(ipc.get_record_batch_size(b) for b in single.to_batches())
-            if fsync:
-                sink.flush()
-        # Read back while the file is still in the page cache, before fsync makes it durable.
-        checksums = crcs.of_written(temp, ranges)
-        if fsync:
-            fsync_path(temp)
+        # O_DIRECT writes go to the device at once: without fsync, the buffered write is
+        # the faster one and nothing waits for the disk.
+        built = _write_direct(temp, table, layout) if fsync else None
+        if built is None:
+            built = _write_buffered(temp, layout, fsync=fsync)
         temp.rename(final)
         if fsync:
             fsync_path(directory)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    ranges, raw, checksums = built
     written = sum(length for _, length in ranges)
     choice.wrote(raw if choice.measures else written, written, start, end)
     stats = SegmentStats(
@@ -117,6 +112,111 @@ def write_segment(
         blooms=blooms,
     )
     return final, stats
+
+
+class _Layout(NamedTuple):
+    """What goes into a segment file, however it is written."""
+
+    schema: pa.Schema
+    groups: list[pa.Table]
+    options: ipc.IpcWriteOptions
+    footer: dict[bytes, bytes]
+    measures: bool  # the codec choice wants the batches' uncompressed size
+
+
+class _Built(NamedTuple):
+    ranges: list[BatchRange]
+    raw: int  # the batches' uncompressed IPC size, when the layout measures it
+    checksums: Checksums
+
+
+def _write_ipc(sink: pa.NativeFile, layout: _Layout) -> tuple[list[BatchRange], int]:
+    """The IPC file into `sink`, whose tell() is exact (unbuffered): each batch's range."""
+    ranges: list[BatchRange] = []
+    raw = 0
+    with ipc.new_file(
+        sink, layout.schema, options=layout.options, metadata=layout.footer
+    ) as writer:
+        for group in layout.groups:
+            before = sink.tell()
+            # One regrouped copy at a time, dropped once written.
+            single = group.combine_chunks() if group.column(0).num_chunks > 1 else group
+            writer.write_table(single)
+            ranges.append((before, sink.tell() - before))
+            if layout.measures:
+                raw += sum(ipc.get_record_batch_size(b) for b in single.to_batches())
+    return ranges, raw
+
+
+def _write_buffered(temp: Path, layout: _Layout, *, fsync: bool) -> _Built:
+    """Through the page cache; the checksums read back while the file is still there,
+    before fsync makes it durable."""
+    with pa.OSFile(str(temp), "wb") as sink:
+        ranges, raw = _write_ipc(sink, layout)
+        if fsync:
+            sink.flush()
+    checksums = crcs.of_written(temp, ranges)
+    if fsync:
+        fsync_path(temp)
+    return _Built(ranges, raw, checksums)
+
+
+def _write_direct(temp: Path, table: pa.Table, layout: _Layout) -> _Built | None:
+    """Built in this thread's arena, checksummed there, written with O_DIRECT and synced
+    (plateau_core.direct_io); None, with no file left, when it is not written that way: the
+    file would not fit the arena, or the filesystem refuses O_DIRECT."""
+    space = direct_io.arena(_size_bound(table, layout))
+    if space is None:
+        return None
+    fd = direct_io.open_direct(temp)
+    if fd is None:
+        return None
+    try:
+        built, size = _build(space, layout)
+        if built is not None and not direct_io.write_synced(fd, temp.parent, space, size):
+            built = None
+    finally:
+        os.close(fd)
+    if built is None:
+        temp.unlink()
+    return built
+
+
+def _build(space: mmap.mmap, layout: _Layout) -> tuple[_Built | None, int]:
+    """The IPC file in `space` and its size; None when it outgrew the space (the bound is
+    an estimate: the buffered write takes over)."""
+    buffer = pa.py_buffer(space)
+    sink = pa.FixedSizeBufferWriter(buffer)
+    try:
+        ranges, raw = _write_ipc(sink, layout)
+    except OSError:  # out of bounds: nothing else fails writing to memory
+        return None, 0
+    size = sink.tell()
+    sink.close()
+    return _Built(ranges, raw, crcs.of_buffer(buffer.slice(0, size), ranges)), size
+
+
+def _size_bound(table: pa.Table, layout: _Layout) -> int:
+    """At least the IPC file's size: the data, what a codec adds to a buffer it cannot
+    shrink (lz4 and zstd: under 1/128), each batch's message and padding, the schema and
+    the footer."""
+    fields = sum(_nested_fields(field.type) for field in layout.schema)
+    per_batch = 1024 + 128 * fields
+    data = int(table.nbytes)
+    schema_bytes = int(layout.schema.serialize().size)
+    return (
+        data
+        + data // 64
+        + per_batch * len(layout.groups)
+        + 2 * schema_bytes
+        + sum(len(value) for value in layout.footer.values())
+        + 64 * 1024
+    )
+
+
+def _nested_fields(type_: pa.DataType) -> int:
+    """The field and every field nested in it: each has its own buffers in a batch."""
+    return 1 + sum(_nested_fields(type_.field(i).type) for i in range(type_.num_fields))
 
 
 def _blooms(table: pa.Table, index: IndexPolicy) -> tuple[Bloom, ...]:

@@ -45,6 +45,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.lazy": 0,
     # segment files
     "plateau_core.crc": 1,
+    "plateau_core.direct_io": 1,
     "plateau_core.segment_file": 1,
     # the manifest
     "plateau_core.manifest": 2,
