@@ -1,10 +1,12 @@
-"""Fuzz target for the Kafka API's parsers: request frames (kio's entities), record batches
-(the compiled reader's check on arrival, its row builder at the seal) and the journal's
-files, read back after a crash. Each may only answer
+"""Fuzz target for the Kafka API's parsers: request frames (kio's entities; Produce read in
+place), record batches (the compiled reader's check on arrival, its row builder at the seal)
+and the journal's files, read back after a crash. Each may only answer
 with its own error types (the listener turns the first two into a closed connection or
 CORRUPT_MESSAGE; the journal's stop the start with a message); any other exception is a bug.
-aiokafka's reader is the oracle of the batches: the arrival check refuses what it refuses,
-with the same error, and accepts what it reads with the same count and newest timestamp.
+kio's path is the oracle of Produce frames: the in-place reader refuses what it refuses and
+reads the same values from the rest. aiokafka's reader is the oracle of the batches: the
+arrival check refuses what it refuses, with the same error, and accepts what it reads with
+the same count and newest timestamp.
 
 The test suite runs the same checks with hypothesis (tests/kafka_api/test_fuzz.py). For a
 longer, coverage-guided run:
@@ -19,6 +21,7 @@ import contextlib
 import struct
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import crc32c
 import pyarrow as pa
@@ -39,7 +42,13 @@ from bridge.kafka_api.batches import (
     read_batch,
     split_batches,
 )
-from bridge.kafka_api.protocol import ProtocolError, parse_request
+from bridge.kafka_api.protocol import (
+    PRODUCE,
+    ProtocolError,
+    Request,
+    parse_request,
+    parse_with_kio,
+)
 from bridge.kafka_api.record_rows import Placement, record_columns
 from plateau_core.journal_codec import FRAME, MAGIC, JournalCorruptError, last_group, read_file
 from plateau_core.lazy import UnknownLazyKindError
@@ -58,8 +67,38 @@ _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 
 
 def check_frame(frame: bytes) -> None:
-    with contextlib.suppress(ProtocolError):
-        parse_request(frame)
+    read = parsed(parse_request, frame)
+    if frame[:2] == b"\0\0":  # Produce: read in place, and by kio's path to the same end
+        assert read == parsed(parse_with_kio, frame), f"in place {read}, kio {frame!r}"
+
+
+def parsed(
+    parse: Callable[[bytes | memoryview], Request], frame: bytes | memoryview
+) -> tuple[Any, ...] | type:
+    """The request's values as plain tuples (a Produce request's records as bytes), or the
+    type of the ProtocolError that refused it."""
+    try:
+        request = parse(frame)
+    except ProtocolError as exc:
+        return type(exc)
+    head = (request.api_key, request.api_version, request.correlation_id, request.client_id)
+    if request.api_key != PRODUCE:
+        return (*head, request.body)
+    return (*head, *plain_produce(request.body))
+
+
+def plain_produce(body: Any) -> tuple[Any, ...]:
+    """A Produce request's values, of kio's entity or the in-place reader's."""
+    topics = None
+    if body.topic_data is not None:
+        topics = tuple((t.name, _plain_partitions(t.partition_data)) for t in body.topic_data)
+    return (body.transactional_id, body.acks, body.timeout, topics)
+
+
+def _plain_partitions(partitions: Any) -> tuple[tuple[int, bytes | None], ...] | None:
+    if partitions is None:
+        return None
+    return tuple((p.index, None if p.records is None else bytes(p.records)) for p in partitions)
 
 
 def check_batches(data: bytes) -> None:

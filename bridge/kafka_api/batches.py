@@ -127,7 +127,7 @@ def envelope_of(placed: Sequence[Placed]) -> pa.RecordBatch:
     return envelope(*columns)
 
 
-def split_batches(data: bytes) -> list[bytes | memoryview]:
+def split_batches(data: bytes | memoryview) -> list[bytes | memoryview]:
     """The record batches of a partition's `records` field: views into it, not copies (most
     requests carry one batch per partition, and it is the whole field)."""
     batches: list[bytes | memoryview] = []

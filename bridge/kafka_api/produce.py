@@ -114,7 +114,7 @@ class ProduceHandler:
         self,
         body: Any,
         key: tuple[str, int],
-        records: bytes | None,
+        records: bytes | memoryview | None,
         allowed: Allowed,
         *,
         ticket: Ticket,
@@ -206,7 +206,7 @@ class ProduceHandler:
         body: Any,
         topic: str,
         partition: int,
-        records: bytes | None,
+        records: bytes | memoryview | None,
         allowed: Allowed,
     ) -> Outcome | None:
         if body.transactional_id is not None:

@@ -1,6 +1,7 @@
 """Kafka protocol messages: which APIs and versions plateau answers, and the requests and
 responses as kio's generated entities (one dataclass per API version, from Kafka's own
-message schemas), so no field layout is written by hand here.
+message schemas), so no field layout is written by hand here, except one: Produce requests
+are read in place for speed (bridge.kafka_api.produce_request), checked against kio's.
 
 Handlers build responses as plain dicts; `encode_response` fits them to the version asked
 for (bridge.kafka_api.encoding), leaving out fields that version does not have and filling
@@ -23,6 +24,7 @@ from kio.serial.errors import SerialError
 
 from bridge.kafka_api import encoding
 from bridge.kafka_api.bounds import check_header, check_request
+from bridge.kafka_api.produce_request import ProduceRequestError, read_produce
 
 # api key -> (name, lowest, highest version answered). The ranges are what current
 # librdkafka (2.x) and the Apache Kafka 4.x Java clients ask for; Produce stops at 12
@@ -74,7 +76,9 @@ class Request:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body: Any  # the kio entity of this API and version
+    # The kio entity of this API and version; of Produce, produce_request's ProduceRequest
+    # (the same field names and values, its records views of the frame).
+    body: Any
 
 
 def api_name(api_key: int) -> str:
@@ -82,16 +86,42 @@ def api_name(api_key: int) -> str:
 
 
 def parse_request(frame: bytes | memoryview) -> Request:
-    """The request in one frame (without its size prefix).
+    """The request in one frame (without its size prefix). Produce is read in place
+    (bridge.kafka_api.produce_request: its records are views of the frame), every other API
+    by kio's reader.
 
     Raises UnsupportedRequestError for a readable header of an API or version not answered,
     ProtocolError for anything that does not parse."""
+    api_key, api_version, correlation_id = _prefix(frame)
+    if api_key != PRODUCE:
+        return _parse_with_kio(frame, api_key, api_version, correlation_id)
+    try:
+        client_id, body = read_produce(frame, api_version)
+    except ProduceRequestError as exc:
+        raise ProtocolError(f"Produce v{api_version} request does not parse: {exc}") from exc
+    return Request(api_key, api_version, correlation_id, client_id, body)
+
+
+def parse_with_kio(frame: bytes | memoryview) -> Request:
+    """The request in one frame as kio's entities, Produce too: the reference the in-place
+    Produce reader is checked against (tests, fuzz target). Raises as parse_request."""
+    return _parse_with_kio(frame, *_prefix(frame))
+
+
+def _prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """API key, version and correlation id, of an API and version answered."""
     if len(frame) < _PREFIX.size:
         raise ProtocolError(f"a request of {len(frame)} bytes is shorter than its header")
     api_key, api_version, correlation_id = _PREFIX.unpack_from(frame)
     supported = SUPPORTED.get(api_key)
     if supported is None or not supported[1] <= api_version <= supported[2]:
         raise UnsupportedRequestError(api_key, api_version, correlation_id)
+    return api_key, api_version, correlation_id
+
+
+def _parse_with_kio(
+    frame: bytes | memoryview, api_key: int, api_version: int, correlation_id: int
+) -> Request:
     request_type = _request_type(api_key, api_version)
     try:
         # kio's reader trusts counts on the wire (bounds.py says why): check them first.
