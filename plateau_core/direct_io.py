@@ -6,14 +6,17 @@ built in this arena and written with O_DIRECT costs about 40% less CPU per byte,
 for its checksums included (bench/direct_io_probe.py).
 
 Each thread keeps its arena (a private anonymous map) between files: a fresh map per file
-costs more in page faults than the page-cache copy it saves. Its resident size is the
-largest file the thread wrote, up to ARENA_MAX_BYTES; larger files are written the buffered
-way. A filesystem that refuses O_DIRECT (EINVAL) is found once per directory, whose files are
-then written the buffered way too.
+costs more in page faults than the page-cache copy it saves. Between files its pages are
+given back lazily (`rest`, MADV_FREE): the kernel takes them when it needs memory, as it
+would the page cache's, and a thread that writes again before that reuses them without a
+fault. Its size is the largest file the thread wrote, up to ARENA_MAX_BYTES; larger files
+are written the buffered way. A filesystem that refuses O_DIRECT (EINVAL) is found once per
+directory, whose files are then written the buffered way too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import mmap
 import os
@@ -98,6 +101,14 @@ def write_synced(fd: int, directory: Path, data: mmap.mmap, size: int) -> bool:
     os.ftruncate(fd, size)
     os.fsync(fd)
     return True
+
+
+def rest(space: mmap.mmap) -> None:
+    """Let the kernel take `space`'s pages when it is short of memory (MADV_FREE): what a
+    file left in the arena is never read again, and until the kernel needs the pages a
+    later file reuses them as they are."""
+    with contextlib.suppress(OSError, AttributeError):  # a kernel before 4.5: kept resident
+        space.madvise(mmap.MADV_FREE)
 
 
 def _refuse(directory: Path, step: str, exc: OSError) -> None:

@@ -177,6 +177,7 @@ def _write_direct(temp: Path, table: pa.Table, layout: _Layout) -> _Built | None
             built = None
     finally:
         os.close(fd)
+        direct_io.rest(space)
     if built is None:
         temp.unlink()
     return built
