@@ -38,14 +38,14 @@ class PartitionData:  # not a NamedTuple: its field `index` would hide tuple.ind
 
 class TopicData(NamedTuple):
     name: str
-    partition_data: tuple[PartitionData, ...] | None
+    partition_data: tuple[PartitionData, ...]
 
 
 class ProduceRequest(NamedTuple):
     transactional_id: str | None
     acks: int
     timeout: datetime.timedelta
-    topic_data: tuple[TopicData, ...] | None
+    topic_data: tuple[TopicData, ...]
 
 
 class _Reader:
@@ -112,8 +112,12 @@ class _Reader:
 
     def count(self, what: str) -> int:
         """An array's element count, at most the bytes left (each element takes one at
-        least); -1: null."""
+        least). Produce's arrays are never null (Kafka's schema gives them no null
+        versions, and a broker refuses the request): kio reads one as None, which no
+        handler could answer."""
         count = self.uvarint() - 1 if self.flexible else self.fixed(_I32)
+        if count == -1:
+            raise ProduceRequestError(f"{what}: null, which it may not be")
         if count < -1:
             raise ProduceRequestError(f"{what}: a negative count ({count})")
         if count > self.end - self.at:
@@ -145,10 +149,7 @@ def read_produce(
         raise ProduceRequestError("the frame ends inside a field")
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, reader.at)
     reader.at += _ACKS_TIMEOUT.size
-    topic_data: tuple[TopicData, ...] | None = None
-    count = reader.count("topic_data")
-    if count >= 0:
-        topic_data = tuple([_topic(reader) for _ in range(count)])
+    topic_data = tuple([_topic(reader) for _ in range(reader.count("topic_data"))])
     reader.no_tags("ProduceRequest")
     body = ProduceRequest(
         transactional_id, acks, datetime.timedelta(milliseconds=timeout_ms), topic_data
@@ -159,10 +160,7 @@ def read_produce(
 def _topic(reader: _Reader) -> TopicData:
     name = reader.string("name", nullable=False)
     assert name is not None
-    partitions: tuple[PartitionData, ...] | None = None
-    count = reader.count("partition_data")
-    if count >= 0:
-        partitions = tuple([_partition(reader) for _ in range(count)])
+    partitions = tuple([_partition(reader) for _ in range(reader.count("partition_data"))])
     reader.no_tags("TopicProduceData")
     return TopicData(name, partitions)
 

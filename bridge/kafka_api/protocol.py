@@ -105,7 +105,14 @@ def parse_request(frame: bytes | memoryview) -> Request:
 def parse_with_kio(frame: bytes | memoryview) -> Request:
     """The request in one frame as kio's entities, Produce too: the reference the in-place
     Produce reader is checked against (tests, fuzz target). Raises as parse_request."""
-    return _parse_with_kio(frame, *_prefix(frame))
+    request = _parse_with_kio(frame, *_prefix(frame))
+    body = request.body
+    if request.api_key == PRODUCE and (
+        body.topic_data is None or any(t.partition_data is None for t in body.topic_data)
+    ):
+        # As the in-place reader refuses it: Produce's arrays have no null versions.
+        raise ProtocolError(f"Produce v{request.api_version} request carries a null array")
+    return request
 
 
 def _prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
