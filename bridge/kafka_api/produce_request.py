@@ -5,8 +5,9 @@ kio's reader copied every partition's records into fresh memory that then stayed
 seal: with the bounds walk before it, 83-88 us of the listener's CPU per request of 8 batches
 of 16 KiB, where this reader takes 23-24 us (docs/benchmarks.md, the Kafka API). It reads
 the same two layouts (v3-v8, and the flexible v9-v12) in one bounds-checked pass and gives
-the values kio's entities carry (field names, None for a null array or records, the timeout
-as a timedelta); it refuses what the bounds walk and kio's reader refuse together. kio
+the values kio's entities carry (field names, None for null records, the timeout as a
+timedelta); it refuses what the bounds walk and kio's reader refuse together, and a null
+topic or partition array, which kio reads as None. kio
 remains the reference: tests/kafka_api/test_produce_request.py and the fuzz target check it
 against kio's path.
 """
