@@ -4,6 +4,9 @@ Apache Kafka broker, and beside the consumer path (producer -> Kafka -> plateau 
 One run, one machine, one broker; per record size (128 B and 1 KiB by default):
 
   a. kafka-producer-perf-test (acks=all, idempotent: its defaults) -> local Kafka broker
+  a'. the same into a topic with `flush.messages=1`: the broker syncs its log after every
+     append, the durability plateau's journal gives an acknowledgement (a Kafka broker
+     otherwise leaves it to replication and syncs nothing before it answers)
   b. the same                                                     -> plateau serve's Kafka API
      (acks=all answered from the journal, the default)
   b'. the same -> a second plateau serve with `durability: segment` (acks=all answered once
@@ -301,11 +304,12 @@ def perf_case(
     props: tuple[str, ...] = (),
     throughput: int = -1,
     stored_in: Path | None = None,
+    topic_config: dict[str, str] | None = None,
 ) -> Case:
     """One perf test run into `target`, sampled; `stored_in`: also wait until the store
     there holds every record, for the time until queryable."""
     if target.kafka:
-        create_topic(target.bootstrap, topic, PARTITIONS)
+        create_topic(target.bootstrap, topic, PARTITIONS, config=topic_config)
     with Sampler(target.pids) as sample:
         started = time.monotonic()
         perf = perf_test(target.bootstrap, topic, records, size, props, throughput)
@@ -340,6 +344,15 @@ def _one_size(
     found = [
         # a and b, each client with its defaults
         perf_case("perf-test -> kafka", kafka, f"a-{size}", records, size),
+        # a': the broker syncing every append, as plateau's journal syncs every round
+        perf_case(
+            "perf-test -> kafka (flush.messages=1)",
+            kafka,
+            f"f-{size}",
+            records,
+            size,
+            topic_config={"flush.messages": "1"},
+        ),
         perf_case(
             "perf-test -> plateau", listener, f"b-{size}", records, size, stored_in=api.data_dir
         ),
