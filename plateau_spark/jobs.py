@@ -37,6 +37,13 @@ def topic_frame(spark: SparkSession, location: StoreLocation, topic: str) -> Dat
 
 
 def spark_message(exc: Exception) -> str:
-    """Spark's own message: its first line, without the plan and JVM stack trace after it."""
-    text = str(exc).strip()
-    return text.splitlines()[0].rstrip(";") if text else type(exc).__name__
+    """Spark's own message: its first line, without the plan and JVM stack trace after it.
+    A JVM exception PySpark does not convert (a failed job's SparkException) says first
+    only which call failed ("An error occurred while calling o71.parquet."): its message
+    is the line after, which names the cause."""
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    if lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        return lines[1].removeprefix(": ").rstrip(";")
+    return lines[0].rstrip(";")

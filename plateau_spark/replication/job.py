@@ -42,6 +42,7 @@ from plateau_core.store import Store
 from plateau_core.stored_names import TwinColumnsError
 from plateau_core.topic_schema import topic_schema
 from plateau_spark.errors import ReplicaOwnerError, TopicReplicationError
+from plateau_spark.jobs import spark_message
 from plateau_spark.replication.files import (
     ReplicaFile,
     ReplicaTask,
@@ -54,6 +55,7 @@ from plateau_spark.replication.files import (
 )
 from plateau_spark.replication.owner import Consumed, ParquetOwners
 from plateau_spark.replication.parquet_migration import ReplicaTypes
+from plateau_spark.replication.spark_probe import spark_answers
 from plateau_spark.replication.spark_write import run_spark
 from plateau_spark.replication.target import Target, TargetError, log_temp_removed
 
@@ -157,8 +159,10 @@ class Replicator:
 
         Raises ReplicaOwnerError, once the other topics are replicated, naming each produced
         topic whose replica another store feeds; TopicReplicationError (naming those too)
-        for each topic that failed otherwise. An I/O error or a failed Spark job ends the
-        run: the target or Spark is away, and the other topics would fail alike."""
+        for each topic that failed otherwise. A topic whose Spark job failed is one of
+        those when Spark still answers a one-row job (spark_probe.py); when it does not,
+        the Spark error ends the run, as an I/O error of the target does: Spark or the
+        target is away, and the other topics would fail alike."""
         started = time.monotonic()
         report = ReplicationReport()
         failed: dict[str, str] = {}
@@ -182,28 +186,16 @@ class Replicator:
             moved: set[int] = set()
             for topic in sorted({t.topic for t in tasks}):
                 indexes = [i for i, t in enumerate(tasks) if t.topic == topic]
-                try:
-                    written = self._write_topic(
-                        spark,
-                        filesystem,
-                        types,
-                        [tasks[i] for i in indexes],
-                        report,
-                        young_temps=young_temps.get(topic, ()),
-                    )
-                except (OSError, TargetError, PySparkException, Py4JError):
-                    raise  # the target or Spark is away: the other topics would fail alike
-                except Exception as exc:  # held back, named at the end
-                    # Anything else is the topic's own (a bug, a type a writer refuses): it
-                    # waits, as a killed run's topic does, instead of every topic after it.
-                    failed[topic] = f"topic {topic!r}: {type(exc).__name__}: {exc}"
-                    log.error(
-                        "replication_topic_failed",
-                        topic=topic,
-                        target=self.target.uri,
-                        error=f"{type(exc).__name__}: {exc}",
-                        exc_info=exc,
-                    )
+                written = self._try_topic(
+                    spark,
+                    filesystem,
+                    types,
+                    [tasks[i] for i in indexes],
+                    report,
+                    young_temps=young_temps.get(topic, ()),
+                    failed=failed,
+                )
+                if written is None:
                     continue
                 for index, files in zip(indexes, written, strict=True):
                     results[index] = self._record(filesystem, tasks[index], files, moved)
@@ -233,6 +225,48 @@ class Replicator:
         if refused:
             raise ReplicaOwnerError(refused)
         return report
+
+    def _try_topic(
+        self,
+        spark: SparkSession | None,
+        filesystem: fs.FileSystem,
+        types: ReplicaTypes,
+        tasks: list[ReplicaTask],
+        report: ReplicationReport,
+        *,
+        young_temps: Sequence[str],
+        failed: dict[str, str],
+    ) -> list[list[ReplicaFile]] | None:
+        """_write_topic, or None when the topic failed on its own: it is held back (added to
+        `failed`), as a killed run's topic is, instead of every topic after it."""
+        topic = tasks[0].topic
+        try:
+            return self._write_topic(
+                spark, filesystem, types, tasks, report, young_temps=young_temps
+            )
+        except (OSError, TargetError):
+            raise  # the target is away: the other topics would fail alike
+        except (PySparkException, Py4JError) as exc:
+            # Spark that still runs a job failed this one for the topic's own data (a
+            # segment the connector refuses, a value the writer refuses); Spark that does
+            # not would fail every topic after it alike.
+            if spark is None or not spark_answers(spark, topic):
+                raise
+            self._held_back(topic, exc, spark_message(exc), failed)
+        except Exception as exc:  # anything else is the topic's own (a bug, a refused type)
+            self._held_back(topic, exc, str(exc), failed)
+        return None
+
+    def _held_back(self, topic: str, exc: Exception, message: str, failed: dict[str, str]) -> None:
+        error = f"{type(exc).__name__}: {message}"
+        log.error(
+            "replication_topic_failed",
+            topic=topic,
+            target=self.target.uri,
+            error=error,
+            exc_info=exc,
+        )
+        failed[topic] = f"topic {topic!r}: {error}"
 
     def _write_topic(
         self,
