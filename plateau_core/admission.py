@@ -26,7 +26,7 @@ def admit(
     nothing but the partitions' note of the size refused, which `Writer.accepting` reads.
     `disk` None: the disk floor does not apply (a journal's replay, which frees the journal's
     space as it seals)."""
-    check_order(appends, slogs, [[p.batch for p in batches] for batches in prepared])
+    check_order(appends, slogs, prepared)
     if nbytes == 0:
         return None  # a watermark move or a producer note: nothing to buffer
     landing = [s for s, batches in zip(slogs, prepared, strict=True) if batches]

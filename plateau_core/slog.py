@@ -340,15 +340,15 @@ class SegmentLog:
 
 
 def check_order(
-    appends: Sequence[Append], slogs: Sequence[SegmentLog], batches: Sequence[list[Item]]
+    appends: Sequence[Append], slogs: Sequence[SegmentLog], batches: Sequence[Sequence[Prepared]]
 ) -> None:
     """Raise InvalidInputError unless every partition's batches (several appends may name one
     partition) follow what it accepted already and each other, in offset order."""
     after: dict[TopicPartition, int | None] = {}
     for append, slog, appended in zip(appends, slogs, batches, strict=True):
         last = after.get(slog.key, slog.last_offset)
-        for batch in appended:
-            last = slog.check_offsets(batch, last)
+        for prepared in appended:
+            last = slog.check_offsets(prepared.batch, last)
         if append.advance_to is not None:
             last = max(last if last is not None else -1, append.advance_to - 1)
         after[slog.key] = last

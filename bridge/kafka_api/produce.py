@@ -191,7 +191,8 @@ class ProduceHandler:
         state = self.sink.partitions.get((topic, partition))
         if limit_s is None or state is None or state.mapping.timestamp == "log_append_time":
             return None
-        newest = max(b.newest for b in batches)
+        # One batch per partition since produce v3: no generator for the common case.
+        newest = batches[0].newest if len(batches) == 1 else max(b.newest for b in batches)
         now_ms = int(time.time() * 1000)
         if newest <= now_ms + limit_s * 1000:
             return None

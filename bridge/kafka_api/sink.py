@@ -210,9 +210,11 @@ class ProduceSink:
             raise ThrottledError(topic, partition, "earlier records are still waiting")
         if not self.writer.accepting(topic, partition):
             raise ThrottledError(topic, partition, "the writer is at its memory budget")
-        if batch.idempotent:
+        idempotent = batch.idempotent
+        last_sequence = batch.last_sequence
+        if idempotent:
             verdict = state.check_producer(
-                batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_sequence
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, last_sequence
             )
             if verdict.verdict is Verdict.DUPLICATE:
                 return self._duplicate(state, batch, verdict.base_offset or 0, ticket)
@@ -256,13 +258,9 @@ class ProduceSink:
         state.reserve(batch.count)
         end = base + batch.count
         producer = before = None
-        if batch.idempotent:
+        if idempotent:
             producer = ProducerBatch(
-                batch.producer_id,
-                batch.producer_epoch,
-                batch.base_sequence,
-                batch.last_sequence,
-                base,
+                batch.producer_id, batch.producer_epoch, batch.base_sequence, last_sequence, base
             )
             before = state.producers.get(batch.producer_id)
             state.remember(producer)
@@ -271,10 +269,13 @@ class ProduceSink:
         # advance_to: offsets of the batch that land nowhere here (poison) are passed over
         # in the same transaction as its rows, its producer batch and its dead letters.
         source = Append(topic, partition, rows, producer, end, urgent)
-        outcome = Outcome(base_offset=base, log_append_time_ms=appended_ms if log_append else -1)
+        outcome = Outcome(
+            base_offset=base,
+            log_append_time_ms=appended_ms if log_append else -1,
+            durable=[(state, end)],
+        )
         pending = Pending(source, base, outcome, before, letters, batch.count, batch.size)
         state.durable(end, ticket, outcome)
-        outcome.durable.append((state, end))
         state.stalled.append(pending)
         self._gathered[state.key] = state
         return outcome
