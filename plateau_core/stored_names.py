@@ -14,6 +14,7 @@ follows the same rule (StoredNames.java).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Self
 
 import pyarrow as pa
 
@@ -37,55 +38,62 @@ def stored_name(name: str, taken: Sequence[str] = TAKEN) -> str:
     return f"{name}_" if clashes(name, taken) else name
 
 
-class TwinColumnsError(InvalidInputError):
-    """A segment holds a data column named as one of plateau's columns (stored before the `_`
-    suffix rule) and also the suffixed name it reads as: one of the two would be lost.
-    Plateau's writers never store both; the reader adds the topic and the segment files."""
+class _TwinsError(InvalidInputError):
+    """Columns `old` and `new` side by side where `old` is stored or read as `new`: one
+    column's values would hide the other's. `where` names the place; `at` names another."""
 
-    def __init__(self, twins: Sequence[tuple[str, str]], where: str = "a segment schema") -> None:
+    why = ""  # what makes `old` become `new`, with {old} and {new}
+    advice = ""
+
+    def __init__(self, twins: Sequence[tuple[str, str]], where: str) -> None:
         pairs = "; ".join(
-            f"{old!r} and {new!r} ({old!r} was stored before fields named like plateau's "
-            f"columns got a '_' suffix, and reads as {new!r})"
+            f"{old!r} and {new!r} ({self.why.format(old=repr(old), new=repr(new))})"
             for old, new in twins
         )
         super().__init__(
             f"{where} holds the columns {pairs}: one column's values would hide the other's. "
-            "Rewrite the file with one of them renamed, or remove it"
+            f"{self.advice}"
         )
         self.twins = tuple(twins)
         self.where = where
+
+    def at(self, where: str) -> Self:
+        """The error naming `where` instead."""
+        located = type(self)(self.twins, where)
+        located.__dict__.update(
+            {k: v for k, v in self.__dict__.items() if k not in ("twins", "where")}
+        )
+        return located
+
+
+class TwinColumnsError(_TwinsError):
+    """A segment holds a data column named as one of plateau's columns (stored before the `_`
+    suffix rule) and also the suffixed name it reads as. Plateau's writers never store both;
+    the reader adds the topic and the segment files (`at`)."""
+
+    why = (
+        "{old} was stored before fields named like plateau's columns got a '_' suffix, "
+        "and reads as {new}"
+    )
+    advice = "Rewrite the file with one of them renamed, or remove it"
+
+    def __init__(self, twins: Sequence[tuple[str, str]], where: str = "a segment schema") -> None:
+        super().__init__(twins, where)
         # The schema's fingerprint, when raised merging a topic's schemas: the manifest
         # finds the segments written with it.
         self.fingerprint: str | None = None
 
-    def at(self, where: str) -> TwinColumnsError:
-        """The error naming `where` (the topic and segment files) instead."""
-        located = TwinColumnsError(self.twins, where)
-        located.fingerprint = self.fingerprint
-        return located
 
-
-class TwinFieldsError(InvalidInputError):
+class TwinFieldsError(_TwinsError):
     """An appended batch holds a data column named like one of plateau's columns and also
-    the suffixed name that column is stored in: one of the two would be lost, and the
-    segment would make the topic unreadable. The writer adds the topic and partition."""
+    the suffixed name that column is stored in: the segment would make the topic
+    unreadable. The writer adds the topic and partition (`at`)."""
+
+    why = "{old} is named like one of plateau's columns ignoring case, so it is stored as {new}"
+    advice = "Rename one of them; nothing of this append was stored"
 
     def __init__(self, twins: Sequence[tuple[str, str]], where: str = "a batch") -> None:
-        pairs = "; ".join(
-            f"{old!r} and {new!r} ({old!r} is named like one of plateau's columns ignoring "
-            f"case, so it is stored as {new!r})"
-            for old, new in twins
-        )
-        super().__init__(
-            f"{where} holds the columns {pairs}: one column's values would hide the other's. "
-            "Rename one of them; nothing of this append was stored"
-        )
-        self.twins = tuple(twins)
-        self.where = where
-
-    def at(self, where: str) -> TwinFieldsError:
-        """The error naming `where` (the topic and partition appended to) instead."""
-        return TwinFieldsError(self.twins, where)
+        super().__init__(twins, where)
 
 
 def read_names(names: Sequence[str]) -> list[str]:
