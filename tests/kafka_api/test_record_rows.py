@@ -4,6 +4,8 @@ codec, and a ValueError naming what is wrong, never a crash, for records that do
 
 from __future__ import annotations
 
+import dataclasses
+
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -109,14 +111,14 @@ def test_records_that_do_not_parse_raise_a_value_error_naming_what(what: str) ->
 
 def test_a_damaged_batch_at_the_seal_is_a_corrupt_batch_error() -> None:
     good = read_batch(raw_batch([Record(0, None, b"v")]))
-    bad = type(good)(**{**good.__dict__, "data": batch_of(MALFORMED["value claims"], 1)})
+    bad = dataclasses.replace(good, data=batch_of(MALFORMED["value claims"], 1))
     with pytest.raises(CorruptBatchError, match=r"batch 1, record 0 .*value claims"):
         envelope_of([Placed(good, 0, -1, NOW), Placed(bad, 1, -1, NOW)])
 
 
 def test_a_header_count_that_disagrees_with_the_batch_is_refused() -> None:
     good = read_batch(raw_batch([Record(0, None, b"v")]))
-    two = type(good)(**{**good.__dict__, "count": 2})
+    two = dataclasses.replace(good, count=2)
     with pytest.raises(CorruptBatchError, match="hold 1 records, not 2"):
         envelope_of([Placed(two, 0, -1, NOW)])
 
