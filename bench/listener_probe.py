@@ -46,6 +46,12 @@ VERSION = 11
 WARMUP = 200
 
 
+def value(size: int) -> bytes:
+    """A record's value: one repeated byte (bench/seal_cpu_probe.py puts random letters
+    here, which the adaptive codec writes uncompressed as serve's benchmark data)."""
+    return b"x" * size
+
+
 def batch(producer_id: int, sequence: int, size: int) -> bytes:
     builder = DefaultRecordBatchBuilder(
         magic=2,
@@ -58,7 +64,7 @@ def batch(producer_id: int, sequence: int, size: int) -> bytes:
     )
     now = int(time.time() * 1000)
     for i in range(RECORDS):
-        builder.append(i, timestamp=now + i, key=None, value=b"x" * size, headers=[])
+        builder.append(i, timestamp=now + i, key=None, value=value(size), headers=[])
     return bytes(builder.build())
 
 

@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import listener_probe
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from bridge.logs import configure_logging
 from plateau_core import direct_io
@@ -36,22 +35,9 @@ from plateau_core.slog import SealJob
 _LETTERS = bytes.maketrans(bytes(range(256)), (string.ascii_letters.encode() * 5)[:256])
 
 
-def random_batch(producer_id: int, sequence: int, size: int) -> bytes:
-    """listener_probe.batch with random-letter values instead of one repeated byte."""
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=producer_id,
-        producer_epoch=0,
-        base_sequence=sequence,
-        batch_size=1 << 30,
-    )
-    now = int(time.time() * 1000)
-    for i in range(listener_probe.RECORDS):
-        value = os.urandom(size).translate(_LETTERS)
-        builder.append(i, timestamp=now + i, key=None, value=value, headers=[])
-    return bytes(builder.build())
+def random_letters(size: int) -> bytes:
+    """A value of `size` random letters, for listener_probe's batches."""
+    return os.urandom(size).translate(_LETTERS)
 
 
 class SealClock:
@@ -93,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("WARNING")
     gc.freeze()
     gc.set_threshold(100_000, 20, 20)
-    listener_probe.batch = random_batch  # frames() looks it up when called
+    listener_probe.value = random_letters  # batch() looks it up when called
     clock = SealClock()
     clock.install()
     arena_max = direct_io.ARENA_MAX_BYTES
