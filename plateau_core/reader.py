@@ -336,10 +336,7 @@ def _read_names(stored: list[str], segment: SegmentRecord) -> list[str]:
     try:
         return read_names(stored)
     except TwinColumnsError as exc:
-        where = (
-            f"topic {segment.topic!r}: segment {segment.path} (partition {segment.partition}, "
-            f"offsets [{segment.start_offset}, {segment.end_offset}))"
-        )
+        where = f"topic {segment.topic!r}: segment {segment.located}"
         raise SegmentUnavailableError(str(exc.at(where))) from exc
 
 

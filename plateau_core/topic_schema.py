@@ -34,11 +34,7 @@ def topic_schema(manifest: Manifest, topic: str) -> MergedSchema:
                 s for s in manifest.segments(topic) if s.schema_fingerprint == exc.fingerprint
             ]
             if holders:
-                files = ", ".join(
-                    f"{s.path} (partition {s.partition}, offsets "
-                    f"[{s.start_offset}, {s.end_offset}))"
-                    for s in holders
-                )
+                files = ", ".join(s.located for s in holders)
                 noun = "segment" if len(holders) == 1 else "segments"
                 raise exc.at(f"topic {topic!r}: {noun} {files}") from None
             log.warning(

@@ -78,6 +78,14 @@ class SegmentRecord:
     problem: str | None
     checksums_json: str | None = None
 
+    @property
+    def located(self) -> str:
+        """The file and what it holds, for a message naming the segment."""
+        return (
+            f"{self.path} (partition {self.partition}, "
+            f"offsets [{self.start_offset}, {self.end_offset}))"
+        )
+
     @cached_property
     def checksums(self) -> Checksums | None:
         """Parsed on first use: planning a read lists many rows and checks few of them.
