@@ -19,7 +19,9 @@ One run, one machine, one broker; per record size (128 B and 1 KiB by default):
 Reported: records/s acknowledged, p50/p99 ack latency (the perf test's own), time until
 queryable (every record in a sealed segment in the manifest), CPU seconds of the receiving
 process(es) and their peak RSS. Ratios are against (a) of the same run, the numbers that
-matter on a shared, noisy machine.
+matter on a shared, noisy machine. Every target first takes `--warm` records of each size
+(the broker's JVM compiles its hot paths during its first records); the client JVM of each
+case still starts cold, which bench/produce_steady.py's long runs take out.
 
     .venv/bin/python bench/produce_bench.py --records 500000
 """
@@ -265,7 +267,7 @@ def start_listener(work: Path, name: str, durability: str) -> Listener:
     return Listener(process, f"127.0.0.1:{port}", data_dir)
 
 
-def run(records: int, sizes: list[int], heap: str) -> dict[str, Any]:
+def run(records: int, sizes: list[int], heap: str, warm: int) -> dict[str, Any]:
     cases: list[Case] = []
     with tempfile.TemporaryDirectory(prefix="plateau-produce-bench-") as tmp:
         work = Path(tmp)
@@ -275,6 +277,14 @@ def run(records: int, sizes: list[int], heap: str) -> dict[str, Any]:
             api = start_listener(work, "api", "journal")
             segment = start_listener(work, "api-segment", "segment")
             try:
+                # The broker's JVM compiles its hot paths during its first records: unwarmed,
+                # the first case (128 B into Kafka) ran at up to a third below its later
+                # rate (bench/produce_steady.py). Every target takes `warm` records of each
+                # size first, into a topic of its own.
+                create_topic(kafka.bootstrap_servers, "warm", PARTITIONS)
+                for bootstrap in (kafka.bootstrap_servers, api.bootstrap, segment.bootstrap):
+                    for size in sizes:
+                        perf_test(bootstrap, "warm", warm, size)
                 for size in sizes:
                     cases += _one_size(
                         work, kafka.bootstrap_servers, kafka.pid, api, segment, records, size
@@ -283,7 +293,12 @@ def run(records: int, sizes: list[int], heap: str) -> dict[str, Any]:
                 for listener in (api, segment):
                     listener.process.terminate()
                     listener.process.wait(60)
-    return {"records": records, "partitions": PARTITIONS, "cases": [asdict(c) for c in cases]}
+    return {
+        "records": records,
+        "warm": warm,
+        "partitions": PARTITIONS,
+        "cases": [asdict(c) for c in cases],
+    }
 
 
 @dataclass(frozen=True)
@@ -451,8 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--sizes", default="128,1024")
     parser.add_argument("--heap", default="1g", help="the broker's heap")
+    parser.add_argument(
+        "--warm", type=int, default=200_000, help="records of each size into every target first"
+    )
     args = parser.parse_args(argv)
-    result = run(args.records, [int(s) for s in args.sizes.split(",")], args.heap)
+    result = run(args.records, [int(s) for s in args.sizes.split(",")], args.heap, args.warm)
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = RESULTS_DIR / f"produce-{stamp}.json"

@@ -1,0 +1,270 @@
+"""The Java producer's defaults into the local Kafka broker and into plateau's Kafka API in
+long runs, alternating: records/s once both sides are warm, and where each side's CPU goes.
+
+bench/produce_bench.py times 500,000 records per case: a few seconds, in which the client's
+own JVM is still compiling (its JIT threads take seconds of CPU on two shared cores). Here
+the broker and serve are each warmed with `--warm` records, then every round sends
+`--records` records (2M by default) to each, in alternating order, with the perf test and
+then with the librdkafka producer of produce_bench.py, and reports per run:
+
+  - records/s acknowledged (the perf test's own figure);
+  - CPU per record of the receiving process (the broker's JVM, or serve);
+  - CPU per record of the client (the perf test's JVM: also its JIT compiler threads);
+  - the machine's idle share during the run (all cores; what neither side could use).
+
+Ratios are plateau's median over the broker's median, per client and record size.
+
+    .venv/bin/python bench/produce_steady.py --records 2000000 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ingest_bench import RESULTS_DIR, BenchError, broker, proc_stat
+from produce_bench import _SUMMARY, PARTITIONS, PERF, librdkafka, perf_test, start_listener
+
+from bridge.local_kafka.jars import kafka_libs
+from bridge.local_kafka.topics import create_topic
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# HotSpot names its compiler threads so (the name is cut to 15 characters by the kernel).
+_JIT_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+@dataclass(frozen=True)
+class Run:
+    client: str  # perf-test | librdkafka
+    target: str  # kafka | plateau
+    size: int
+    records: int
+    records_per_s: float
+    p99_ms: float | None  # the perf test's; librdkafka's producer here reports none
+    server_us_per_record: float
+    client_us_per_record: float
+    client_jit_us_per_record: float
+    machine_idle: float  # share of all cores idle or waiting for I/O
+
+
+class _ClientThreads:
+    """CPU ticks of each thread of the client JVM, the last seen before it exited."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ticks: dict[tuple[int, str], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(0.2)
+
+    def _sample(self) -> None:
+        tasks = Path(f"/proc/{self.pid}/task")
+        try:
+            found = list(tasks.iterdir())
+        except OSError:
+            return
+        for task in found:
+            try:
+                comm = (task / "comm").read_text().strip()
+                raw = (task / "stat").read_text()
+            except OSError:
+                continue
+            fields = raw[raw.rindex(")") + 2 :].split()
+            self.ticks[(int(task.name), comm)] = int(fields[11]) + int(fields[12])
+
+    def stop(self) -> tuple[float, float]:
+        """CPU seconds of the whole client and of its JIT compiler threads."""
+        self._stop.set()
+        self._thread.join()
+        total = sum(self.ticks.values()) / CLK_TCK
+        jit = sum(t for (_, comm), t in self.ticks.items() if comm.startswith(_JIT_PREFIXES))
+        return total, jit / CLK_TCK
+
+
+def _machine() -> tuple[int, int]:
+    """(all ticks, idle + iowait ticks) of every core since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(fields[:8]), fields[3] + fields[4]
+
+
+def one_run(target: str, bootstrap: str, server_pid: int, records: int, size: int) -> Run:
+    command = [
+        "java",
+        "-Xmx512m",
+        "-cp",
+        f"{kafka_libs()}/*",
+        PERF,
+        "--topic",
+        "t",
+        "--num-records",
+        str(records),
+        "--record-size",
+        str(size),
+        "--throughput",
+        "-1",
+        "--producer-props",
+        f"bootstrap.servers={bootstrap}",
+    ]
+    server_before = proc_stat(server_pid)
+    machine_before = _machine()
+    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    threads = _ClientThreads(client.pid)
+    out, err = client.communicate(timeout=900)
+    client_s, jit_s = threads.stop()
+    machine_after = _machine()
+    server_after = proc_stat(server_pid)
+    lines = out.splitlines()
+    found = _SUMMARY.search(lines[-1] if lines else "")
+    if client.returncode != 0 or found is None or server_before is None or server_after is None:
+        raise BenchError(f"perf test into {target} failed: {out[-800:]}{err[-800:]}")
+    total, idle = (a - b for a, b in zip(machine_after, machine_before, strict=True))
+    return Run(
+        "perf-test",
+        target,
+        size,
+        records,
+        float(found["rate"]),
+        float(found["p99"]),
+        (server_after.cpu_s - server_before.cpu_s) * 1e6 / records,
+        client_s * 1e6 / records,
+        jit_s * 1e6 / records,
+        idle / total if total else 0.0,
+    )
+
+
+def librdkafka_run(target: str, bootstrap: str, server_pid: int, records: int, size: int) -> Run:
+    """The librdkafka producer of bench/produce_bench.py (acks=all, idempotent)."""
+    server_before = proc_stat(server_pid)
+    machine_before = _machine()
+    client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    acked, seconds = librdkafka(bootstrap, "t", records, size)
+    client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_after = _machine()
+    server_after = proc_stat(server_pid)
+    if acked != records or server_before is None or server_after is None:
+        raise BenchError(f"librdkafka -> {target}: {acked} of {records} acknowledged")
+    client_s = (client_after.ru_utime - client_before.ru_utime) + (
+        client_after.ru_stime - client_before.ru_stime
+    )
+    total, idle = (a - b for a, b in zip(machine_after, machine_before, strict=True))
+    return Run(
+        "librdkafka",
+        target,
+        size,
+        records,
+        records / seconds,
+        None,
+        (server_after.cpu_s - server_before.cpu_s) * 1e6 / records,
+        client_s * 1e6 / records,
+        0.0,
+        idle / total if total else 0.0,
+    )
+
+
+def run(records: int, sizes: list[int], rounds: int, warm: int) -> list[Run]:
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="plateau-produce-steady-") as tmp:
+        work = Path(tmp)
+        with broker(work, "1g") as kafka:
+            assert kafka.pid is not None
+            api = start_listener(work, "api", "journal")
+            try:
+                targets = [
+                    ("kafka", kafka.bootstrap_servers, kafka.pid),
+                    ("plateau", api.bootstrap, api.process.pid),
+                ]
+                # Both JVMs and serve warm: the first sizes' runs would otherwise pay it.
+                create_topic(kafka.bootstrap_servers, "t", PARTITIONS)
+                for _, bootstrap, _ in targets:
+                    perf_test(bootstrap, "t", warm, max(sizes))
+                for size in sizes:
+                    for index in range(rounds):
+                        order = targets if index % 2 == 0 else targets[::-1]
+                        for target, bootstrap, pid in order:
+                            done = one_run(target, bootstrap, pid, records, size)
+                            runs.append(done)
+                            print(_line(done), flush=True)
+                        for target, bootstrap, pid in order:
+                            done = librdkafka_run(target, bootstrap, pid, records, size)
+                            runs.append(done)
+                            print(_line(done), flush=True)
+            finally:
+                api.process.terminate()
+                api.process.wait(60)
+    return runs
+
+
+def _line(run: Run) -> str:
+    p99 = " " * 12 if run.p99_ms is None else f"p99 {run.p99_ms:>5.0f} ms"
+    return (
+        f"  {run.client:10} {run.target:8} {run.size:>5} B {run.records_per_s:>10,.0f} records/s  "
+        f"{p99}  server {run.server_us_per_record:5.2f} us/rec  "
+        f"client {run.client_us_per_record:5.2f} us/rec "
+        f"(JIT {run.client_jit_us_per_record:4.2f})  idle {run.machine_idle:4.0%}"
+    )
+
+
+def summary(runs: list[Run]) -> dict[str, dict[str, float]]:
+    """Per client and size: each target's median records/s and their ratio."""
+    found: dict[str, dict[str, float]] = {}
+    for client, size in sorted({(r.client, r.size) for r in runs}):
+        rates = {
+            target: statistics.median(
+                r.records_per_s
+                for r in runs
+                if r.client == client and r.size == size and r.target == target
+            )
+            for target in ("kafka", "plateau")
+        }
+        found[f"{client} {size} B"] = {
+            **rates,
+            "plateau_over_kafka": rates["plateau"] / rates["kafka"],
+        }
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=2_000_000, help="per run")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 1024])
+    parser.add_argument("--rounds", type=int, default=2, help="runs per target and size")
+    parser.add_argument("--warm", type=int, default=200_000, help="records before the runs")
+    args = parser.parse_args(argv)
+    started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    runs = run(args.records, args.sizes, args.rounds, args.warm)
+    result = {
+        "records": args.records,
+        "rounds": args.rounds,
+        "partitions": PARTITIONS,
+        "runs": [asdict(r) for r in runs],
+        "summary": summary(runs),
+    }
+    for case, row in result["summary"].items():
+        print(
+            f"{case}: kafka {row['kafka']:,.0f}/s, plateau {row['plateau']:,.0f}/s, "
+            f"plateau / kafka {row['plateau_over_kafka']:.2f}x"
+        )
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"produce-steady-{started}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
