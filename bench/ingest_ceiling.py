@@ -39,14 +39,13 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def thread_cpu(pid: int | str = "self") -> dict[str, float]:
-    """CPU seconds of a process's threads: main, librdkafka's (rdk:*), other."""
-    groups: dict[str, float] = defaultdict(float)
-    main = str(os.getpid() if pid == "self" else pid)
+def thread_ticks(pid: int | str = "self") -> dict[tuple[str, str], int]:
+    """CPU clock ticks (user + system) of each live thread of a process, by (id, name)."""
+    found: dict[tuple[str, str], int] = {}
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
-        return {}
+        return found
     for task in tasks:
         try:
             comm = (task / "comm").read_text().strip()
@@ -54,8 +53,17 @@ def thread_cpu(pid: int | str = "self") -> dict[str, float]:
         except OSError:
             continue
         fields = raw[raw.rindex(")") + 2 :].split()
-        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        if task.name == main:
+        found[(task.name, comm)] = int(fields[11]) + int(fields[12])
+    return found
+
+
+def thread_cpu(pid: int | str = "self") -> dict[str, float]:
+    """CPU seconds of a process's threads: main, librdkafka's (rdk:*), other."""
+    groups: dict[str, float] = defaultdict(float)
+    main = str(os.getpid() if pid == "self" else pid)
+    for (tid, comm), ticks in thread_ticks(pid).items():
+        cpu = ticks / CLK_TCK
+        if tid == main:
             groups["main thread"] += cpu
         elif comm.startswith("rdk:"):
             groups[comm.rstrip("0123456789") + "*"] += cpu

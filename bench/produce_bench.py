@@ -136,15 +136,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def perf_test(
+def perf_command(
     bootstrap: str,
     topic: str,
     records: int,
     size: int,
     props: tuple[str, ...] = (),
     throughput: int = -1,
-) -> dict[str, float]:
-    command = [
+) -> list[str]:
+    """kafka-producer-perf-test's command line (its class, on the Kafka jars)."""
+    return [
         "java",
         "-Xmx512m",
         "-cp",
@@ -162,13 +163,27 @@ def perf_test(
         f"bootstrap.servers={bootstrap}",
         *props,
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
-    found = _SUMMARY.search(done.stdout.splitlines()[-1] if done.stdout else "")
-    if done.returncode != 0 or found is None:
-        raise BenchError(
-            f"perf test into {bootstrap} failed: {done.stdout[-800:]}{done.stderr[-800:]}"
-        )
+
+
+def perf_summary(bootstrap: str, returncode: int, stdout: str, stderr: str) -> dict[str, float]:
+    """The perf test's closing line: records, records/s and its latencies (ms)."""
+    found = _SUMMARY.search(stdout.splitlines()[-1] if stdout else "")
+    if returncode != 0 or found is None:
+        raise BenchError(f"perf test into {bootstrap} failed: {stdout[-800:]}{stderr[-800:]}")
     return {k: float(v) for k, v in found.groupdict().items()}
+
+
+def perf_test(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    props: tuple[str, ...] = (),
+    throughput: int = -1,
+) -> dict[str, float]:
+    command = perf_command(bootstrap, topic, records, size, props, throughput)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    return perf_summary(bootstrap, done.returncode, done.stdout, done.stderr)
 
 
 def librdkafka(bootstrap: str, topic: str, records: int, size: int) -> tuple[int, float]:

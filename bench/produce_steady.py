@@ -29,13 +29,21 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ingest_bench import RESULTS_DIR, BenchError, broker, proc_stat
-from produce_bench import _SUMMARY, PARTITIONS, PERF, librdkafka, perf_test, start_listener
+from ingest_ceiling import thread_ticks
+from produce_bench import (
+    PARTITIONS,
+    librdkafka,
+    perf_command,
+    perf_summary,
+    perf_test,
+    start_listener,
+)
 
-from bridge.local_kafka.jars import kafka_libs
 from bridge.local_kafka.topics import create_topic
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -62,30 +70,15 @@ class _ClientThreads:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
-        self.ticks: dict[tuple[int, str], int] = {}
+        self.ticks: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._sample()
+            self.ticks.update(thread_ticks(self.pid))
             self._stop.wait(0.2)
-
-    def _sample(self) -> None:
-        tasks = Path(f"/proc/{self.pid}/task")
-        try:
-            found = list(tasks.iterdir())
-        except OSError:
-            return
-        for task in found:
-            try:
-                comm = (task / "comm").read_text().strip()
-                raw = (task / "stat").read_text()
-            except OSError:
-                continue
-            fields = raw[raw.rindex(")") + 2 :].split()
-            self.ticks[(int(task.name), comm)] = int(fields[11]) + int(fields[12])
 
     def stop(self) -> tuple[float, float]:
         """CPU seconds of the whole client and of its JIT compiler threads."""
@@ -102,78 +95,70 @@ def _machine() -> tuple[int, int]:
     return sum(fields[:8]), fields[3] + fields[4]
 
 
-def one_run(target: str, bootstrap: str, server_pid: int, records: int, size: int) -> Run:
-    command = [
-        "java",
-        "-Xmx512m",
-        "-cp",
-        f"{kafka_libs()}/*",
-        PERF,
-        "--topic",
-        "t",
-        "--num-records",
-        str(records),
-        "--record-size",
-        str(size),
-        "--throughput",
-        "-1",
-        "--producer-props",
-        f"bootstrap.servers={bootstrap}",
-    ]
+@dataclass(frozen=True)
+class _Sent:
+    """What one client run reports of itself."""
+
+    records_per_s: float
+    p99_ms: float | None
+    client_s: float  # its CPU seconds
+    jit_s: float  # of them, its JIT compiler threads'
+
+
+def measured(
+    client: str, target: str, server_pid: int, records: int, size: int, send: Callable[[], _Sent]
+) -> Run:
+    """`send` run once, with the server's CPU and the machine's idle share around it."""
     server_before = proc_stat(server_pid)
     machine_before = _machine()
-    client = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    threads = _ClientThreads(client.pid)
-    out, err = client.communicate(timeout=900)
-    client_s, jit_s = threads.stop()
+    sent = send()
     machine_after = _machine()
     server_after = proc_stat(server_pid)
-    lines = out.splitlines()
-    found = _SUMMARY.search(lines[-1] if lines else "")
-    if client.returncode != 0 or found is None or server_before is None or server_after is None:
-        raise BenchError(f"perf test into {target} failed: {out[-800:]}{err[-800:]}")
+    if server_before is None or server_after is None:
+        raise BenchError(f"{target} ended during the {client} run")
     total, idle = (a - b for a, b in zip(machine_after, machine_before, strict=True))
     return Run(
-        "perf-test",
+        client,
         target,
         size,
         records,
-        float(found["rate"]),
-        float(found["p99"]),
+        sent.records_per_s,
+        sent.p99_ms,
         (server_after.cpu_s - server_before.cpu_s) * 1e6 / records,
-        client_s * 1e6 / records,
-        jit_s * 1e6 / records,
+        sent.client_s * 1e6 / records,
+        sent.jit_s * 1e6 / records,
         idle / total if total else 0.0,
     )
+
+
+def perf_test_run(target: str, bootstrap: str, server_pid: int, records: int, size: int) -> Run:
+    def send() -> _Sent:
+        command = perf_command(bootstrap, "t", records, size)
+        client = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        threads = _ClientThreads(client.pid)
+        out, err = client.communicate(timeout=900)
+        client_s, jit_s = threads.stop()
+        found = perf_summary(bootstrap, client.returncode, out, err)
+        return _Sent(found["rate"], found["p99"], client_s, jit_s)
+
+    return measured("perf-test", target, server_pid, records, size, send)
 
 
 def librdkafka_run(target: str, bootstrap: str, server_pid: int, records: int, size: int) -> Run:
     """The librdkafka producer of bench/produce_bench.py (acks=all, idempotent)."""
-    server_before = proc_stat(server_pid)
-    machine_before = _machine()
-    client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    acked, seconds = librdkafka(bootstrap, "t", records, size)
-    client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    machine_after = _machine()
-    server_after = proc_stat(server_pid)
-    if acked != records or server_before is None or server_after is None:
-        raise BenchError(f"librdkafka -> {target}: {acked} of {records} acknowledged")
-    client_s = (client_after.ru_utime - client_before.ru_utime) + (
-        client_after.ru_stime - client_before.ru_stime
-    )
-    total, idle = (a - b for a, b in zip(machine_after, machine_before, strict=True))
-    return Run(
-        "librdkafka",
-        target,
-        size,
-        records,
-        records / seconds,
-        None,
-        (server_after.cpu_s - server_before.cpu_s) * 1e6 / records,
-        client_s * 1e6 / records,
-        0.0,
-        idle / total if total else 0.0,
-    )
+
+    def send() -> _Sent:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        acked, seconds = librdkafka(bootstrap, "t", records, size)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if acked != records:
+            raise BenchError(f"librdkafka -> {target}: {acked} of {records} acknowledged")
+        client_s = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        return _Sent(records / seconds, None, client_s, 0.0)
+
+    return measured("librdkafka", target, server_pid, records, size, send)
 
 
 def run(records: int, sizes: list[int], rounds: int, warm: int) -> list[Run]:
@@ -196,7 +181,7 @@ def run(records: int, sizes: list[int], rounds: int, warm: int) -> list[Run]:
                     for index in range(rounds):
                         order = targets if index % 2 == 0 else targets[::-1]
                         for target, bootstrap, pid in order:
-                            done = one_run(target, bootstrap, pid, records, size)
+                            done = perf_test_run(target, bootstrap, pid, records, size)
                             runs.append(done)
                             print(_line(done), flush=True)
                         for target, bootstrap, pid in order:
