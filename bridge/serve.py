@@ -117,12 +117,7 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
         run=run,
     )
     try:
-        if not consuming:
-            stop.wait()
-            return 0
-        if workers == 1:
-            return run_worker(config, store, stop, "worker-0", run)
-        return _supervise(config, workers, stop, run, counters)
+        code = _until_stopped(config, store, stop, workers=workers, run=run, counters=counters)
     finally:
         if listener is not None:
             # Returns at once when the stopper above already stopped it.
@@ -133,6 +128,37 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
         retention.stop()
         remove_run(store.data_dir, run)
         store.close()
+    return _exit_code(code, listener)
+
+
+def _until_stopped(
+    config: Config,
+    store: Store,
+    stop: threading.Event,
+    *,
+    workers: int,
+    run: str,
+    counters: ServeCounters,
+) -> int:
+    """The consume workers' run (or, produce-only, the wait for `stop`); their exit code."""
+    if not config.consumed:
+        stop.wait()
+        return 0
+    if workers == 1:
+        return run_worker(config, store, stop, "worker-0", run)
+    return _supervise(config, workers, stop, run, counters)
+
+
+def _exit_code(code: int, listener: KafkaApiServer | None) -> int:
+    """serve's exit code: the workers', or 1 when the Kafka API's stop failed (its final seals
+    failed, or it did not stop in time). Logged where it happened (kafka_api_failed,
+    kafka_api_stop_timed_out); the status says it too, so that a supervisor does not take a
+    stop that left records to the journal's replay for a clean one."""
+    failed = None if listener is None else listener.failure
+    if failed is None:
+        return code
+    log.error("serve_stopped_with_failure", part="kafka_api", error=str(failed))
+    return code or 1
 
 
 def _stop_listener_with(listener: KafkaApiServer, stop: threading.Event, timeout_s: float) -> None:

@@ -86,12 +86,24 @@ class KafkaApiServer:
         return self.address
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop listening, answer what is in flight, seal what is buffered."""
+        """Stop listening, answer what is in flight, seal what is buffered. What went wrong
+        on the way (the final seals failed, or the listener did not stop in time) is in
+        `failure` afterwards."""
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(stopping.set)
         self._thread.join(timeout_s + 5)
+        if self._thread.is_alive() and self._failure is None:
+            self._failure = TimeoutError(
+                f"the Kafka API listener did not stop within {timeout_s + 5:.0f} s"
+            )
+            log.error("kafka_api_stop_timed_out", timeout_s=timeout_s + 5)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the listener's thread ended other than by a clean stop (None: it did not)."""
+        return self._failure
 
     def snapshot(self) -> dict[str, Any]:
         found = self.stats.snapshot()

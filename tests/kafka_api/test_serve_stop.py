@@ -1,0 +1,88 @@
+"""serve's exit status when the Kafka API's stop fails: its final seals fail, or it does not
+stop in time. The records stay in the journal for the next start either way; the status
+tells a supervisor that this stop was not a clean one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from bridge.config import parse_config
+from bridge.kafka_api.sink import ProduceSink
+from bridge.serve import serve
+
+
+def _serve_stopped_at_once(data_dir: Path, timeout: str = "20s") -> tuple[int, list[Any]]:
+    """serve with a produce-only config, told to stop as it starts; its code and logs."""
+    config = parse_config(
+        {
+            "storage": {"data_dir": str(data_dir)},
+            "kafka_api": {"listen": "127.0.0.1:0"},
+            "topics": [{"name": "events", "partitions": 2}],
+            "metrics": {"enabled": False},
+            "shutdown_timeout": timeout,
+        }
+    )
+    stop = threading.Event()
+    stop.set()
+    codes: list[int] = []
+    # On a thread of its own: on the main thread, serve would take pytest's signal handlers.
+    thread = threading.Thread(target=lambda: codes.append(serve(config, stop=stop)))
+    with capture_logs() as logs:
+        thread.start()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert len(codes) == 1
+    return codes[0], logs
+
+
+def test_a_clean_stop_exits_0(tmp_path: Path) -> None:
+    code, logs = _serve_stopped_at_once(tmp_path / "data")
+    assert code == 0
+    assert not [e for e in logs if e["event"] == "serve_stopped_with_failure"]
+
+
+def test_final_seals_that_fail_make_serve_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing_close(self: ProduceSink, timeout_s: float) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(ProduceSink, "close", failing_close)
+    code, logs = _serve_stopped_at_once(tmp_path / "data")
+    assert code == 1
+    failed = [e for e in logs if e["event"] == "kafka_api_failed"]
+    assert len(failed) == 1 and "Input/output error" in failed[0]["error"]
+    said = [e for e in logs if e["event"] == "serve_stopped_with_failure"]
+    assert len(said) == 1 and said[0]["part"] == "kafka_api"
+    assert "Input/output error" in said[0]["error"]
+
+
+def test_a_listener_that_does_not_stop_in_time_makes_serve_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    closing = ProduceSink.close
+
+    def hanging_close(self: ProduceSink, timeout_s: float) -> None:
+        release.wait(30)
+        closing(self, timeout_s)
+
+    monkeypatch.setattr(ProduceSink, "close", hanging_close)
+    started = time.monotonic()
+    try:
+        # shutdown_timeout 1 s: serve gives the listener 1 s and 5 more, then goes on.
+        code, logs = _serve_stopped_at_once(tmp_path / "data", timeout="1s")
+    finally:
+        release.set()
+    assert code == 1
+    assert 5 <= time.monotonic() - started < 30
+    timed_out = [e for e in logs if e["event"] == "kafka_api_stop_timed_out"]
+    assert len(timed_out) == 1 and timed_out[0]["timeout_s"] == 6
+    said = [e for e in logs if e["event"] == "serve_stopped_with_failure"]
+    assert len(said) == 1 and "did not stop within 6 s" in said[0]["error"]
