@@ -23,6 +23,7 @@ import pytest
 import structlog
 import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from structlog.testing import capture_logs
 from structlog.typing import EventDict
 
 from bridge.config import Config, parse_config
@@ -124,6 +125,21 @@ def serving(config: Config, workers: int = 1) -> Iterator[threading.Event]:
     assert not thread.is_alive(), f"serve did not stop within {SERVE_STOP_WAIT_S:.0f} s"
     if "error" in outcome:
         raise outcome["error"]
+
+
+def serve_stopped_at_once(config: Config, timeout_s: float = 60.0) -> tuple[int, list[Any]]:
+    """`plateau serve` told to stop as it starts, on a thread of its own (on the main thread
+    serve would take pytest's signal handlers): its exit code and the events it logged."""
+    stop = threading.Event()
+    stop.set()
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(serve(config, stop=stop)))
+    with capture_logs() as logs:
+        thread.start()
+        thread.join(timeout_s)
+    assert not thread.is_alive(), f"serve did not stop within {timeout_s:.0f} s"
+    assert len(codes) == 1, "serve raised instead of returning an exit code"
+    return codes[0], logs
 
 
 def _how_serve_ended(thread: threading.Thread, outcome: Mapping[str, Any], tail: _LogTail) -> str:

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import yaml
 from confluent_kafka import KafkaError, Message, Producer
-from structlog.testing import capture_logs
 
 from bridge.config import parse_config
-from bridge.serve import serve
 from plateau_core import Store
 from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
-from tests.bridge_support import free_port, serve_process
+from tests.bridge_support import free_port, serve_process, serve_stopped_at_once
 from tests.reliability.test_produce_crashes import wait_listening
 
 
@@ -142,15 +139,8 @@ def test_serve_without_the_kafka_api_says_the_journal_holds_unsealed_records(
             "metrics": {"enabled": False},
         }
     )
-    stop = threading.Event()
-    stop.set()
-    codes: list[int] = []
-    # On a thread of its own: on the main thread, serve would take pytest's signal handlers.
-    thread = threading.Thread(target=lambda: codes.append(serve(consuming, stop=stop)))
-    with capture_logs() as logs:
-        thread.start()
-        thread.join(60)
-    assert codes == [0]
+    code, logs = serve_stopped_at_once(consuming)
+    assert code == 0
     warned = [e for e in logs if e["event"] == "journal_not_replayed"]
     assert len(warned) == 1 and warned[0]["log_level"] == "warning"
     assert warned[0]["files"] == 1 and warned[0]["directory"] == str(data_dir / JOURNAL_DIR)

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from bridge.config import parse_config
 from bridge.kafka_api.sink import ProduceSink
-from bridge.serve import serve
+from tests.bridge_support import serve_stopped_at_once
 
 
 def _serve_stopped_at_once(data_dir: Path, timeout: str = "20s") -> tuple[int, list[Any]]:
@@ -28,17 +27,7 @@ def _serve_stopped_at_once(data_dir: Path, timeout: str = "20s") -> tuple[int, l
             "shutdown_timeout": timeout,
         }
     )
-    stop = threading.Event()
-    stop.set()
-    codes: list[int] = []
-    # On a thread of its own: on the main thread, serve would take pytest's signal handlers.
-    thread = threading.Thread(target=lambda: codes.append(serve(config, stop=stop)))
-    with capture_logs() as logs:
-        thread.start()
-        thread.join(60)
-    assert not thread.is_alive()
-    assert len(codes) == 1
-    return codes[0], logs
+    return serve_stopped_at_once(config)
 
 
 def test_a_clean_stop_exits_0(tmp_path: Path) -> None:
