@@ -1,4 +1,5 @@
-"""Startup recovery of one partition's folder against the manifest (run on acquire).
+"""Startup recovery of one partition's folder against the manifest (run on acquire), and
+the store-wide sweep of temp files in the folders no writer owns (run at serve start).
 
 - temp files of interrupted seals are removed;
 - segment files the manifest does not know are removed: their records were never
@@ -11,11 +12,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import structlog
 
+from plateau_core.errors import PartitionLockedError
 from plateau_core.handle import StoreHandle
 from plateau_core.manifest import READABLE_STATES, SegmentState
 from plateau_core.names import TEMP_MARKER, partition_dir, segment_start
+from plateau_core.partition_lock import PartitionLock
 from plateau_core.quarantine import quarantine
 from plateau_core.verify import check_segment
 
@@ -49,3 +54,43 @@ def recover_partition(store: StoreHandle, topic: str, partition: int) -> int | N
         if problem is not None:
             quarantine(store.manifest, row, problem, found_by="acquire")
     return store.manifest.watermark(topic, partition)
+
+
+def sweep_temp_files(data_dir: Path) -> list[Path]:
+    """Remove the temp files of interrupted seals and consolidations from every partition
+    folder that no writer owns now; returns the files removed.
+
+    Acquiring a partition removes its own (`recover_partition`). This reaches the folders
+    that may never be acquired again: a topic no longer in the config or dropped, a produced
+    topic nothing writes to any more. A folder whose lock is held (a writer, a consolidation
+    or a rebuild, in this process or another) is left to its holder.
+    """
+    removed: list[Path] = []
+    topics = data_dir / "topics"
+    if not topics.is_dir():
+        return removed
+    for directory in sorted(p for p in topics.glob("*/*") if p.is_dir()):
+        stray = sorted(entry for entry in directory.iterdir() if TEMP_MARKER in entry.name)
+        if not stray:
+            continue
+        try:
+            lock = PartitionLock.acquire(directory, timeout_s=0)
+        except PartitionLockedError:
+            continue
+        try:
+            for entry in stray:
+                if not entry.exists():
+                    continue  # renamed into place before the lock was taken
+                entry.unlink(missing_ok=True)
+                removed.append(entry)
+                log.warning(
+                    "temp_file_removed",
+                    topic=directory.parent.name,
+                    partition=directory.name,
+                    path=str(entry),
+                    reason="left by an interrupted seal or consolidation; no writer owns "
+                    "the partition",
+                )
+        finally:
+            lock.release()
+    return removed

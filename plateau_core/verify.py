@@ -178,7 +178,9 @@ class VerifyReport:
         for path in self.orphans:
             out.append(f"  ORPHAN {path}: not in the manifest (removed on acquire)")
         for path in self.temp_files:
-            out.append(f"  TEMP {path}: left by an interrupted seal (removed on acquire)")
+            out.append(
+                f"  TEMP {path}: left by an interrupted seal (removed at serve start or on acquire)"
+            )
         for path in self.set_aside:
             out.append(f"  SET ASIDE {path}: unreadable, kept by rebuild-manifest for inspection")
         out.append("clean" if self.clean else f"{self.problem_count} problem(s)")
@@ -200,7 +202,8 @@ def verify_store(
 
     With `quarantine`, a bad segment is moved to the quarantined state (excluded from reads,
     logged as `segment_quarantined`). Nothing is deleted: orphans and temp files are left to
-    recovery, which removes them when their partition is acquired.
+    recovery, which removes them when their partition is acquired (temp files also at
+    serve's start, where no writer owns their partition).
 
     Args:
         store: The store to check; it may be written meanwhile.

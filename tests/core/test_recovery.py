@@ -16,6 +16,8 @@ from structlog.testing import capture_logs
 
 from plateau_core import SegmentState, SegmentUnavailableError, Store, WriterPolicy
 from plateau_core.names import relative_segment_path
+from plateau_core.partition_lock import PartitionLock
+from plateau_core.recovery import sweep_temp_files
 from plateau_core.segment_file import write_segment
 from tests.support import batch
 
@@ -171,3 +173,51 @@ def test_kill_9_during_seals_then_recover(tmp_path: Path) -> None:
         progress.append(sum(watermarks.values()))
     assert progress == sorted(progress)
     assert progress[-1] > 0
+
+
+def test_the_start_sweep_removes_temp_files_where_no_writer_owns_the_partition(
+    store: Store,
+) -> None:
+    """A seal killed half way in a partition never acquired again (its topic left the
+    config): acquiring would remove its temp file, but nothing acquires it; the sweep at
+    serve's start does. Segments and the lock file stay."""
+    _seal(store, range(0, 5))
+    temp = _folder(store) / ".00000000000000000005.arrow.tmp-deadbeef0000"
+    temp.write_bytes(b"half a segment")
+    other = store.data_dir / "topics/gone/3"
+    other.mkdir(parents=True)
+    stray = other / ".00000000000000000000.arrow.tmp-0123456789ab"
+    stray.write_bytes(b"x" * 1000)
+    with capture_logs() as logs:
+        removed = sweep_temp_files(store.data_dir)
+    assert sorted(removed) == sorted([temp, stray])
+    assert not temp.exists() and not stray.exists()
+    said = sorted((e["topic"], e["partition"]) for e in logs if e["event"] == "temp_file_removed")
+    assert said == [("gone", "3"), ("t", "0")]
+    assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
+    assert sweep_temp_files(store.data_dir) == []
+
+
+def test_the_start_sweep_leaves_a_partition_a_writer_owns(store: Store) -> None:
+    """A temp file in a folder whose lock is held may be a seal or a consolidation in
+    progress (in this process or another): its owner deals with it."""
+    _seal(store, range(0, 5))
+    writer = store.writer(WriterPolicy())
+    try:
+        writer.acquire("t", 0)
+        temp = _folder(store) / ".00000000000000000005.arrow.tmp-feedface0000"
+        temp.write_bytes(b"a seal in progress")
+        assert sweep_temp_files(store.data_dir) == []
+        assert temp.exists()
+    finally:
+        writer.close()
+    held = PartitionLock.acquire(store.data_dir / "topics/t/0", timeout_s=0)
+    try:
+        assert sweep_temp_files(store.data_dir) == []  # another process's consolidation
+    finally:
+        held.release()
+    assert sweep_temp_files(store.data_dir) == [temp]
+
+
+def test_the_start_sweep_of_a_store_without_topics_finds_nothing(tmp_path: Path) -> None:
+    assert sweep_temp_files(tmp_path) == []

@@ -1,0 +1,33 @@
+"""What serve's start does to the store before any writer takes a partition."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bridge.config import parse_config
+from tests.bridge_support import serve_stopped_at_once
+
+
+def test_serve_start_removes_temp_files_of_a_topic_it_no_longer_writes(tmp_path: Path) -> None:
+    """A seal killed half way in `old-topic`, then the config changed: no writer acquires
+    its partitions any more, so only the start's sweep takes the file out of the footprint.
+    The configured topic's folders are swept too, before their writer takes them."""
+    data_dir = tmp_path / "data"
+    stray = data_dir / "topics/old-topic/0/.00000000000000000042.arrow.tmp-0123456789ab"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"x" * 4096)
+    config = parse_config(
+        {
+            "storage": {"data_dir": str(data_dir)},
+            "kafka_api": {"listen": "127.0.0.1:0"},
+            "topics": [{"name": "events", "partitions": 1}],
+            "metrics": {"enabled": False},
+        }
+    )
+    code, logs = serve_stopped_at_once(config)
+    assert code == 0
+    assert not stray.exists()
+    removed = [e for e in logs if e["event"] == "temp_file_removed"]
+    assert [(e["topic"], e["partition"], e["path"]) for e in removed] == [
+        ("old-topic", "0", str(stray))
+    ]
