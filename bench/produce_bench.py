@@ -293,9 +293,8 @@ def run(records: int, sizes: list[int], heap: str, warm: int) -> dict[str, Any]:
             segment = start_listener(work, "api-segment", "segment")
             try:
                 # The broker's JVM compiles its hot paths during its first records: unwarmed,
-                # the first case (128 B into Kafka) ran at up to a third below its later
-                # rate (bench/produce_steady.py). Every target takes `warm` records of each
-                # size first, into a topic of its own.
+                # the first case (128 B into Kafka) alone would pay for it. Every target takes
+                # `warm` records of each size first, into a topic of its own.
                 create_topic(kafka.bootstrap_servers, "warm", PARTITIONS)
                 for bootstrap in (kafka.bootstrap_servers, api.bootstrap, segment.bootstrap):
                     for size in sizes:
