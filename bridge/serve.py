@@ -35,7 +35,7 @@ from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
 from bridge.store import open_store, retention_for
 from plateau_core import Store
 from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
-from plateau_core.recovery import sweep_temp_files
+from plateau_core.recovery import sweep_unowned
 from plateau_core.verify import verify_at_start
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
         verify_at_start(store, full=config.storage.verify_on_start)
         # Before any writer takes a partition: the folders it takes sweep themselves, the
         # others (a topic no longer configured, one nothing writes to) only here.
-        sweep_temp_files(store.data_dir)
+        sweep_unowned(store)
     except BaseException:
         store.close()
         raise

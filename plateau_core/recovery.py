@@ -56,41 +56,60 @@ def recover_partition(store: StoreHandle, topic: str, partition: int) -> int | N
     return store.manifest.watermark(topic, partition)
 
 
-def sweep_temp_files(data_dir: Path) -> list[Path]:
-    """Remove the temp files of interrupted seals and consolidations from every partition
-    folder that no writer owns now; returns the files removed.
+def sweep_unowned(store: StoreHandle) -> list[Path]:
+    """Do to every partition folder that no writer owns now what acquiring it would do to
+    its files: remove the temp files of interrupted seals and consolidations, and the
+    segment files the manifest does not know (orphans). Returns the files removed.
 
-    Acquiring a partition removes its own (`recover_partition`). This reaches the folders
-    that may never be acquired again: a topic no longer in the config or dropped, a produced
-    topic nothing writes to any more. A folder whose lock is held (a writer, a consolidation
-    or a rebuild, in this process or another) is left to its holder.
+    Acquiring a partition cleans its own folder (`recover_partition`). This reaches the
+    folders that may never be acquired again: a topic no longer in the config or dropped, a
+    produced topic nothing writes to any more. A folder whose lock is held (a writer, a
+    consolidation or a rebuild, in this process or another) is left to its holder: with the
+    lock taken, no seal is between its rename and its manifest commit.
     """
     removed: list[Path] = []
-    topics = data_dir / "topics"
+    topics = store.data_dir / "topics"
     if not topics.is_dir():
         return removed
     for directory in sorted(p for p in topics.glob("*/*") if p.is_dir()):
-        stray = sorted(entry for entry in directory.iterdir() if TEMP_MARKER in entry.name)
-        if not stray:
+        candidates = sorted(
+            entry
+            for entry in directory.iterdir()
+            if TEMP_MARKER in entry.name or segment_start(entry.name) is not None
+        )
+        if not candidates or not directory.name.isdigit():
             continue
         try:
             lock = PartitionLock.acquire(directory, timeout_s=0)
         except PartitionLockedError:
             continue
         try:
-            for entry in stray:
-                if not entry.exists():
-                    continue  # renamed into place before the lock was taken
-                entry.unlink(missing_ok=True)
-                removed.append(entry)
-                log.warning(
-                    "temp_file_removed",
-                    topic=directory.parent.name,
-                    partition=directory.name,
-                    path=str(entry),
-                    reason="left by an interrupted seal or consolidation; no writer owns "
-                    "the partition",
-                )
+            removed += _sweep(store, directory, candidates)
         finally:
             lock.release()
+    return removed
+
+
+def _sweep(store: StoreHandle, directory: Path, candidates: list[Path]) -> list[Path]:
+    """The temp and orphan files among `candidates` of one folder, removed (its lock held)."""
+    topic, partition = directory.parent.name, int(directory.name)
+    rows = store.manifest.segments(topic, partitions=[partition], states=tuple(SegmentState))
+    known = {store.data_dir / row.path for row in rows}
+    removed: list[Path] = []
+    for entry in candidates:
+        temp = TEMP_MARKER in entry.name
+        if (not temp and entry in known) or not entry.exists():
+            continue  # recorded, or renamed into place before the lock was taken
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+        log.warning(
+            "temp_file_removed" if temp else "orphan_segment_removed",
+            topic=topic,
+            partition=partition,
+            path=str(entry),
+            reason="left by an interrupted seal or consolidation"
+            if temp
+            else "not in the manifest: its records were never acknowledged",
+            found_by="start sweep",
+        )
     return removed

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 from plateau_core import SegmentState, SegmentUnavailableError, Store, WriterPolicy
 from plateau_core.names import relative_segment_path
 from plateau_core.partition_lock import PartitionLock
-from plateau_core.recovery import sweep_temp_files
+from plateau_core.recovery import sweep_unowned
 from plateau_core.segment_file import write_segment
 from tests.support import batch
 
@@ -189,35 +189,52 @@ def test_the_start_sweep_removes_temp_files_where_no_writer_owns_the_partition(
     stray = other / ".00000000000000000000.arrow.tmp-0123456789ab"
     stray.write_bytes(b"x" * 1000)
     with capture_logs() as logs:
-        removed = sweep_temp_files(store.data_dir)
+        removed = sweep_unowned(store)
     assert sorted(removed) == sorted([temp, stray])
     assert not temp.exists() and not stray.exists()
     said = sorted((e["topic"], e["partition"]) for e in logs if e["event"] == "temp_file_removed")
-    assert said == [("gone", "3"), ("t", "0")]
+    assert said == [("gone", 3), ("t", 0)]
     assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
-    assert sweep_temp_files(store.data_dir) == []
+    assert (_folder(store) / ".writer.lock").exists()
+    assert sweep_unowned(store) == []
+
+
+def test_the_start_sweep_removes_orphans_and_keeps_recorded_segments(store: Store) -> None:
+    """A kill between a seal's rename and its manifest commit, in a partition never acquired
+    again: the orphan's records were never acknowledged, as on acquire."""
+    _seal(store, range(0, 5))
+    recorded = sorted(p for p in _folder(store).iterdir() if p.name.endswith(".arrow"))
+    orphan, _ = write_segment(_folder(store), pa.Table.from_batches([batch(range(5, 9))]))
+    with capture_logs() as logs:
+        assert sweep_unowned(store) == [orphan]
+    assert not orphan.exists()
+    assert sorted(p for p in _folder(store).iterdir() if p.name.endswith(".arrow")) == recorded
+    (said,) = [e for e in logs if e["event"] == "orphan_segment_removed"]
+    assert (said["topic"], said["partition"], said["path"]) == ("t", 0, str(orphan))
+    assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
 
 
 def test_the_start_sweep_leaves_a_partition_a_writer_owns(store: Store) -> None:
-    """A temp file in a folder whose lock is held may be a seal or a consolidation in
-    progress (in this process or another): its owner deals with it."""
+    """A temp file or an unrecorded segment in a folder whose lock is held may be a seal or a
+    consolidation in progress (in this process or another): its owner deals with it."""
     _seal(store, range(0, 5))
     writer = store.writer(WriterPolicy())
     try:
         writer.acquire("t", 0)
         temp = _folder(store) / ".00000000000000000005.arrow.tmp-feedface0000"
         temp.write_bytes(b"a seal in progress")
-        assert sweep_temp_files(store.data_dir) == []
-        assert temp.exists()
+        renamed, _ = write_segment(_folder(store), pa.Table.from_batches([batch(range(5, 9))]))
+        assert sweep_unowned(store) == []
+        assert temp.exists() and renamed.exists()
     finally:
         writer.close()
     held = PartitionLock.acquire(store.data_dir / "topics/t/0", timeout_s=0)
     try:
-        assert sweep_temp_files(store.data_dir) == []  # another process's consolidation
+        assert sweep_unowned(store) == []  # another process's consolidation
     finally:
         held.release()
-    assert sweep_temp_files(store.data_dir) == [temp]
+    assert sorted(sweep_unowned(store)) == sorted([temp, renamed])
 
 
-def test_the_start_sweep_of_a_store_without_topics_finds_nothing(tmp_path: Path) -> None:
-    assert sweep_temp_files(tmp_path) == []
+def test_the_start_sweep_of_a_store_without_topics_finds_nothing(store: Store) -> None:
+    assert sweep_unowned(store) == []

@@ -29,5 +29,5 @@ def test_serve_start_removes_temp_files_of_a_topic_it_no_longer_writes(tmp_path:
     assert not stray.exists()
     removed = [e for e in logs if e["event"] == "temp_file_removed"]
     assert [(e["topic"], e["partition"], e["path"]) for e in removed] == [
-        ("old-topic", "0", str(stray))
+        ("old-topic", 0, str(stray))
     ]
