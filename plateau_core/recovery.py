@@ -57,59 +57,62 @@ def recover_partition(store: StoreHandle, topic: str, partition: int) -> int | N
 
 
 def sweep_unowned(store: StoreHandle) -> list[Path]:
-    """Do to every partition folder that no writer owns now what acquiring it would do to
-    its files: remove the temp files of interrupted seals and consolidations, and the
-    segment files the manifest does not know (orphans). Returns the files removed.
+    """Clean every partition folder that no writer owns now, as acquiring it would: remove
+    the temp files of interrupted seals and consolidations, and the segment files at or
+    past the partition's watermark (a seal renamed into place whose manifest commit never
+    came). Returns the files removed.
 
     Acquiring a partition cleans its own folder (`recover_partition`). This reaches the
     folders that may never be acquired again: a topic no longer in the config or dropped, a
-    produced topic nothing writes to any more. A folder whose lock is held (a writer, a
-    consolidation or a rebuild, in this process or another) is left to its holder: with the
-    lock taken, no seal is between its rename and its manifest commit.
+    produced topic nothing writes to any more. It reads one watermark per folder, not the
+    manifest's rows: every recorded segment starts below its partition's watermark. An
+    interrupted consolidation's output (below it) is left to acquiring. A folder whose lock
+    is held (a writer, a consolidation or a rebuild, in this process or another) is left to
+    its holder.
     """
     removed: list[Path] = []
     topics = store.data_dir / "topics"
     if not topics.is_dir():
         return removed
     for directory in sorted(p for p in topics.glob("*/*") if p.is_dir()):
-        candidates = sorted(
-            entry
-            for entry in directory.iterdir()
-            if TEMP_MARKER in entry.name or segment_start(entry.name) is not None
-        )
-        if not candidates or not directory.name.isdigit():
+        if not directory.name.isdigit() or not _stray(store, directory):
             continue
         try:
             lock = PartitionLock.acquire(directory, timeout_s=0)
         except PartitionLockedError:
             continue
         try:
-            removed += _sweep(store, directory, candidates)
+            # Again under the lock: a writer may have sealed since the look above.
+            for entry in _stray(store, directory):
+                temp = TEMP_MARKER in entry.name
+                entry.unlink(missing_ok=True)
+                removed.append(entry)
+                log.warning(
+                    "temp_file_removed" if temp else "orphan_segment_removed",
+                    topic=directory.parent.name,
+                    partition=int(directory.name),
+                    path=str(entry),
+                    reason="left by an interrupted seal or consolidation"
+                    if temp
+                    else "at or past the watermark, not in the manifest: never acknowledged",
+                    found_by="start sweep",
+                )
         finally:
             lock.release()
     return removed
 
 
-def _sweep(store: StoreHandle, directory: Path, candidates: list[Path]) -> list[Path]:
-    """The temp and orphan files among `candidates` of one folder, removed (its lock held)."""
-    topic, partition = directory.parent.name, int(directory.name)
-    rows = store.manifest.segments(topic, partitions=[partition], states=tuple(SegmentState))
-    known = {store.data_dir / row.path for row in rows}
-    removed: list[Path] = []
-    for entry in candidates:
-        temp = TEMP_MARKER in entry.name
-        if (not temp and entry in known) or not entry.exists():
-            continue  # recorded, or renamed into place before the lock was taken
-        entry.unlink(missing_ok=True)
-        removed.append(entry)
-        log.warning(
-            "temp_file_removed" if temp else "orphan_segment_removed",
-            topic=topic,
-            partition=partition,
-            path=str(entry),
-            reason="left by an interrupted seal or consolidation"
-            if temp
-            else "not in the manifest: its records were never acknowledged",
-            found_by="start sweep",
-        )
-    return removed
+def _stray(store: StoreHandle, directory: Path) -> list[Path]:
+    """The temp files of a partition folder and its segment files at or past the watermark."""
+    temps: list[Path] = []
+    segments: list[tuple[int, Path]] = []
+    for entry in sorted(directory.iterdir()):
+        start = segment_start(entry.name)
+        if TEMP_MARKER in entry.name:
+            temps.append(entry)
+        elif start is not None:
+            segments.append((start, entry))
+    if not segments:
+        return temps
+    watermark = store.manifest.watermark(directory.parent.name, int(directory.name))
+    return temps + [entry for start, entry in segments if watermark is None or start >= watermark]

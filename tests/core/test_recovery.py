@@ -201,7 +201,8 @@ def test_the_start_sweep_removes_temp_files_where_no_writer_owns_the_partition(
 
 def test_the_start_sweep_removes_orphans_and_keeps_recorded_segments(store: Store) -> None:
     """A kill between a seal's rename and its manifest commit, in a partition never acquired
-    again: the orphan's records were never acknowledged, as on acquire."""
+    again: the orphan (at the watermark) held records never acknowledged, as on acquire. So
+    does every segment file of a partition the manifest has no watermark for."""
     _seal(store, range(0, 5))
     recorded = sorted(p for p in _folder(store).iterdir() if p.name.endswith(".arrow"))
     orphan, _ = write_segment(_folder(store), pa.Table.from_batches([batch(range(5, 9))]))
@@ -212,6 +213,23 @@ def test_the_start_sweep_removes_orphans_and_keeps_recorded_segments(store: Stor
     (said,) = [e for e in logs if e["event"] == "orphan_segment_removed"]
     assert (said["topic"], said["partition"], said["path"]) == ("t", 0, str(orphan))
     assert store.read("t").to_table().column("offset").to_pylist() == list(range(5))
+    unknown = store.data_dir / "topics/never-recorded/0"
+    unknown.mkdir(parents=True)
+    stray, _ = write_segment(unknown, pa.Table.from_batches([batch(range(0, 3))]))
+    assert sweep_unowned(store) == [stray]
+
+
+def test_the_start_sweep_leaves_a_file_below_the_watermark_to_acquiring(store: Store) -> None:
+    """Below the watermark only the manifest's rows tell an interrupted consolidation's output
+    from a recorded segment: the sweep reads one watermark per folder, so acquiring, which
+    reads the rows, removes it."""
+    _seal(store, range(0, 5))
+    consolidated = _folder(store) / "00000000000000000000-00000000000000000005.arrow"
+    consolidated.write_bytes(b"a consolidation's output, never committed")
+    assert sweep_unowned(store) == []
+    assert consolidated.exists()
+    assert _acquire(store) == 5
+    assert not consolidated.exists()
 
 
 def test_the_start_sweep_leaves_a_partition_a_writer_owns(store: Store) -> None:
