@@ -1,5 +1,6 @@
 """Startup recovery of one partition's folder against the manifest (run on acquire), and
-the store-wide sweep of temp files in the folders no writer owns (run at serve start).
+the store-wide sweep of the folders no writer owns (run at serve start: temp files, and
+segment files at or past the watermark).
 
 - temp files of interrupted seals are removed;
 - segment files the manifest does not know are removed: their records were never
@@ -34,19 +35,10 @@ def recover_partition(store: StoreHandle, topic: str, partition: int) -> int | N
     known = {store.data_dir / row.path for row in rows}
     if directory.exists():
         for entry in sorted(directory.iterdir()):
-            if TEMP_MARKER in entry.name:
-                entry.unlink(missing_ok=True)
-                log.warning("temp_file_removed", topic=topic, partition=partition, path=str(entry))
-            elif segment_start(entry.name) is not None and entry not in known:
-                entry.unlink(missing_ok=True)
-                log.warning(
-                    "orphan_segment_removed",
-                    topic=topic,
-                    partition=partition,
-                    start_offset=segment_start(entry.name),
-                    path=str(entry),
-                    reason="not in the manifest; its records are replayed from Kafka",
-                )
+            if TEMP_MARKER in entry.name or (
+                segment_start(entry.name) is not None and entry not in known
+            ):
+                _remove(entry, topic, partition, found_by="acquire")
     for row in rows:
         if row.state not in READABLE_STATES:
             continue
@@ -84,22 +76,36 @@ def sweep_unowned(store: StoreHandle) -> list[Path]:
         try:
             # Again under the lock: a writer may have sealed since the look above.
             for entry in _stray(store, directory):
-                temp = TEMP_MARKER in entry.name
-                entry.unlink(missing_ok=True)
+                _remove(entry, directory.parent.name, int(directory.name), found_by="start sweep")
                 removed.append(entry)
-                log.warning(
-                    "temp_file_removed" if temp else "orphan_segment_removed",
-                    topic=directory.parent.name,
-                    partition=int(directory.name),
-                    path=str(entry),
-                    reason="left by an interrupted seal or consolidation"
-                    if temp
-                    else "at or past the watermark, not in the manifest: never acknowledged",
-                    found_by="start sweep",
-                )
         finally:
             lock.release()
     return removed
+
+
+def _remove(entry: Path, topic: str, partition: int, *, found_by: str) -> None:
+    """Remove a temp file or an orphan segment file of a partition folder, logged."""
+    entry.unlink(missing_ok=True)
+    if TEMP_MARKER in entry.name:
+        log.warning(
+            "temp_file_removed",
+            topic=topic,
+            partition=partition,
+            path=str(entry),
+            reason="left by an interrupted seal or consolidation",
+            found_by=found_by,
+        )
+        return
+    log.warning(
+        "orphan_segment_removed",
+        topic=topic,
+        partition=partition,
+        start_offset=segment_start(entry.name),
+        path=str(entry),
+        reason="not in the manifest: its records were never acknowledged (their source, "
+        "Kafka or a producer, sends them again)",
+        found_by=found_by,
+    )
 
 
 def _stray(store: StoreHandle, directory: Path) -> list[Path]:

@@ -176,9 +176,7 @@ class VerifyReport:
         for found in self.quarantined:
             out.append(f"  QUARANTINED {_describe(found)}: {found.problem}")
         for path in self.orphans:
-            out.append(
-                f"  ORPHAN {path}: not in the manifest (removed at serve start or on acquire)"
-            )
+            out.append(f"  ORPHAN {path}: not in the manifest (removed on acquire)")
         for path in self.temp_files:
             out.append(
                 f"  TEMP {path}: left by an interrupted seal (removed at serve start or on acquire)"
@@ -204,8 +202,9 @@ def verify_store(
 
     With `quarantine`, a bad segment is moved to the quarantined state (excluded from reads,
     logged as `segment_quarantined`). Nothing is deleted: orphans and temp files are left to
-    recovery, which removes them when their partition is acquired, and to serve's start,
-    which removes them where no writer owns their partition.
+    recovery, which removes them when their partition is acquired; serve's start also
+    removes temp files, and orphans past their partition's watermark, where no writer owns
+    the partition.
 
     Args:
         store: The store to check; it may be written meanwhile.

@@ -93,12 +93,13 @@ class KafkaApiServer:
         if loop is not None and stopping is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(stopping.set)
-        self._thread.join(timeout_s + 5)
+        waited = timeout_s + 5
+        self._thread.join(waited)
         if self._thread.is_alive() and self._failure is None:
             self._failure = TimeoutError(
-                f"the Kafka API listener did not stop within {timeout_s + 5:.0f} s"
+                f"the Kafka API listener did not stop within {waited:.0f} s"
             )
-            log.error("kafka_api_stop_timed_out", timeout_s=timeout_s + 5)
+            log.error("kafka_api_stop_timed_out", timeout_s=waited)
 
     @property
     def failure(self) -> BaseException | None:
