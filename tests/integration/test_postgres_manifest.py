@@ -30,7 +30,9 @@ from tests.postgres_server import PostgresServer
 
 
 def _produce(kafka: str, topic: str, start: int, count: int) -> None:
-    records = (Record(value=f"r{i}".encode()) for i in range(start, start + count))
+    # Both partitions get records: keyless ones stick to one partition per batch, and a
+    # partition left empty has no sealed offset to commit.
+    records = (Record(value=f"r{i}".encode(), partition=i % 2) for i in range(start, start + count))
     produce(kafka, topic, records)
 
 
