@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from bridge.allocators import tune_allocators
 from bridge.config.models import Config
 from bridge.consume.build import build_worker
 from bridge.consume.landing import PoisonStopError
@@ -73,6 +74,7 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         install_stop_handlers(stop)
+    tune_allocators()
     store = open_store(config)
     run = new_run_id()
     remove_stale(store.data_dir)
@@ -246,6 +248,7 @@ def _child(
     config: Config, name: str, run: str, log_level: str, log_format: str, *, told: Connection
 ) -> None:
     configure_logging(log_level, log_format)
+    tune_allocators()
     stop = threading.Event()
     install_stop_handlers(stop)
     threading.Thread(

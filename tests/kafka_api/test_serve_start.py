@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+
 from bridge.config import parse_config
 from tests.bridge_support import serve_stopped_at_once
 
@@ -31,3 +33,21 @@ def test_serve_start_removes_temp_files_of_a_topic_it_no_longer_writes(tmp_path:
     assert [(e["topic"], e["partition"], e["path"]) for e in removed] == [
         ("old-topic", 0, str(stray))
     ]
+
+
+def test_serve_start_keeps_freed_buffers_for_reuse_and_says_so(tmp_path: Path) -> None:
+    """Before the store opens: Arrow's jemalloc pool and glibc's fixed thresholds, so the
+    memory a seal frees is the next seal's instead of fresh pages (bridge/allocators.py)."""
+    config = parse_config(
+        {
+            "storage": {"data_dir": str(tmp_path / "data")},
+            "kafka_api": {"listen": "127.0.0.1:0"},
+            "topics": [{"name": "events", "partitions": 1}],
+            "metrics": {"enabled": False},
+        }
+    )
+    code, logs = serve_stopped_at_once(config)
+    assert code == 0
+    events = [e["event"] for e in logs]
+    assert events.index("allocators_tuned") < events.index("serve_started")
+    assert pa.default_memory_pool().backend_name == "jemalloc"
