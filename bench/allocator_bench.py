@@ -9,10 +9,18 @@ defaults, alternating, on one machine. Three kinds of serve:
 
 For each client case, rounds of: a fresh serve of each kind (the produce-only config of
 bench/produce_bench.py), warmed with 200,000 records, then a fixed number of records timed.
-Reported per case and kind: records/s acknowledged, serve's CPU per record (us) and serve's
-peak RSS (MB); medians of the rounds, ratios tuned / defaults.
+The consumer path (`--consume N`, 0 to leave it out): the local Apache Kafka broker, a topic
+of N records of 128 bytes in 8 partitions filled once, then per round a fresh serve of each
+kind landing it (the ingest bench's config, one worker), timed from its start until every
+record is in the manifest.
+Reported per case and kind: records/s acknowledged (or landed), serve's CPU per record (us)
+and serve's peak RSS (MB); medians of the rounds, ratios tuned / defaults.
 
-    .venv/bin/python bench/allocator_bench.py --rounds 3
+`--long-lived N`: instead, one serve of each kind (defaults, tuned) kept for N runs of 1M
+records of 1 KiB (the perf test's defaults), each run's figures printed: whether a serve's
+cost drifts as it ages.
+
+    .venv/bin/python bench/allocator_bench.py --rounds 3 --consume 3000000
 """
 
 from __future__ import annotations
@@ -25,9 +33,26 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from ingest_bench import PYTHON, REPO, RESULTS_DIR, BenchError, proc_stat
-from produce_bench import free_port, librdkafka, listener_config, perf_test, wait_port
+from ingest_bench import (
+    PYTHON,
+    REPO,
+    RESULTS_DIR,
+    BenchError,
+    broker,
+    prefill,
+    proc_stat,
+    raw_values,
+)
+from produce_bench import (
+    free_port,
+    librdkafka,
+    listener_config,
+    perf_test,
+    stored_records,
+    wait_port,
+)
 
 KINDS = ("defaults", "tuned", "env")
 # (client, record size, records timed)
@@ -37,6 +62,7 @@ CASES = (
     ("librdkafka", 1024, 1_000_000),
 )
 WARM = 200_000
+LONG_RECORDS = 1_000_000  # per run of --long-lived
 # serve, with the allocator tuning taken out for the defaults, Arrow's C++ pool set for env.
 _SERVE = """
 import os, sys
@@ -64,18 +90,24 @@ def _peak_rss_mb(pid: int) -> float:
     raise BenchError(f"no VmHWM for {pid}")
 
 
-def one(work: Path, kind: str, client: str, size: int, records: int) -> dict[str, float]:
-    port = free_port()
-    name = f"{kind}-{client.replace(' ', '-')}-{size}-{time.monotonic_ns()}"
+def start_serve(
+    work: Path, kind: str, name: str, config: dict[str, Any]
+) -> subprocess.Popen[bytes]:
     path = work / f"{name}.json"
-    path.write_text(json.dumps(listener_config(port, work / f"{name}-store")))
+    path.write_text(json.dumps(config))
     with (work / f"{name}.log").open("wb") as log:
-        serve = subprocess.Popen(
+        return subprocess.Popen(
             [PYTHON, "-c", _SERVE, kind, "--log-level", "WARNING", "serve", "--config", str(path)],
             cwd=REPO,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def one(work: Path, kind: str, client: str, size: int, records: int) -> dict[str, float]:
+    port = free_port()
+    name = f"{kind}-{client.replace(' ', '-')}-{size}-{time.monotonic_ns()}"
+    serve = start_serve(work, kind, name, listener_config(port, work / f"{name}-store"))
     try:
         wait_port(port)
         bootstrap = f"127.0.0.1:{port}"
@@ -96,14 +128,105 @@ def one(work: Path, kind: str, client: str, size: int, records: int) -> dict[str
     }
 
 
+def landed(work: Path, kind: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
+    """serve of `kind` landing the prefilled `topic` from its start: records/s and CPU."""
+    name = f"{kind}-consume-{time.monotonic_ns()}"
+    data_dir = work / f"{name}-store"
+    config = {
+        "kafka": {"bootstrap_servers": bootstrap, "group_id": name},
+        "storage": {"data_dir": str(data_dir)},
+        "defaults": {"roll": {"max_age": "1s"}},
+        "topics": [{"source": topic, "format": "raw"}],
+        "metrics": {"enabled": False},
+    }
+    started = time.monotonic()
+    serve = start_serve(work, kind, name, config)
+    try:
+        deadline = started + 600
+        while stored_records(data_dir, topic) < records:
+            if serve.poll() is not None or time.monotonic() > deadline:
+                raise BenchError(f"serve ({kind}) did not land {records} records")
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        stat = proc_stat(serve.pid)
+        if stat is None:
+            raise BenchError(f"serve ({kind}) ended during the run")
+        rss = _peak_rss_mb(serve.pid)
+    finally:
+        serve.terminate()
+        serve.wait(timeout=120)
+    return {
+        "records_per_s": records / elapsed,
+        "cpu_us_per_record": stat.cpu_s * 1e6 / records,
+        "peak_rss_mb": rss,
+    }
+
+
+def consume_case(work: Path, records: int, rounds: int) -> dict[str, list[dict[str, float]]]:
+    found: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+    with broker(work, "1g") as kafka:
+        topic = prefill(kafka.bootstrap_servers, "landed", 8, raw_values(records, 128), 1)
+        for _ in range(rounds):
+            for kind in KINDS:
+                found[kind].append(landed(work, kind, kafka.bootstrap_servers, topic.name, records))
+                print("consumed, 128 B", kind, found[kind][-1], flush=True)
+    return found
+
+
+def long_lived(work: Path, rounds: int) -> dict[str, list[dict[str, float]]]:
+    found: dict[str, list[dict[str, float]]] = {kind: [] for kind in ("defaults", "tuned")}
+    for kind, runs in found.items():
+        port = free_port()
+        serve = start_serve(work, kind, f"{kind}-long", listener_config(port, work / kind))
+        try:
+            wait_port(port)
+            bootstrap = f"127.0.0.1:{port}"
+            perf_test(bootstrap, "warm", WARM, 1024)
+            for _ in range(rounds):
+                before = proc_stat(serve.pid)
+                rate = perf_test(bootstrap, "timed", LONG_RECORDS, 1024)["rate"]
+                after = proc_stat(serve.pid)
+                if before is None or after is None:
+                    raise BenchError(f"serve ({kind}) ended during the run")
+                runs.append(
+                    {
+                        "records_per_s": rate,
+                        "cpu_us_per_record": (after.cpu_s - before.cpu_s) * 1e6 / LONG_RECORDS,
+                        "peak_rss_mb": _peak_rss_mb(serve.pid),
+                    }
+                )
+                print("long-lived, perf test, 1024 B", kind, runs[-1], flush=True)
+        finally:
+            serve.terminate()
+            serve.wait(timeout=120)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--consume", type=int, default=3_000_000, help="0: no consumer case")
+    parser.add_argument("--produce", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--long-lived", type=int, default=0, metavar="N", help="see the doc")
     args = parser.parse_args(argv)
+    if args.long_lived:
+        try:
+            with tempfile.TemporaryDirectory(prefix="plateau-allocators-") as tmp:
+                long = long_lived(Path(tmp), args.long_lived)
+        except BenchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        out = RESULTS_DIR / f"allocators-long-{stamp}.json"
+        out.write_text(json.dumps({"runs": long}, indent=2) + "\n")
+        print(f"wrote {out}")
+        return 0
     runs: dict[str, dict[str, list[dict[str, float]]]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="plateau-allocators-") as tmp:
-            for client, size, records in CASES:
+            if args.consume:
+                runs["consumed, 128 B"] = consume_case(Path(tmp), args.consume, args.rounds)
+            for client, size, records in CASES if args.produce else ():
                 case = f"{client}, {size} B"
                 runs[case] = {kind: [] for kind in KINDS}
                 for _ in range(args.rounds):
@@ -134,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS_DIR.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = RESULTS_DIR / f"allocators-{stamp}.json"
-    out.write_text(json.dumps({"cases": CASES, "runs": runs, "summary": summary}, indent=2) + "\n")
+    body = {"cases": CASES, "consume": args.consume, "runs": runs, "summary": summary}
+    out.write_text(json.dumps(body, indent=2) + "\n")
     print(f"wrote {out}")
     return 0
 
