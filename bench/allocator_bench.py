@@ -1,18 +1,19 @@
-"""serve with its allocators tuned (bridge/allocators.py) against the same serve with the
+"""serve with its malloc tuned (bridge/allocators.py) against the same serve with glibc's
 defaults, alternating, on one machine. Three kinds of serve:
 
-  defaults  the tuning taken out: Arrow's mimalloc pool, glibc's adjusting thresholds
+  defaults  the tuning taken out: glibc's adjusting mmap and trim thresholds
   tuned     serve as it is
-  env       serve as it is, with ARROW_DEFAULT_MEMORY_POOL=jemalloc set before pyarrow is
-            imported, so that Arrow's own C++ allocations use jemalloc too (the tuning sets
-            the pool of pyarrow's calls only)
+  jemalloc  serve as it is, with pyarrow's calls allocating from Arrow's jemalloc pool
+            (pyarrow.set_memory_pool) instead of its default (mimalloc): the variant not
+            taken
 
 For each client case, rounds of: a fresh serve of each kind (the produce-only config of
 bench/produce_bench.py), warmed with 200,000 records, then a fixed number of records timed.
 The consumer path (`--consume N`, 0 to leave it out): the local Apache Kafka broker, a topic
-of N records of 128 bytes in 8 partitions filled once, then per round a fresh serve of each
-kind landing it (the ingest bench's config, one worker), timed from its start until every
-record is in the manifest.
+of N records of 128 bytes and one of N / 1,000 Arrow IPC messages of 1,000 rows (the
+ingest bench's), each in 8 partitions and filled once, then per round a fresh serve of each
+kind landing each topic (`format: raw`, `format: arrow`, one worker), timed from its start
+until every record (row) is in the manifest.
 Reported per case and kind: records/s acknowledged (or landed), serve's CPU per record (us)
 and serve's peak RSS (MB); medians of the rounds, ratios tuned / defaults.
 
@@ -40,6 +41,7 @@ from ingest_bench import (
     REPO,
     RESULTS_DIR,
     BenchError,
+    arrow_values,
     broker,
     prefill,
     proc_stat,
@@ -54,7 +56,7 @@ from produce_bench import (
     wait_port,
 )
 
-KINDS = ("defaults", "tuned", "env")
+KINDS = ("defaults", "tuned", "jemalloc")
 # (client, record size, records timed)
 CASES = (
     ("perf test", 128, 1_500_000),
@@ -63,14 +65,18 @@ CASES = (
 )
 WARM = 200_000
 LONG_RECORDS = 1_000_000  # per run of --long-lived
-# serve, with the allocator tuning taken out for the defaults, Arrow's C++ pool set for env.
+ARROW_ROWS = 1_000  # per Arrow IPC message of the consumer path's arrow topic
+Run = dict[str, float]
+# serve, with the malloc tuning taken out (defaults) or Arrow's jemalloc pool set (jemalloc).
 _SERVE = """
-import os, sys
-if sys.argv[1] == "env":
-    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "jemalloc"
-if sys.argv.pop(1) == "defaults":
+import sys
+kind = sys.argv.pop(1)
+if kind == "defaults":
     import bridge.serve
     bridge.serve.tune_allocators = lambda: None
+elif kind == "jemalloc":
+    import pyarrow
+    pyarrow.set_memory_pool(pyarrow.jemalloc_memory_pool())
 from bridge.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -128,7 +134,9 @@ def one(work: Path, kind: str, client: str, size: int, records: int) -> dict[str
     }
 
 
-def landed(work: Path, kind: str, bootstrap: str, topic: str, records: int) -> dict[str, float]:
+def landed(
+    work: Path, kind: str, bootstrap: str, topic: str, fmt: str, records: int
+) -> dict[str, float]:
     """serve of `kind` landing the prefilled `topic` from its start: records/s and CPU."""
     name = f"{kind}-consume-{time.monotonic_ns()}"
     data_dir = work / f"{name}-store"
@@ -136,7 +144,7 @@ def landed(work: Path, kind: str, bootstrap: str, topic: str, records: int) -> d
         "kafka": {"bootstrap_servers": bootstrap, "group_id": name},
         "storage": {"data_dir": str(data_dir)},
         "defaults": {"roll": {"max_age": "1s"}},
-        "topics": [{"source": topic, "format": "raw"}],
+        "topics": [{"source": topic, "format": fmt}],
         "metrics": {"enabled": False},
     }
     started = time.monotonic()
@@ -162,14 +170,30 @@ def landed(work: Path, kind: str, bootstrap: str, topic: str, records: int) -> d
     }
 
 
-def consume_case(work: Path, records: int, rounds: int) -> dict[str, list[dict[str, float]]]:
-    found: dict[str, list[dict[str, float]]] = {kind: [] for kind in KINDS}
+def consume_cases(work: Path, records: int, rounds: int) -> dict[str, dict[str, list[Run]]]:
+    found: dict[str, dict[str, list[Run]]] = {}
     with broker(work, "1g") as kafka:
-        topic = prefill(kafka.bootstrap_servers, "landed", 8, raw_values(records, 128), 1)
-        for _ in range(rounds):
-            for kind in KINDS:
-                found[kind].append(landed(work, kind, kafka.bootstrap_servers, topic.name, records))
-                print("consumed, 128 B", kind, found[kind][-1], flush=True)
+        bootstrap = kafka.bootstrap_servers
+        messages = records // ARROW_ROWS
+        topics = [
+            (
+                "consumed, 128 B",
+                prefill(bootstrap, "landed", 8, raw_values(records, 128), 1),
+                "raw",
+            ),
+            (
+                "consumed, arrow",
+                prefill(bootstrap, "arrows", 8, arrow_values(messages, ARROW_ROWS), ARROW_ROWS),
+                "arrow",
+            ),
+        ]
+        for case, topic, fmt in topics:
+            found[case] = {kind: [] for kind in KINDS}
+            for _ in range(rounds):
+                for kind in KINDS:
+                    run = landed(work, kind, bootstrap, topic.name, fmt, topic.rows)
+                    found[case][kind].append(run)
+                    print(case, kind, run, flush=True)
     return found
 
 
@@ -225,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="plateau-allocators-") as tmp:
             if args.consume:
-                runs["consumed, 128 B"] = consume_case(Path(tmp), args.consume, args.rounds)
+                runs.update(consume_cases(Path(tmp), args.consume, args.rounds))
             for client, size, records in CASES if args.produce else ():
                 case = f"{client}, {size} B"
                 runs[case] = {kind: [] for kind in KINDS}

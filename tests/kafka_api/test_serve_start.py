@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
-
+from bridge.allocators import TRIM_THRESHOLD
 from bridge.config import parse_config
 from tests.bridge_support import serve_stopped_at_once
 
@@ -36,8 +35,8 @@ def test_serve_start_removes_temp_files_of_a_topic_it_no_longer_writes(tmp_path:
 
 
 def test_serve_start_keeps_freed_buffers_for_reuse_and_says_so(tmp_path: Path) -> None:
-    """Before the store opens: Arrow's jemalloc pool and glibc's fixed thresholds, so the
-    memory a seal frees is the next seal's instead of fresh pages (bridge/allocators.py)."""
+    """Before the store opens: glibc's fixed thresholds, so the memory a seal frees is the
+    next seal's instead of fresh pages (bridge/allocators.py)."""
     config = parse_config(
         {
             "storage": {"data_dir": str(tmp_path / "data")},
@@ -50,4 +49,5 @@ def test_serve_start_keeps_freed_buffers_for_reuse_and_says_so(tmp_path: Path) -
     assert code == 0
     events = [e["event"] for e in logs]
     assert events.index("allocators_tuned") < events.index("serve_started")
-    assert pa.default_memory_pool().backend_name == "jemalloc"
+    tuned = next(e for e in logs if e["event"] == "allocators_tuned")
+    assert tuned["trim_threshold"] == TRIM_THRESHOLD
