@@ -19,7 +19,8 @@ and serve's peak RSS (MB); medians of the rounds, ratios tuned / defaults.
 
 `--long-lived N`: instead, one serve of each kind (defaults, tuned) kept for N runs of 1M
 records of 1 KiB (the perf test's defaults), each run's figures printed: whether a serve's
-cost drifts as it ages.
+cost drifts as it ages. With `--mixed`, each run is followed by 1M records of 1 KiB from
+librdkafka (1 MiB batches) into the same serve.
 
     .venv/bin/python bench/allocator_bench.py --rounds 3 --consume 3000000
 """
@@ -197,29 +198,33 @@ def consume_cases(work: Path, records: int, rounds: int) -> dict[str, dict[str, 
     return found
 
 
-def long_lived(work: Path, rounds: int) -> dict[str, list[dict[str, float]]]:
-    found: dict[str, list[dict[str, float]]] = {kind: [] for kind in ("defaults", "tuned")}
-    for kind, runs in found.items():
+def long_lived(work: Path, rounds: int, mixed: bool) -> dict[str, list[dict[str, float]]]:
+    clients = ("perf test", "librdkafka") if mixed else ("perf test",)
+    found: dict[str, list[dict[str, float]]] = {
+        f"{kind}, {client}": [] for kind in ("defaults", "tuned") for client in clients
+    }
+    for kind in ("defaults", "tuned"):
         port = free_port()
         serve = start_serve(work, kind, f"{kind}-long", listener_config(port, work / kind))
         try:
             wait_port(port)
             bootstrap = f"127.0.0.1:{port}"
-            perf_test(bootstrap, "warm", WARM, 1024)
+            for client in clients:
+                _send(client, bootstrap, "warm", WARM, 1024)
             for _ in range(rounds):
-                before = proc_stat(serve.pid)
-                rate = perf_test(bootstrap, "timed", LONG_RECORDS, 1024)["rate"]
-                after = proc_stat(serve.pid)
-                if before is None or after is None:
-                    raise BenchError(f"serve ({kind}) ended during the run")
-                runs.append(
-                    {
+                for client in clients:
+                    before = proc_stat(serve.pid)
+                    rate = _send(client, bootstrap, "timed", LONG_RECORDS, 1024)
+                    after = proc_stat(serve.pid)
+                    if before is None or after is None:
+                        raise BenchError(f"serve ({kind}) ended during the run")
+                    run = {
                         "records_per_s": rate,
                         "cpu_us_per_record": (after.cpu_s - before.cpu_s) * 1e6 / LONG_RECORDS,
                         "peak_rss_mb": _peak_rss_mb(serve.pid),
                     }
-                )
-                print("long-lived, perf test, 1024 B", kind, runs[-1], flush=True)
+                    found[f"{kind}, {client}"].append(run)
+                    print("long-lived, 1024 B", kind, client, run, flush=True)
         finally:
             serve.terminate()
             serve.wait(timeout=120)
@@ -232,11 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--consume", type=int, default=3_000_000, help="0: no consumer case")
     parser.add_argument("--produce", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--long-lived", type=int, default=0, metavar="N", help="see the doc")
+    parser.add_argument("--mixed", action="store_true", help="with --long-lived: see the doc")
     args = parser.parse_args(argv)
     if args.long_lived:
         try:
             with tempfile.TemporaryDirectory(prefix="plateau-allocators-") as tmp:
-                long = long_lived(Path(tmp), args.long_lived)
+                long = long_lived(Path(tmp), args.long_lived, args.mixed)
         except BenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
