@@ -111,7 +111,20 @@ def start_serve(
         )
 
 
-def one(work: Path, kind: str, client: str, size: int, records: int) -> dict[str, float]:
+def _stop(serve: subprocess.Popen[bytes]) -> None:
+    serve.terminate()
+    serve.wait(timeout=120)
+
+
+def _figures(records_per_s: float, cpu_s: float, records: int, pid: int) -> Run:
+    return {
+        "records_per_s": records_per_s,
+        "cpu_us_per_record": cpu_s * 1e6 / records,
+        "peak_rss_mb": _peak_rss_mb(pid),
+    }
+
+
+def one(work: Path, kind: str, client: str, size: int, records: int) -> Run:
     port = free_port()
     name = f"{kind}-{client.replace(' ', '-')}-{size}-{time.monotonic_ns()}"
     serve = start_serve(work, kind, name, listener_config(port, work / f"{name}-store"))
@@ -124,20 +137,12 @@ def one(work: Path, kind: str, client: str, size: int, records: int) -> dict[str
         after = proc_stat(serve.pid)
         if before is None or after is None:
             raise BenchError(f"serve ({kind}) ended during the run")
-        rss = _peak_rss_mb(serve.pid)
+        return _figures(rate, after.cpu_s - before.cpu_s, records, serve.pid)
     finally:
-        serve.terminate()
-        serve.wait(timeout=120)
-    return {
-        "records_per_s": rate,
-        "cpu_us_per_record": (after.cpu_s - before.cpu_s) * 1e6 / records,
-        "peak_rss_mb": rss,
-    }
+        _stop(serve)
 
 
-def landed(
-    work: Path, kind: str, bootstrap: str, topic: str, fmt: str, records: int
-) -> dict[str, float]:
+def landed(work: Path, kind: str, bootstrap: str, topic: str, fmt: str, records: int) -> Run:
     """serve of `kind` landing the prefilled `topic` from its start: records/s and CPU."""
     name = f"{kind}-consume-{time.monotonic_ns()}"
     data_dir = work / f"{name}-store"
@@ -160,15 +165,9 @@ def landed(
         stat = proc_stat(serve.pid)
         if stat is None:
             raise BenchError(f"serve ({kind}) ended during the run")
-        rss = _peak_rss_mb(serve.pid)
+        return _figures(records / elapsed, stat.cpu_s, records, serve.pid)
     finally:
-        serve.terminate()
-        serve.wait(timeout=120)
-    return {
-        "records_per_s": records / elapsed,
-        "cpu_us_per_record": stat.cpu_s * 1e6 / records,
-        "peak_rss_mb": rss,
-    }
+        _stop(serve)
 
 
 def consume_cases(work: Path, records: int, rounds: int) -> dict[str, dict[str, list[Run]]]:
@@ -198,9 +197,9 @@ def consume_cases(work: Path, records: int, rounds: int) -> dict[str, dict[str, 
     return found
 
 
-def long_lived(work: Path, rounds: int, mixed: bool) -> dict[str, list[dict[str, float]]]:
+def long_lived(work: Path, rounds: int, mixed: bool) -> dict[str, list[Run]]:
     clients = ("perf test", "librdkafka") if mixed else ("perf test",)
-    found: dict[str, list[dict[str, float]]] = {
+    found: dict[str, list[Run]] = {
         f"{kind}, {client}": [] for kind in ("defaults", "tuned") for client in clients
     }
     for kind in ("defaults", "tuned"):
@@ -218,16 +217,11 @@ def long_lived(work: Path, rounds: int, mixed: bool) -> dict[str, list[dict[str,
                     after = proc_stat(serve.pid)
                     if before is None or after is None:
                         raise BenchError(f"serve ({kind}) ended during the run")
-                    run = {
-                        "records_per_s": rate,
-                        "cpu_us_per_record": (after.cpu_s - before.cpu_s) * 1e6 / LONG_RECORDS,
-                        "peak_rss_mb": _peak_rss_mb(serve.pid),
-                    }
+                    run = _figures(rate, after.cpu_s - before.cpu_s, LONG_RECORDS, serve.pid)
                     found[f"{kind}, {client}"].append(run)
                     print("long-lived, 1024 B", kind, client, run, flush=True)
         finally:
-            serve.terminate()
-            serve.wait(timeout=120)
+            _stop(serve)
     return found
 
 
@@ -251,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps({"runs": long}, indent=2) + "\n")
         print(f"wrote {out}")
         return 0
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {}
+    runs: dict[str, dict[str, list[Run]]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="plateau-allocators-") as tmp:
             if args.consume:
