@@ -28,7 +28,6 @@ librdkafka (1 MiB batches) into the same serve.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -37,10 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchdata import write_results
 from ingest_bench import (
-    PYTHON,
-    REPO,
-    RESULTS_DIR,
     BenchError,
     arrow_values,
     broker,
@@ -56,6 +53,7 @@ from produce_bench import (
     stored_records,
     wait_port,
 )
+from produce_bench import start_serve as produce_serve
 
 KINDS = ("defaults", "tuned", "jemalloc")
 # (client, record size, records timed)
@@ -100,15 +98,8 @@ def _peak_rss_mb(pid: int) -> float:
 def start_serve(
     work: Path, kind: str, name: str, config: dict[str, Any]
 ) -> subprocess.Popen[bytes]:
-    path = work / f"{name}.json"
-    path.write_text(json.dumps(config))
-    with (work / f"{name}.log").open("wb") as log:
-        return subprocess.Popen(
-            [PYTHON, "-c", _SERVE, kind, "--log-level", "WARNING", "serve", "--config", str(path)],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    """serve of `kind` (see the module's doc)."""
+    return produce_serve(config, work, name, launcher=("-c", _SERVE, kind))
 
 
 def _stop(serve: subprocess.Popen[bytes]) -> None:
@@ -124,6 +115,18 @@ def _figures(records_per_s: float, cpu_s: float, records: int, pid: int) -> Run:
     }
 
 
+def _timed(
+    serve: subprocess.Popen[bytes], kind: str, client: str, bootstrap: str, records: int, size: int
+) -> Run:
+    """`records` sent by `client` into a warm serve: its rate, and serve's CPU meanwhile."""
+    before = proc_stat(serve.pid)
+    rate = _send(client, bootstrap, "timed", records, size)
+    after = proc_stat(serve.pid)
+    if before is None or after is None:
+        raise BenchError(f"serve ({kind}) ended during the run")
+    return _figures(rate, after.cpu_s - before.cpu_s, records, serve.pid)
+
+
 def one(work: Path, kind: str, client: str, size: int, records: int) -> Run:
     port = free_port()
     name = f"{kind}-{client.replace(' ', '-')}-{size}-{time.monotonic_ns()}"
@@ -132,12 +135,7 @@ def one(work: Path, kind: str, client: str, size: int, records: int) -> Run:
         wait_port(port)
         bootstrap = f"127.0.0.1:{port}"
         _send(client, bootstrap, "warm", WARM, size)
-        before = proc_stat(serve.pid)
-        rate = _send(client, bootstrap, "timed", records, size)
-        after = proc_stat(serve.pid)
-        if before is None or after is None:
-            raise BenchError(f"serve ({kind}) ended during the run")
-        return _figures(rate, after.cpu_s - before.cpu_s, records, serve.pid)
+        return _timed(serve, kind, client, bootstrap, records, size)
     finally:
         _stop(serve)
 
@@ -212,12 +210,7 @@ def long_lived(work: Path, rounds: int, mixed: bool) -> dict[str, list[Run]]:
                 _send(client, bootstrap, "warm", WARM, 1024)
             for _ in range(rounds):
                 for client in clients:
-                    before = proc_stat(serve.pid)
-                    rate = _send(client, bootstrap, "timed", LONG_RECORDS, 1024)
-                    after = proc_stat(serve.pid)
-                    if before is None or after is None:
-                        raise BenchError(f"serve ({kind}) ended during the run")
-                    run = _figures(rate, after.cpu_s - before.cpu_s, LONG_RECORDS, serve.pid)
+                    run = _timed(serve, kind, client, bootstrap, LONG_RECORDS, 1024)
                     found[f"{kind}, {client}"].append(run)
                     print("long-lived, 1024 B", kind, client, run, flush=True)
         finally:
@@ -240,10 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         except BenchError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        out = RESULTS_DIR / f"allocators-long-{stamp}.json"
-        out.write_text(json.dumps({"runs": long}, indent=2) + "\n")
-        print(f"wrote {out}")
+        print(f"wrote {write_results('allocators-long', {'runs': long})}")
         return 0
     runs: dict[str, dict[str, list[Run]]] = {}
     try:
@@ -278,12 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['tuned cpu_us_per_record']:.2f} us ({row['cpu ratio']:.2f}x), "
             f"peak RSS {row['defaults peak_rss_mb']:.0f} -> {row['tuned peak_rss_mb']:.0f} MB"
         )
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = RESULTS_DIR / f"allocators-{stamp}.json"
     body = {"cases": CASES, "consume": args.consume, "runs": runs, "summary": summary}
-    out.write_text(json.dumps(body, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_results('allocators', body)}")
     return 0
 
 

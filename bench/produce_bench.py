@@ -223,12 +223,19 @@ def wait_stored(data_dir: Path, topic: str, records: int, timeout_s: float = 600
     raise BenchError(f"{topic}: {stored_records(data_dir, topic)} of {records} stored in time")
 
 
-def start_serve(config: dict[str, Any], work: Path, name: str) -> subprocess.Popen[bytes]:
+def start_serve(
+    config: dict[str, Any],
+    work: Path,
+    name: str,
+    launcher: tuple[str, ...] = ("-m", "bridge.cli"),
+) -> subprocess.Popen[bytes]:
+    """`plateau serve` with `config`, its log in `work`; `launcher`: the interpreter's
+    arguments before the CLI's (a bench's own `-c` script patches serve before it runs)."""
     path = work / f"{name}.json"
     path.write_text(json.dumps(config))
     log = (work / f"{name}.log").open("wb")
     return subprocess.Popen(
-        [PYTHON, "-m", "bridge.cli", "--log-level", "WARNING", "serve", "--config", str(path)],
+        [PYTHON, *launcher, "--log-level", "WARNING", "serve", "--config", str(path)],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

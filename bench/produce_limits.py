@@ -19,17 +19,15 @@ Ratios are against as-is of the same run.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from ingest_bench import PYTHON, REPO, RESULTS_DIR, BenchError, proc_stat
-from produce_bench import free_port, listener_config, perf_test, wait_port
+from benchdata import write_results
+from ingest_bench import BenchError, proc_stat
+from produce_bench import free_port, listener_config, perf_test, start_serve, wait_port
 
 CASES = ("as-is", "no-seal", "no-sync", "neither")
 # serve, with the journal's sync taken out when asked (the no-sync cases only).
@@ -60,26 +58,11 @@ def config(port: int, data_dir: Path, case: str) -> dict[str, Any]:
 
 def one(work: Path, case: str, records: int, size: int, index: int) -> dict[str, float]:
     port = free_port()
-    path = work / f"{case}-{index}.json"
-    path.write_text(json.dumps(config(port, work / f"{case}-{index}-store", case)))
+    name = f"{case}-{index}"
     nosync = "1" if case in ("no-sync", "neither") else "0"
-    with (work / f"{case}-{index}.log").open("wb") as log:
-        serve = subprocess.Popen(
-            [
-                PYTHON,
-                "-c",
-                _SERVE,
-                nosync,
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--config",
-                str(path),
-            ],
-            cwd=REPO,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    serve = start_serve(
+        config(port, work / f"{name}-store", case), work, name, launcher=("-c", _SERVE, nosync)
+    )
     try:
         wait_port(port)
         bootstrap = f"127.0.0.1:{port}"
@@ -125,12 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{case:8s} {row['records_per_s']:10,.0f}/s  cpu {row['cpu_s']:5.2f} s  "
             f"{row['ratio']:.2f}x"
         )
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = RESULTS_DIR / f"produce-limits-{stamp}.json"
     body = {"records": args.records, "size": args.size, "runs": runs, "summary": summary}
-    out.write_text(json.dumps(body, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_results('produce-limits', body)}")
     return 0
 
 

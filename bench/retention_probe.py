@@ -18,7 +18,6 @@ files: retention reads the manifest only until a deletion's grace ends), then ti
 from __future__ import annotations
 
 import argparse
-import json
 import sqlite3
 import statistics
 import tempfile
@@ -28,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from benchdata import write_results
 
 from plateau_core import Retention, StoreLimits, WriterPolicy
 from plateau_core.store import Store
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
 
 
@@ -120,11 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['full_records_s']:.2f} s | {r['ages_s']:.2f} s "
             f"| {r['pass_s']:.2f} s ({int(r['pass_retired'])}) |"
         )
-    RESULTS_DIR.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = RESULTS_DIR / f"retention-{stamp}.json"
-    out.write_text(json.dumps({"segments": results}, indent=2) + "\n")
-    print(f"results: {out}")
+    print(f"results: {write_results('retention', {'segments': results})}")
     return 0
 
 

@@ -48,9 +48,10 @@ class AllocatorSettings:
 
 def tune_allocators() -> AllocatorSettings:
     """Fix glibc's mmap and trim thresholds for this process (see the module's doc)."""
+    libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
     settings = AllocatorSettings(
-        _mallopt("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-        _mallopt("MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        _mallopt(libc, "MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        _mallopt(libc, "MALLOC_TRIM_THRESHOLD_", _M_TRIM_THRESHOLD, TRIM_THRESHOLD),
     )
     log.info(
         "allocators_tuned",
@@ -60,10 +61,9 @@ def tune_allocators() -> AllocatorSettings:
     return settings
 
 
-def _mallopt(variable: str, param: int, value: int) -> int | None:
-    if variable in os.environ or platform.libc_ver()[0] != "glibc":
+def _mallopt(libc: ctypes.CDLL | None, variable: str, param: int, value: int) -> int | None:
+    if libc is None or variable in os.environ:
         return None
-    libc = ctypes.CDLL(None)
     if libc.mallopt(ctypes.c_int(param), ctypes.c_int(value)) != 1:
         log.warning("mallopt_refused", parameter=variable.strip("_"), value=value)
         return None
