@@ -11,6 +11,7 @@ from bridge.config.models import Config
 from plateau_core import Retention, RetentionPolicy, RetentionReport, Store, StoreLimits, Writer
 from plateau_core.consolidate import MERGEABLE, ConsolidationReport, Consolidator
 from plateau_core.manifest import SegmentState
+from plateau_core.pace import Pace
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy
 
 
@@ -105,4 +106,5 @@ def consolidator_for(
         guard=guard,
         observer=observe,
         min_free_disk_bytes=config.storage.min_free_disk or 0,
+        pace=Pace(config.storage.consolidate_max_rate),
     )

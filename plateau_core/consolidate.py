@@ -35,6 +35,7 @@ from plateau_core.handle import StoreHandle
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
 from plateau_core.manifest.records import SegmentFile
 from plateau_core.names import consolidated_name, partition_dir
+from plateau_core.pace import Pace
 from plateau_core.partition_lock import PartitionLock
 from plateau_core.policies import Compression, ConsolidatePolicy, IndexPolicy
 from plateau_core.quarantine import quarantine
@@ -150,13 +151,16 @@ class Consolidator(BackgroundTask):
         write: WriteSegment = write_segment,
         min_free_disk_bytes: int = 0,
         disk_free: Callable[[], int] | None = None,
+        pace: Pace | None = None,
     ) -> None:
         """`topics` and `indexes` name policies outright; `resolve` answers for any other
         topic of the store (None: not consolidated). `observer` hears every pass (metrics).
         A run is merged only while the disk keeps `min_free_disk_bytes` free with the merged
         file written (`disk_free`: free bytes now, the data folder's filesystem by default).
         `compression`: a codec, or the writer's choice per partition (`writer.codecs`), so
-        that a partition whose data does not compress is merged uncompressed too."""
+        that a partition whose data does not compress is merged uncompressed too. `pace`:
+        the byte rate a pass keeps to over its runs (each run's bytes before it is merged);
+        unpaced by default."""
         self.store = store
         self.topics = dict(topics)
         self.indexes = dict(indexes or {})
@@ -174,6 +178,7 @@ class Consolidator(BackgroundTask):
         self._write = write  # tests inject failing writers here
         self.min_free_disk_bytes = min_free_disk_bytes
         self._disk_free = disk_free or (lambda: shutil.disk_usage(store.data_dir).free)
+        self.pace = pace or Pace(None)
         super().__init__()
 
     def policies(self) -> dict[str, ConsolidatePolicy]:
@@ -191,6 +196,7 @@ class Consolidator(BackgroundTask):
         clock). A partition is skipped while its guard (or its lock, held by a writer)
         says no. A run with a file that does not read is left as it is (a corrupt file is
         quarantined, as a read quarantines it) and the pass goes on with the other runs.
+        Runs start at the pace's rate; `stop()` ends the pass before its next run.
 
         Returns:
             The runs merged, those left because they changed meanwhile (`conflicts`), those
@@ -205,17 +211,20 @@ class Consolidator(BackgroundTask):
             for row in rows:
                 by_partition.setdefault(row.partition, []).append(row)
             for partition, segments in sorted(by_partition.items()):
-                runs = plan_runs(segments, policy, stamp, self.states)
-                if not runs:
-                    continue
-                with self._guard(topic, partition) as allowed:
-                    if not allowed:
-                        continue
-                    for run in runs:
+                for run in plan_runs(segments, policy, stamp, self.states):
+                    # Paced outside the guard: a partition's owner may let it go meanwhile.
+                    if not self.pace.take(sum(s.size_bytes for s in run), self._stop.wait):
+                        return self._reported(report)  # stopping: the rest waits for a pass
+                    with self._guard(topic, partition) as allowed:
+                        if not allowed:
+                            break
                         if self._room_for(topic, partition, run):
                             self._merge(topic, partition, run, report)
                         else:
                             report.deferred += 1
+        return self._reported(report)
+
+    def _reported(self, report: ConsolidationReport) -> ConsolidationReport:
         if self._observer is not None:
             self._observer(report)
         return report

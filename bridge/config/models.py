@@ -144,6 +144,30 @@ class StorageConfig(Strict):
         description="How often each writer consolidates the partitions it owns (topics with "
         "consolidate set).",
     )
+    consolidate_max_rate: Size | None = Field(
+        default=32 * MiB,
+        description="Bytes a second each writer's consolidation rewrites at most, on average "
+        "(each consume worker's and the Kafka API's: a merge reads and writes its run's "
+        "bytes again beside ingestion). Unpaced, a pass after a busy minute took the cores "
+        "and the disk in a burst and halved the produce rate meanwhile (docs/storage.md). "
+        "null: as fast as it goes.",
+    )
+
+    @field_validator("consolidate_max_rate", mode="before")
+    @classmethod
+    def _per_second(cls, value: object) -> object:
+        # "32MiB/s" reads as what it is; the rate is a size a second either way.
+        if isinstance(value, str) and value.strip().lower().endswith("/s"):
+            return value.strip()[:-2].strip()
+        return value
+
+    @field_validator("consolidate_max_rate")
+    @classmethod
+    def _positive_rate(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("must be more than 0 bytes a second (null: unpaced)")
+        return value
+
     verify_on_start: bool = Field(
         default=True,
         description="Check every segment's checksums once when serve starts, before its "

@@ -33,7 +33,9 @@ def _unit(field: FieldInfo) -> str | None:
             return "size"
         if func is parse_duration:
             return "duration"
-    return None
+    # An optional size or duration (`Size | None`) keeps its parser inside the union.
+    name = _type_name(field.annotation)
+    return name if name in ("size", "duration") else None
 
 
 def _type_name(annotation: Any) -> str:

@@ -37,6 +37,7 @@ from bridge.consume.state import PartitionState, WorkerStats
 from bridge.consume.topic_ids import TopicIds
 from bridge.errors import BridgeError
 from bridge.ops.telemetry import WorkerTelemetry
+from bridge.ops.thread_names import name_os_threads
 from bridge.ops.worker_status import StatusFile
 from bridge.store import consolidator_for
 from plateau_core import FlushTimeoutError, Store, Writer
@@ -162,6 +163,7 @@ class Worker:
                     self._assignment.set_up_waiting(self.consumer)
                 if self._status.due():
                     self._status.write(self.snapshot())
+                    name_os_threads()
         finally:
             self._shutdown()
 

@@ -32,6 +32,7 @@ from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.status import partition_rows
 from bridge.kafka_api.tls import server_context
+from bridge.ops.thread_names import name_os_threads
 from bridge.ops.worker_status import WRITE_INTERVAL_S, StatusFile, new_run_id
 from plateau_core import Store
 
@@ -189,6 +190,7 @@ class KafkaApiServer:
         swept = time.monotonic()
         while True:
             self._status.write(self._status_body())
+            name_os_threads()  # the seals' threads start when first needed
             self._close_idle()
             if self.sink is not None and time.monotonic() - swept >= PRODUCER_SWEEP_S:
                 swept = time.monotonic()

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from bridge.ops.thread_names import name_os_threads
 from bridge.ops.worker_status import read_run
 
 log = structlog.get_logger(__name__)
@@ -169,6 +170,7 @@ class Monitor:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
+            name_os_threads()
             try:
                 self.check()
             except Exception as exc:  # a bad file must not end health reporting

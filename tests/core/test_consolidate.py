@@ -4,6 +4,8 @@ leaves the old set or the new one."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 from plateau_core import RollPolicy, Store, StoreLimits, WriterPolicy
-from plateau_core.consolidate import Consolidator, plan_runs
+from plateau_core.consolidate import ConsolidationReport, Consolidator, plan_runs
 from plateau_core.manifest import SegmentState
+from plateau_core.pace import Pace, Wait
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy
 from plateau_core.rebuild import RebuildReport, rebuild_manifest
 from plateau_core.recovery import recover_partition
@@ -358,3 +361,49 @@ def test_a_corrupt_file_is_quarantined_and_the_other_runs_are_merged(store: Stor
     assert sorted((m.start_offset, m.end_offset) for m in second.merged) == [(2 * ROWS, 4 * ROWS)]
     offsets = store.read("a", columns=["offset"]).to_table().column("offset").to_pylist()
     assert offsets == [*range(ROWS), *range(2 * ROWS, 4 * ROWS)]
+
+
+class _CountingPace(Pace):
+    """Says yes to `allowed` runs, then no (a stop), noting each run's bytes."""
+
+    def __init__(self, allowed: int) -> None:
+        super().__init__(None)
+        self.allowed = allowed
+        self.asked: list[int] = []
+
+    def take(self, nbytes: int, stopped: Wait) -> bool:
+        self.asked.append(nbytes)
+        return len(self.asked) <= self.allowed
+
+
+def test_each_run_is_paced_by_its_bytes_and_a_stop_ends_the_pass(small: Store) -> None:
+    """Unpaced, a pass after a busy minute merged everything at once, taking the disk and the
+    cores from ingestion in a burst."""
+    rows = small.manifest.segments("logs")
+    policy = ConsolidatePolicy(target_bytes=rows[0].size_bytes * 5, min_age_s=0)
+    pace = _CountingPace(allowed=2)
+    report = _consolidator(small, policy, pace=pace).run()
+    run_bytes = [sum(s.size_bytes for s in rows[a:b]) for a, b in ((0, 5), (5, 10), (10, 12))]
+    assert pace.asked == run_bytes  # the third was asked for, and the stop came
+    assert [m.segments for m in report.merged] == [5, 5]
+    assert len(small.manifest.segments("logs")) == 4  # two merged, two left for a pass
+    pace.allowed = len(pace.asked) + 1
+    assert [m.segments for m in _consolidator(small, policy, pace=pace).run().merged] == [2]
+
+
+def test_stop_ends_a_pass_waiting_on_its_pace(small: Store) -> None:
+    rows = small.manifest.segments("logs")
+    policy = ConsolidatePolicy(target_bytes=rows[0].size_bytes * 6, min_age_s=0)
+    # One byte a second: the second run would start hours after the first.
+    consolidator = _consolidator(small, policy, pace=Pace(1))
+    reports: list[ConsolidationReport] = []
+    passing = threading.Thread(target=lambda: reports.append(consolidator.run()), daemon=True)
+    passing.start()
+    deadline = time.monotonic() + 60
+    while len(small.manifest.segments("logs")) == SEGMENTS and time.monotonic() < deadline:
+        time.sleep(0.01)
+    consolidator.stop()
+    passing.join(60)
+    assert not passing.is_alive()
+    assert [m.segments for m in reports[0].merged] == [6]
+    assert consolidator.pace.waited_s == 0  # the wait was cut short, not sat out

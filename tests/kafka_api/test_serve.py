@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,14 @@ def test_serve_runs_the_listener_alone_and_reports_it(tmp_path: Path) -> None:
                 break
             time.sleep(0.3)
         assert 'plateau_kafka_api_records_total{topic="events"} 101.0' in text
+        # The status file was rewritten since the listener started: so were the threads'
+        # names the kernel shows (top -H, ps -L).
+        kernel = {
+            Path(f"/proc/self/task/{t.native_id}/comm").read_text().strip()
+            for t in threading.enumerate()
+            if t.name in ("kafka-api", "journal")
+        }
+        assert kernel == {"kafka-api", "journal"}
         assert re.search(r'plateau_kafka_api_requests_total\{api="Produce"\} [1-9]', text)
         assert 'plateau_poison_records_total{action="skip",topic="events"} 1.0' in text
         status = plateau_command("status", "--config", str(config_file), "--json")

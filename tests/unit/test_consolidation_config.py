@@ -263,3 +263,39 @@ def test_the_kafka_apis_writer_merges_a_topic_a_producer_created(tmp_path: Path)
             writer.close()
     assert consume_side.merged == []
     assert [(m.topic, m.segments) for m in api_side.merged] == [("created", 4)]
+
+
+@pytest.mark.parametrize(
+    ("written", "rate"),
+    [(None, 32 * 1024**2), ("64MiB/s", 64 * 1024**2), ("8MiB", 8 * 1024**2), ("null", None)],
+)
+def test_a_writers_consolidation_keeps_to_the_configured_rate(
+    tmp_path: Path, written: str | None, rate: int | None
+) -> None:
+    """Unpaced, a pass after a busy minute of produce traffic took the cores and the disk in a
+    burst: the produce rate halved meanwhile (docs/storage.md)."""
+    path = _config(tmp_path, [{"source": "logs", "consolidate": {}}])
+    if written is not None:
+        body = yaml.safe_load(path.read_text())
+        body["storage"]["consolidate_max_rate"] = yaml.safe_load(written)
+        path.write_text(yaml.safe_dump(body))
+    config = load_config(path, env={})
+    assert config.storage.consolidate_max_rate == rate
+    with open_store(config) as store:
+        writer = store.writer(WriterPolicy(fsync=False))
+        try:
+            assert consolidator_for(config, store, writer).pace.bytes_per_s == rate
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("written", ["0", "0MiB/s", "fast", "-1MiB"])
+def test_a_bad_consolidate_max_rate_names_the_key(tmp_path: Path, written: str) -> None:
+    path = tmp_path / "plateau.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"storage": {"data_dir": str(tmp_path / "d"), "consolidate_max_rate": written}}
+        )
+    )
+    with pytest.raises(ConfigError, match=r"storage\.consolidate_max_rate"):
+        load_config(path, env={})
