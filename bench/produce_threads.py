@@ -122,6 +122,7 @@ def run(
     with_broker: bool,
     consolidate: bool,
     max_rate: str | None,
+    merge_below: str | None,
 ) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     with (
@@ -139,6 +140,9 @@ def run(
         config = listener_config(port, work / "store")
         if not consolidate:
             config["topics"].append({"name": "t", "partitions": PARTITIONS, "consolidate": False})
+        elif merge_below is not None:
+            merging = {"merge_below": merge_below}
+            config["topics"].append({"name": "t", "partitions": PARTITIONS, "consolidate": merging})
         if max_rate is not None:
             config["storage"]["consolidate_max_rate"] = None if max_rate == "none" else max_rate
         serve = start_serve(config, work, "serve")
@@ -190,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         help="storage.consolidate_max_rate of serve (like 32MiB; none: unpaced); "
         "default: serve's own",
     )
+    parser.add_argument(
+        "--merge-below",
+        help="the topic's consolidate.merge_below (like 64MiB: every segment under the "
+        "target is merged, as before that setting); default: serve's own",
+    )
     args = parser.parse_args(argv)
     runs = run(
         args.records,
@@ -199,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_broker,
         not args.no_consolidate,
         args.consolidate_max_rate,
+        args.merge_below,
     )
     path = write_results(
         "produce-threads",
@@ -209,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             "fill_gb": args.fill_gb,
             "consolidate": not args.no_consolidate,
             "consolidate_max_rate": args.consolidate_max_rate,
+            "merge_below": args.merge_below,
             "runs": runs,
         },
     )

@@ -96,7 +96,7 @@ def plan_runs(
     states: Sequence[SegmentState] = MERGEABLE,
 ) -> list[list[SegmentRecord]]:
     """The runs to merge among one partition's rows (any state), in offset order: neighbours
-    in one readable state and schema, each older than min_age and smaller than the target,
+    in one readable state and schema, each older than min_age and small (`small_below`),
     together at most target_bytes, at least two. Any other row ends a run, so a merged
     segment never spans an offset another row holds. `states`: the readable states merged
     (replicated only, where a replication run may be copying sealed segments)."""
@@ -110,7 +110,7 @@ def plan_runs(
         eligible = (
             segment.state in states
             and now - segment.created_at >= min_age_ms
-            and segment.size_bytes < policy.target_bytes
+            and segment.size_bytes < policy.small_below
         )
         fits = (
             current

@@ -122,15 +122,24 @@ class RetentionPolicy:
 @dataclass(frozen=True)
 class ConsolidatePolicy:
     """Per topic: runs of small sealed segments of a partition older than `min_age_s` are
-    merged into segments of up to `target_bytes`."""
+    merged into segments of up to `target_bytes`. A segment is small below
+    `merge_below_bytes` (None: below the target)."""
 
     target_bytes: int = 64 * MiB
     min_age_s: float = 60.0  # since the segment was recorded
+    merge_below_bytes: int | None = None
 
     def __post_init__(self) -> None:
         _positive("consolidate.target_bytes", self.target_bytes)
+        _positive("consolidate.merge_below", self.merge_below_bytes)
         if self.min_age_s < 0:
             raise InvalidInputError("consolidate.min_age must not be negative")
+
+    @property
+    def small_below(self) -> int:
+        """Segments of fewer bytes are merged; larger ones are left as they are."""
+        below = self.merge_below_bytes
+        return self.target_bytes if below is None else min(below, self.target_bytes)
 
 
 @dataclass(frozen=True)

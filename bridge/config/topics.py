@@ -125,9 +125,27 @@ class ConsolidateConfig(Strict):
         description="Only segments sealed at least this long ago (recent ones are the likeliest "
         "to be read while they are swapped).",
     )
+    merge_below: Size = Field(
+        default=8 * 1024 * 1024,
+        description="Only segments smaller than this (or than target_bytes, if that is "
+        "smaller) are merged. A partition busy enough to seal larger ones each second is read "
+        "well enough as sealed, and rewriting its traffic would cost ingestion more than it "
+        "saves readers (docs/storage.md).",
+    )
+
+    @field_validator("target_bytes", "merge_below")
+    @classmethod
+    def _above_zero(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be more than 0 bytes")
+        return value
 
     def policy(self) -> ConsolidatePolicy:
-        return ConsolidatePolicy(target_bytes=int(self.target_bytes), min_age_s=self.min_age)
+        return ConsolidatePolicy(
+            target_bytes=int(self.target_bytes),
+            min_age_s=self.min_age,
+            merge_below_bytes=int(self.merge_below),
+        )
 
 
 class RollupConfig(Strict):

@@ -106,6 +106,7 @@ def _add_consolidation(config: Config, topics: dict[str, Any], files: list[dict[
         policy = consolidate.policy()
         body["consolidate"] = {
             "target_bytes": policy.target_bytes,
+            "merge_below_bytes": policy.small_below,
             "min_age_s": policy.min_age_s,
             "segments_removed": int(removed.get(topic, 0)),
         }
@@ -235,8 +236,9 @@ def render(document: dict[str, Any], as_json: bool) -> str:
         "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in lines
     )
     consolidating = [
-        f"consolidate {topic}: segments older than {c['min_age_s']:g} s into up to "
-        f"{c['target_bytes']:,} bytes; {c['segments_removed']:,} segments merged away by this run"
+        f"consolidate {topic}: segments under {c['merge_below_bytes']:,} bytes older than "
+        f"{c['min_age_s']:g} s into up to {c['target_bytes']:,} bytes; "
+        f"{c['segments_removed']:,} segments merged away by this run"
         for topic, body in document["topics"].items()
         if (c := body.get("consolidate"))
     ]

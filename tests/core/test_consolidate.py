@@ -15,6 +15,7 @@ import pytest
 
 from plateau_core import RollPolicy, Store, StoreLimits, WriterPolicy
 from plateau_core.consolidate import ConsolidationReport, Consolidator, plan_runs
+from plateau_core.errors import InvalidInputError
 from plateau_core.manifest import SegmentState
 from plateau_core.pace import Pace, Wait
 from plateau_core.policies import ConsolidatePolicy, IndexPolicy
@@ -310,6 +311,25 @@ def test_rebuild_prefers_the_widest_of_nested_consolidations(
 
 def _segment_bytes(store: Store) -> int:
     return max(s.size_bytes for s in store.manifest.segments("logs"))
+
+
+def test_segments_at_or_above_merge_below_are_left_as_sealed(small: Store) -> None:
+    """A partition busy enough to seal large segments each second is read well enough as
+    sealed; rewriting all its traffic halved the produce rate while a pass ran."""
+    rows = small.manifest.segments("logs")
+    now = max(r.created_at for r in rows)
+    smallest, size = min(r.size_bytes for r in rows), max(r.size_bytes for r in rows)
+    at_size = ConsolidatePolicy(target_bytes=10**9, min_age_s=0, merge_below_bytes=smallest)
+    assert at_size.small_below == smallest
+    assert plan_runs(rows, at_size, now) == []
+    above = ConsolidatePolicy(target_bytes=10**9, min_age_s=0, merge_below_bytes=size + 1)
+    assert [len(r) for r in plan_runs(rows, above, now)] == [SEGMENTS]
+    # Over the target, the target bounds it.
+    over = ConsolidatePolicy(target_bytes=size * 3, min_age_s=0, merge_below_bytes=10**9)
+    assert over.small_below == size * 3
+    assert [len(r) for r in plan_runs(rows, over, now)] == [3, 3, 3, 3]
+    with pytest.raises(InvalidInputError, match="merge_below"):
+        ConsolidatePolicy(merge_below_bytes=0)
 
 
 def test_a_merge_that_would_cross_the_disk_floor_waits(small: Store) -> None:

@@ -42,11 +42,16 @@ def test_consolidate_becomes_the_policy_and_is_off_by_default(tmp_path: Path) ->
     assert config.topics[1].consolidate is None
     third = config.topics[2].consolidate
     assert third is not None and third.policy().target_bytes == 64 * 1024**2
+    assert third.policy().small_below == 8 * 1024**2  # merge_below
+    assert first.policy().small_below == 8 * 1024**2  # the target, equal here
 
 
-def test_bad_consolidate_names_the_field(tmp_path: Path) -> None:
-    topics = [{"source": "a", "consolidate": {"target_bytes": "lots"}}]
-    with pytest.raises(ConfigError, match=r"topics\.0\.consolidate\.target_bytes"):
+@pytest.mark.parametrize(
+    ("field", "value"), [("target_bytes", "lots"), ("merge_below", "0"), ("target_bytes", 0)]
+)
+def test_bad_consolidate_names_the_field(tmp_path: Path, field: str, value: object) -> None:
+    topics = [{"source": "a", "consolidate": {field: value}}]
+    with pytest.raises(ConfigError, match=rf"topics\.0\.consolidate\.{field}"):
         load_config(_config(tmp_path, topics), env={})
 
 
@@ -142,13 +147,15 @@ def test_status_shows_the_policy_and_what_workers_merged(tmp_path: Path) -> None
     status._add_consolidation(config, document["topics"], [{"telemetry": telemetry.dump()}])  # type: ignore[arg-type]
     assert document["topics"]["logs"]["consolidate"] == {  # type: ignore[index]
         "target_bytes": 1024**2,
+        "merge_below_bytes": 1024**2,  # merge_below's 8 MiB is over the target
         "min_age_s": 30.0,
         "segments_removed": 40,
     }
     assert "consolidate" not in document["topics"]["other"]  # type: ignore[index]
     text = status.render(document, as_json=False)
     assert (
-        "consolidate logs: segments older than 30 s into up to 1,048,576 bytes; 40 segments" in text
+        "consolidate logs: segments under 1,048,576 bytes older than 30 s into up to 1,048,576 "
+        "bytes; 40 segments" in text
     )
 
 
