@@ -17,6 +17,13 @@ from plateau_core.rollup import RollupPolicy, granularity_ms, rollup_metrics
 FIELD_TYPES = ("string", "int", "float", "bool", "timestamp")
 
 
+def _above_zero(value: float | None) -> float | None:
+    # 0 would seal (or retire) everything at once; unset is how to ask for the default.
+    if value is not None and value <= 0:
+        raise ValueError("must be more than 0 (leave it out for the default)")
+    return value
+
+
 class RollConfig(Strict):
     max_rows: int | None = Field(
         default=None, ge=1, description="Seal when this many rows are buffered (1000000)."
@@ -29,6 +36,11 @@ class RollConfig(Strict):
         description="Seal this long after the first buffered record arrived (10s): how fresh "
         "queries are.",
     )
+
+    @field_validator("max_bytes", "max_age")
+    @classmethod
+    def _roll_above_zero(cls, value: float | None) -> float | None:
+        return _above_zero(value)
 
     def apply(self, base: RollPolicy) -> RollPolicy:
         return RollPolicy(
@@ -51,6 +63,11 @@ class RetentionConfig(Strict):
         description="Keep segments not yet replicated (false), unless the store's hard "
         "limits force them out.",
     )
+
+    @field_validator("max_bytes", "max_age")
+    @classmethod
+    def _retention_above_zero(cls, value: float | None) -> float | None:
+        return _above_zero(value)
 
     def apply(self, base: RetentionPolicy) -> RetentionPolicy:
         return RetentionPolicy(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -466,3 +468,20 @@ def test_dead_letters_that_end_somewhere_are_accepted(tmp_path: Path) -> None:
     }
     config = load_config(_write(tmp_path, body), env={})
     assert config.mapping_for("app-dlq") is not None
+
+
+@pytest.mark.parametrize(
+    ("document", "key"),
+    [
+        ({"defaults": {"roll": {"max_age": 0}}}, "defaults.roll.max_age"),
+        ({"defaults": {"roll": {"max_bytes": "0MiB"}}}, "defaults.roll.max_bytes"),
+        ({"defaults": {"retention": {"max_bytes": 0}}}, "defaults.retention.max_bytes"),
+        ({"defaults": {"retention": {"max_age": "0s"}}}, "defaults.retention.max_age"),
+        ({"topics": [{"source": "a", "roll": {"max_age": "0s"}}]}, "topics.0.roll.max_age"),
+    ],
+)
+def test_a_zero_roll_or_retention_limit_names_its_key(document: dict[str, Any], key: str) -> None:
+    """A 0 here passed the configuration and failed later, as an engine error naming
+    `roll.max_age_s` (found by the configuration fuzz test)."""
+    with pytest.raises(ConfigError, match=rf"{re.escape(key)}: must be more than 0"):
+        parse_config(document)
