@@ -8,11 +8,12 @@ every offset is either stored exactly once or was retired by retention oldest-fi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,23 @@ def _proc_status(pid: int) -> dict[str, str]:
     return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
 
 
+def _bytes(paths: Iterable[Path]) -> int:
+    """Sizes of the files among `paths` that still exist: serve renames its temp files and
+    retention removes segments while the walk runs."""
+    total = 0
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            if path.is_file():
+                total += path.stat().st_size
+    return total
+
+
 def _sample(pid: int, data_dir: Path, started: float) -> Sample:
     status = _proc_status(pid)
     with Store.open(data_dir) as store:
         footprint = store.footprint_bytes()
         rows = store.manifest.segments(states=tuple(SegmentState))
-    on_disk = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
+    on_disk = _bytes(data_dir.rglob("*"))
     return Sample(
         at=time.monotonic() - started,
         rss=int(status["VmRSS"].split()[0]) * 1024,
@@ -67,7 +79,7 @@ def _sample(pid: int, data_dir: Path, started: float) -> Sample:
         on_disk=on_disk,
         manifest_rows=len(rows),
         largest_segment=max((r.size_bytes for r in rows), default=0),
-        manifest_bytes=sum(p.stat().st_size for p in data_dir.glob("manifest.db*") if p.is_file()),
+        manifest_bytes=_bytes(data_dir.glob("manifest.db*")),
     )
 
 
