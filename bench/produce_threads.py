@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import defaultdict
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +76,49 @@ def by_thread(
     return dict(found)
 
 
-def one(target: str, bootstrap: str, pid: int, records: int, size: int) -> dict[str, Any]:
+class ReceiveQueue:
+    """Bytes the client sent that the server has not read yet, sampled with `ss` on the
+    server's port while a run goes: requests waiting in the socket before the server's
+    loop reads them (mean bytes over the request rate is their mean wait)."""
+
+    def __init__(self, port: int, every_s: float = 0.005) -> None:
+        self.port, self.every_s = port, every_s
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ReceiveQueue:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        command = ["ss", "-tnH", "state", "established", f"( sport = :{self.port} )"]
+        while not self._stop.wait(self.every_s):
+            listed = subprocess.run(command, capture_output=True, text=True, check=False)
+            self.samples.extend(int(line.split()[0]) for line in listed.stdout.splitlines())
+
+    def summary(self) -> dict[str, float]:
+        if not self.samples:
+            return {}
+        return {
+            "samples": len(self.samples),
+            "empty_share": sum(1 for b in self.samples if b == 0) / len(self.samples),
+            "mean_bytes": statistics.mean(self.samples),
+            "max_bytes": max(self.samples),
+        }
+
+
+def one(
+    target: str, bootstrap: str, pid: int, records: int, size: int, queue: bool = False
+) -> dict[str, Any]:
     command = [*perf_command(bootstrap, "t", records, size), "--print-metrics"]
     before, threads_before = proc_stat(pid), thread_ticks(pid)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    with ReceiveQueue(int(bootstrap.rsplit(":", 1)[1])) if queue else nullcontext() as waiting:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     after, threads_after = proc_stat(pid), thread_ticks(pid)
     if before is None or after is None:
         raise BenchError(f"{target} ended during the run")
@@ -90,6 +131,8 @@ def one(target: str, bootstrap: str, pid: int, records: int, size: int) -> dict[
         "server_us_per_record": (after.cpu_s - before.cpu_s) / records * 1e6,
         "client": client_metrics(done.stdout),
     }
+    if waiting is not None:
+        found["receive_queue"] = waiting.summary()
     if target == "plateau":
         found["threads_us_per_record"] = {
             name: cpu / records * 1e6
@@ -123,6 +166,7 @@ def run(
     consolidate: bool,
     max_rate: str | None,
     merge_below: str | None,
+    queue: bool,
 ) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     with (
@@ -156,7 +200,7 @@ def run(
             if index and fill_gb:
                 fill(work, index, fill_gb)
             for target, bootstrap, pid in targets if index % 2 == 0 else targets[::-1]:
-                done = one(target, bootstrap, pid, records, size)
+                done = one(target, bootstrap, pid, records, size, queue)
                 done["round"] = index
                 found.append(done)
                 print(line(done), flush=True)
@@ -173,6 +217,12 @@ def line(done: dict[str, Any]) -> str:
         f"buffer wait {client.get('bufferpool-wait-ratio', 0):.3f}  "
         f"I/O idle {client.get('io-wait-ratio', 0):.3f}"
     )
+    waiting = done.get("receive_queue")
+    if waiting:
+        text += (
+            f"\n    unread in the socket: {waiting['mean_bytes']:,.0f} bytes on average, "
+            f"none in {waiting['empty_share']:.0%} of {waiting['samples']} samples"
+        )
     threads = done.get("threads_us_per_record")
     if threads:
         text += "\n    " + "  ".join(f"{k} {v:.2f}" for k, v in threads.items() if v >= 0.01)
@@ -199,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the topic's consolidate.merge_below (like 64MiB: every segment under the "
         "target is merged, as before that setting); default: serve's own",
     )
+    parser.add_argument(
+        "--receive-queue",
+        action="store_true",
+        help="sample the bytes each server has not read yet (ss, every 5 ms; costs CPU)",
+    )
     args = parser.parse_args(argv)
     runs = run(
         args.records,
@@ -209,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         not args.no_consolidate,
         args.consolidate_max_rate,
         args.merge_below,
+        args.receive_queue,
     )
     path = write_results(
         "produce-threads",
