@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-# Waits up to the given seconds; False: stop now (a stop event's `wait` returns True once set).
+from plateau_core.errors import InvalidInputError
+
+# Waits up to the given seconds; True: stop now (as a stop event's `wait` says once it is set).
 Wait = Callable[[float], bool]
 
 
@@ -22,7 +24,7 @@ class Pace:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if bytes_per_s is not None and bytes_per_s <= 0:
-            raise ValueError(f"a pace needs a positive rate, got {bytes_per_s}")
+            raise InvalidInputError(f"a pace needs a positive rate, got {bytes_per_s}")
         self.bytes_per_s = bytes_per_s
         self._clock = clock
         self._free_at = float("-inf")

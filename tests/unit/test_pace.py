@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from plateau_core.errors import InvalidInputError
 from plateau_core.pace import Pace
 
 
@@ -64,5 +65,5 @@ def test_no_rate_never_waits_but_still_hears_a_stop() -> None:
 
 @pytest.mark.parametrize("rate", [0, -5])
 def test_a_rate_must_be_positive(rate: int) -> None:
-    with pytest.raises(ValueError, match="positive rate"):
+    with pytest.raises(InvalidInputError, match="positive rate"):
         Pace(rate)
