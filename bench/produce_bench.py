@@ -166,8 +166,9 @@ def perf_command(
 
 
 def perf_summary(bootstrap: str, returncode: int, stdout: str, stderr: str) -> dict[str, float]:
-    """The perf test's closing line: records, records/s and its latencies (ms)."""
-    found = _SUMMARY.search(stdout.splitlines()[-1] if stdout else "")
+    """The perf test's closing line: records, records/s and its latencies (ms). Only the
+    closing line has percentiles; `--print-metrics` prints its metrics after it."""
+    found = next(reversed(list(_SUMMARY.finditer(stdout))), None)
     if returncode != 0 or found is None:
         raise BenchError(f"perf test into {bootstrap} failed: {stdout[-800:]}{stderr[-800:]}")
     return {k: float(v) for k, v in found.groupdict().items()}

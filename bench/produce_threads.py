@@ -122,9 +122,7 @@ def one(
     after, threads_after = proc_stat(pid), thread_ticks(pid)
     if before is None or after is None:
         raise BenchError(f"{target} ended during the run")
-    # The closing line comes before the metrics that --print-metrics adds.
-    closing = [x for x in done.stdout.splitlines() if " records sent, " in x][-1:]
-    summary = perf_summary(bootstrap, done.returncode, "\n".join(closing), done.stdout[-800:])
+    summary = perf_summary(bootstrap, done.returncode, done.stdout, done.stderr)
     found: dict[str, Any] = {
         "target": target,
         "records_per_s": summary["rate"],

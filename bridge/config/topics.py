@@ -152,9 +152,8 @@ class ConsolidateConfig(Strict):
 
     @field_validator("target_bytes", "merge_below")
     @classmethod
-    def _above_zero(cls, value: int) -> int:
-        if value <= 0:
-            raise ValueError("must be more than 0 bytes")
+    def _sizes_above_zero(cls, value: int) -> int:
+        _above_zero(value)
         return value
 
     def policy(self) -> ConsolidatePolicy:
