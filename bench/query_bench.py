@@ -13,7 +13,8 @@ hundredth of the rows), then, all sizes in one run and one SparkSession:
 - Spark's floor: `spark.range(10).count()`, what any SQL query costs on the machine;
 - a 1% time-range query (count and sum of value lengths) with pushdown (pruning at the
   manifest and by the per-batch index) and with option("pushdown", "false") (every segment
-  read, Spark filters).
+  read, Spark filters); and count(*) alone over the same window, which the connector answers
+  while planning (the window's cut segments read on the driver).
 
 Each query runs once to warm up, then --repeat times; the median counts. Results go to
 bench/results/query-<ts>.json.
@@ -129,6 +130,10 @@ def measure(spark: Any, args: argparse.Namespace, data_dir: Path, work: Path) ->
         "plateau range pushdown": lambda: range_query(source),
         "plateau range no pushdown": lambda: range_query(unpruned),
         "parquet range": lambda: range_query(parquet),
+        # count(*) alone over the same window: pushed whole, the cut segments read at planning.
+        "plateau range count pushdown": lambda: source.filter(window).count(),
+        "plateau range count no pushdown": lambda: unpruned.filter(window).count(),
+        "parquet range count": lambda: parquet.filter(window).count(),
         # Spark's own floor for a SQL query on this machine: no data source, ten rows.
         "spark empty query": lambda: spark.range(10).selectExpr("count(*)").first()[0],
     }
@@ -140,6 +145,9 @@ def measure(spark: Any, args: argparse.Namespace, data_dir: Path, work: Path) ->
         ("plateau count", "parquet count"),
         ("plateau groupBy", "parquet groupBy"),
         ("plateau range pushdown", "parquet range"),
+        ("plateau range pushdown", "plateau range no pushdown"),
+        ("plateau range count pushdown", "parquet range count"),
+        ("plateau range count pushdown", "plateau range count no pushdown"),
     ):
         if results[a]["answer"] != results[b]["answer"]:
             raise SystemExit(f"{a} and {b} disagree: {results[a]['answer']} {results[b]['answer']}")
@@ -254,6 +262,10 @@ def _ratios(measured: dict[str, Any]) -> dict[str, float]:
         "pruning_speedup": q["plateau range no pushdown"] / q["plateau range pushdown"],
         "range_vs_parquet": q["parquet range"] / q["plateau range pushdown"],
         "pruned_query_vs_spark_floor": q["plateau range pushdown"] / q["spark empty query"],
+        "range_count_pruning_speedup": (
+            q["plateau range count no pushdown"] / q["plateau range count pushdown"]
+        ),
+        "range_count_vs_parquet": q["parquet range count"] / q["plateau range count pushdown"],
     }
 
 

@@ -121,3 +121,18 @@ def test_equality_and_in_skip_segments_the_filters_rule_out(
     assert len(opened(trace)) == 0
     df.filter(f"request_id IN ('{needle}', '{request_id(2)}')").count()
     assert len(opened(trace)) == 2
+
+
+def test_a_count_by_key_reads_only_the_segments_its_filters_admit(
+    spark: SparkSession, needle_store: Store, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    df = load(spark, needle_store, "logs", traceFile=str(trace))
+    spark_side = load(spark, needle_store, "logs", pushdown="false")
+    absent = df.filter("key = CAST('nobody' AS BINARY)")
+    assert "answered from the manifest" in plan_of(absent.groupBy().count())
+    assert absent.count() == 0
+    assert opened(trace) == []  # every segment's filter rules the key out
+    present = "key = CAST('user-3' AS BINARY)"
+    assert "cut segments read at planning" in plan_of(df.filter(present).groupBy().count())
+    assert df.filter(present).count() == spark_side.filter(present).count() > 0

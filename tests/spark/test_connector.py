@@ -1,10 +1,12 @@
 """What the JVM connector adds over reading rows: pruning and pushdown visible in explain(),
-aggregates answered from the manifest, LIMIT, key filters, codecs, corruption, retention."""
+aggregates answered from the manifest (and cut segments read while planning), LIMIT, key
+filters, codecs, corruption, retention."""
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +20,7 @@ from plateau_core import RetentionPolicy, RollPolicy, Store, StoreLimits, Writer
 from plateau_core.retention import Retention
 from tests.spark.conftest import write_segments
 from tests.spark.test_source import at_minute, load, opened, segment
-from tests.support import append_patiently, batch
+from tests.support import BASE_MS, append_patiently, batch
 
 
 def plan_of(frame: DataFrame) -> str:
@@ -62,10 +64,74 @@ def test_aggregates_from_the_manifest_equal_those_over_rows(
         assert query(df) == query(spark_side)
     assert not trace.exists()  # none of them opened a segment file
 
-    # Filters that cut a segment: Spark aggregates the rows the connector returns.
-    assert df.filter("offset >= 150 AND offset < 420").count() == 3 * 270
+    # Filters that cut a segment: its rows are counted while planning, the others still come
+    # from the manifest.
+    cut = df.filter("offset >= 150 AND offset < 420")
+    assert "answered from the manifest and 6 cut segments read at planning" in plan_of(
+        cut.groupBy().count()
+    )
+    assert cut.count() == 3 * 270
     assert df.filter("offset IN (5, 905)").agg(fn.max("offset")).first()[0] == 905
-    assert trace.exists()
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert lines and all(line["planning"] for line in lines)  # no task read a segment
+
+
+def test_aggregates_over_cut_segments_equal_those_over_rows(
+    spark: SparkSession, minutes_store: Store, tmp_path: Path
+) -> None:
+    # Segments of four 4096-row batches (one a millisecond), so the per-batch index skips some.
+    for partition in range(2):
+        rows = [batch(range(start, start + 4096)) for start in range(0, 4 * 16384, 4096)]
+        write_segments(minutes_store, "b", partition, rows, roll_rows=16384)
+    trace = tmp_path / "trace.jsonl"
+    df = load(spark, minutes_store, "b", traceFile=str(trace))
+    spark_side = load(spark, minutes_store, "b", pushdown="false")
+    seconds = fn.col("timestamp")
+    filters = [
+        (seconds >= datetime.fromtimestamp((BASE_MS + 5_000) / 1000, UTC))
+        & (seconds < datetime.fromtimestamp((BASE_MS + 30_000.5) / 1000, UTC)),
+        fn.col("offset").between(60, 61),
+        fn.expr("offset IN (3, 20000, 65535) AND partition = 1"),
+        fn.expr("key = CAST('k3' AS BINARY)"),
+        fn.expr("offset >= 1000000"),  # nothing: COUNT 0, MIN and MAX null
+    ]
+    aggregates = [
+        fn.count("*"),
+        fn.min("offset"),
+        fn.max("offset"),
+        fn.min("timestamp"),
+        fn.max("timestamp"),
+        fn.max("partition"),
+    ]
+    for where in filters:
+        pushed = df.filter(where).agg(*aggregates)
+        assert "answered from the manifest" in plan_of(pushed), where
+        assert pushed.first() == spark_side.filter(where).agg(*aggregates).first(), where
+        grouped = df.filter(where).groupBy("partition").agg(fn.count("*"), fn.min("offset"))
+        assert "answered from the manifest" in plan_of(grouped), where
+        want = spark_side.filter(where).groupBy("partition").agg(fn.count("*"), fn.min("offset"))
+        assert sorted(grouped.collect()) == sorted(want.collect()), where
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert all(line["planning"] for line in lines)
+    assert any(line["batches_skipped"] > 0 for line in lines)  # the index spared those
+
+
+def test_an_aggregate_over_too_many_cut_rows_is_left_to_spark(
+    spark: SparkSession, minutes_store: Store, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    where = "offset >= 150 AND offset < 420"  # cuts 6 segments, 810 rows
+    small = load(spark, minutes_store, "t", traceFile=str(trace), driverAggregateRows="100")
+    plan = plan_of(small.filter(where).groupBy().count())
+    assert "PlateauScan" in plan and "PushedAggregation" not in plan
+    assert small.filter(where).count() == 810
+    assert not any(json.loads(line).get("planning") for line in trace.read_text().splitlines())
+    # 0: only what the manifest answers alone is pushed.
+    manifest_only = load(spark, minutes_store, "t", driverAggregateRows="0")
+    assert "PushedAggregation" not in plan_of(manifest_only.filter(where).groupBy().count())
+    assert "answered from the manifest" in plan_of(manifest_only.groupBy().count())
+    with pytest.raises((PySparkException, Py4JJavaError), match="driveraggregaterows must be 0"):
+        load(spark, minutes_store, "t", driverAggregateRows="-1").count()
 
 
 def test_limit_reads_only_the_segments_it_needs(
@@ -95,6 +161,8 @@ def test_key_equality_is_applied_by_the_connector(
     write_segments(minutes_store, "nk", 0, [batch(range(5, 10))], 5)
     keyed = load(spark, minutes_store, "nk").filter("key = CAST('k0' AS BINARY)")
     assert [r.offset for r in keyed.select("offset").collect()] == [7]  # not 0: its key is null
+    assert "cut segments read at planning" in plan_of(keyed.groupBy().count())
+    assert keyed.count() == 1  # the same, counted while planning
 
 
 @pytest.mark.parametrize("compression", ["lz4", "zstd", "none"])
@@ -127,6 +195,8 @@ def test_a_corrupt_segment_fails_the_query_naming_it(
     df = load(spark, minutes_store, "t")
     with pytest.raises((PySparkException, Py4JJavaError), match=r"0300\.arrow.*is corrupt"):
         df.filter("partition = 1").select("value").collect()
+    with pytest.raises((PySparkException, Py4JJavaError), match=r"0300\.arrow.*is corrupt"):
+        df.filter("partition = 1 AND offset >= 350").count()  # counted while planning
     assert df.filter("partition = 0").select("value").count() == 1000  # the others still read
 
 

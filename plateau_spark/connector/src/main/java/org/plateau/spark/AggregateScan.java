@@ -29,8 +29,11 @@ import org.apache.spark.sql.types.StructType;
 
 /**
  * COUNT(*) and MIN/MAX of partition, offset and timestamp, grouped by nothing or by partition,
- * answered from the manifest's rows without opening a file. Only when every segment the bounds
- * admit is covered whole by them: a segment the filters cut would need its rows counted.
+ * answered while Spark plans the query: one task returns the rows, reading nothing. Segments
+ * the bounds cover whole count from their manifest rows alone; the rows of segments the bounds
+ * cut are read here, on the driver, but only while that is at most `driverAggregateRows` rows
+ * (estimated as a task's share is): past it the aggregate is left to Spark's tasks, which read
+ * in parallel.
  */
 final class AggregateScan implements Scan, Batch {
   private static final String COUNT = "COUNT";
@@ -83,41 +86,57 @@ final class AggregateScan implements Scan, Batch {
     return out;
   }
 
-  /** The answer, or null when a segment the bounds admit is not covered whole by them. */
+  /**
+   * The answer, or null when answering would read more than the option's rows on the driver: a
+   * segment the bounds cut needs its rows counted.
+   */
   static AggregateScan answer(
-      SourceOptions options, Bounds bounds, List<String> filters, Aggregation aggregation) {
+      SourceOptions options,
+      Bounds bounds,
+      BloomProbes probes,
+      List<String> filters,
+      Aggregation aggregation) {
     String[][] funcs = functions(aggregation);
-    if (funcs == null || bounds.key != null) {
+    if (funcs == null) {
       return null;
     }
     boolean grouped = aggregation.groupByExpressions().length == 1;
-    Map<Integer, long[]> groups = new TreeMap<>(); // partition -> count, min/max offset, min/max time
+    List<Segment> admitted = new ArrayList<>();
     if (!bounds.isEmpty()) {
-      List<Segment> segments;
       try (ManifestReader manifest = new ManifestReader(options)) {
-        segments = manifest.segments(options.topic, bounds);
-      }
-      for (Segment s : segments) {
-        if (!bounds.admits(s)) {
-          continue;
+        // A key's Bloom filters spare the segments that cannot hold it, as they spare tasks.
+        Map<Long, Map<String, Bloom>> blooms =
+            probes.isEmpty() ? Map.of() : manifest.blooms(options.topic, probes.columns());
+        for (Segment s : manifest.segments(options.topic, bounds)) {
+          if (bounds.admits(s) && probes.admits(blooms.get(s.id()))) {
+            admitted.add(s);
+          }
         }
-        if (!bounds.covers(s)) {
-          return null;
-        }
-        long[] g = groups.computeIfAbsent(
-            grouped ? s.partition() : 0,
-            p -> new long[] {0, Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE, Long.MIN_VALUE, Long.MAX_VALUE, Long.MIN_VALUE});
-        g[0] += s.recordCount();
-        g[1] = Math.min(g[1], s.startOffset());
-        g[2] = Math.max(g[2], s.endOffset() - 1);
-        g[3] = Math.min(g[3], s.timeMin());
-        g[4] = Math.max(g[4], s.timeMax());
-        g[5] = Math.min(g[5], s.partition());
-        g[6] = Math.max(g[6], s.partition());
       }
     }
+    long toRead = 0;
+    int cut = 0;
+    for (Segment s : admitted) {
+      if (!bounds.covers(s)) {
+        toRead += SegmentGroup.rowsKept(s, bounds);
+        cut++;
+      }
+    }
+    if (toRead > options.driverAggregateRows) {
+      return null;
+    }
+    Map<Integer, AggregateFold> groups = new TreeMap<>();
+    for (Segment s : admitted) {
+      AggregateFold g = groups.computeIfAbsent(grouped ? s.partition() : 0, p -> new AggregateFold());
+      if (bounds.covers(s)) {
+        g.addWhole(s);
+      } else {
+        g.addRows(options, s, bounds);
+      }
+    }
+    groups.values().removeIf(g -> g.count == 0); // a partition whose cut segments kept no row
     if (!grouped && groups.isEmpty()) {
-      groups.put(0, null); // no rows: COUNT is 0 and MIN/MAX null, one row all the same
+      groups.put(0, null); // no rows: COUNT is 0, MIN/MAX null, one row all the same
     }
     List<StructField> fields = new ArrayList<>();
     if (grouped) {
@@ -128,7 +147,7 @@ final class AggregateScan implements Scan, Batch {
       fields.add(new StructField(exprs[i].toString(), type(funcs[i]), !funcs[i][0].equals(COUNT), Metadata.empty()));
     }
     List<Object[]> rows = new ArrayList<>();
-    for (Map.Entry<Integer, long[]> e : groups.entrySet()) {
+    for (Map.Entry<Integer, AggregateFold> e : groups.entrySet()) {
       List<Object> row = new ArrayList<>();
       if (grouped) {
         row.add(e.getKey());
@@ -141,8 +160,10 @@ final class AggregateScan implements Scan, Batch {
     String described =
         "PlateauAggregate[topic=" + options.topic + "] PushedAggregation: " + Arrays.toString(exprs)
             + ", PushedGroupBy: " + Arrays.toString(aggregation.groupByExpressions())
-            + ", PushedFilters: " + filters + ", answered from the manifest";
-    return new AggregateScan(described, new StructType(fields.toArray(new StructField[0])), new Rows(rows));
+            + ", PushedFilters: " + filters + ", answered "
+            + (cut == 0 ? "from the manifest" : "from the manifest and " + cut + " cut segments read at planning");
+    return new AggregateScan(
+        described, new StructType(fields.toArray(new StructField[0])), new Rows(rows));
   }
 
   private static DataType type(String[] f) {
@@ -153,9 +174,9 @@ final class AggregateScan implements Scan, Batch {
         : f[1].equals(Bounds.OFFSET) ? DataTypes.LongType : DataTypes.TimestampType;
   }
 
-  private static Object value(String[] f, long[] g) {
+  private static Object value(String[] f, AggregateFold g) {
     if (f[0].equals(COUNT)) {
-      return g == null ? 0L : g[0];
+      return g == null ? 0L : g.count;
     }
     if (g == null) {
       return null;
@@ -163,11 +184,11 @@ final class AggregateScan implements Scan, Batch {
     boolean min = f[0].equals("MIN");
     switch (f[1]) {
       case Bounds.PARTITION:
-        return (int) (min ? g[5] : g[6]);
+        return min ? g.minPartition : g.maxPartition;
       case Bounds.OFFSET:
-        return min ? g[1] : g[2];
+        return min ? g.minOffset : g.maxOffset;
       default:
-        return (min ? g[3] : g[4]) * 1000L; // Spark's timestamps are microseconds
+        return (min ? g.minTime : g.maxTime) * 1000L; // Spark's timestamps are microseconds
     }
   }
 

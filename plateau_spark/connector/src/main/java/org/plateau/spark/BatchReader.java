@@ -8,24 +8,16 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
-import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashSet;
-import java.util.List;
 import java.util.Set;
-import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.FieldVector;
-import org.apache.arrow.vector.TimeStampVector;
-import org.apache.arrow.vector.VarBinaryVector;
 import org.apache.arrow.vector.VectorLoader;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
-import org.apache.arrow.vector.types.TimeUnit;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
-import org.apache.arrow.vector.types.pojo.Schema;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructField;
@@ -38,7 +30,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * columns the query needs (plus those its filters look at), rows filtered by a selection view.
  */
 final class BatchReader implements PartitionReader<ColumnarBatch> {
-  private static final BufferAllocator ROOT = new RootAllocator(Long.MAX_VALUE);
+  static final BufferAllocator ROOT = new RootAllocator(Long.MAX_VALUE);
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private final ReadPlan plan;
@@ -84,9 +76,8 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
           loader.load(body);
         }
         batchesRead++;
-        long[] span = file.index == null ? null : file.index[batch];
-        boolean whole = !filtered || (span != null && bounds.coversBatch(span[0], span[1], span[2], span[3]));
-        current = build(whole ? null : selection());
+        boolean whole = file.batchCovered(batch, bounds, filtered);
+        current = build(whole ? null : RowFilter.select(root, bounds));
         if (current != null) {
           return true;
         }
@@ -106,29 +97,14 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     SegmentFile opened = SegmentFile.open(plan.options.segmentPath(segment.path()), segment, plan.options.topic);
     file = opened;
     filtered = !bounds.covers(segment);
-    List<Integer> chosen = new ArrayList<>();
-    for (int i = 0; i < file.batchCount(); i++) {
-      long[] span = file.index == null ? null : file.index[i];
-      if (filtered && span != null && !bounds.overlapsBatch(span[0], span[1], span[2], span[3])) {
-        batchesSkipped++;
-      } else {
-        chosen.add(i);
-      }
+    try {
+      selected = file.checkedBatches(bounds, filtered, plan.options.topic);
+    } catch (SegmentFile.SegmentException e) {
+      file = null;
+      throw e;
     }
-    // Every batch about to be decoded is checked before the first row is returned: a task never
-    // hands Spark rows of a segment that then turns out to be corrupt.
-    for (int i : chosen) {
-      String problem = file.batchProblem(i);
-      if (problem != null) {
-        file = null;
-        throw new SegmentFile.SegmentException(
-            "segment " + segment.path() + " (" + plan.options.topic + "[" + segment.partition()
-                + "]) is corrupt: " + problem,
-            null);
-      }
-    }
+    batchesSkipped = file.batchCount() - selected.length;
     checkTypes(segment);
-    selected = chosen.stream().mapToInt(Integer::intValue).toArray();
     position = 0;
     keep = new HashSet<>();
     for (StructField f : output) {
@@ -145,13 +121,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
         keep.add(Bounds.KEY);
       }
     }
-    List<Field> fields = new ArrayList<>();
-    for (Field f : file.schema.getFields()) {
-      if (keep.contains(f.getName())) {
-        fields.add(f);
-      }
-    }
-    root = VectorSchemaRoot.create(new Schema(fields), allocator);
+    root = VectorSchemaRoot.create(file.kept(keep), allocator);
     loader = new VectorLoader(root, Codecs.FACTORY);
   }
 
@@ -212,57 +182,6 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     batchesSkipped = 0;
   }
 
-  /** The rows passing the bounds, as indices into the loaded batch. */
-  private int[] selection() {
-    int rows = root.getRowCount();
-    Bounds b = bounds;
-    boolean byOffset = !b.offsets.isAll();
-    boolean byTime = !b.times.isAll();
-    ArrowBuf offsets = byOffset ? root.getVector(Bounds.OFFSET).getDataBuffer() : null;
-    FieldVector time = byTime ? root.getVector(Bounds.TIMESTAMP) : null;
-    ArrowBuf times = byTime ? time.getDataBuffer() : null;
-    long perMs = byTime ? unitsPerMilli(time) : 1;
-    // A segment whose keys are all null stores them as a null column: no key matches there.
-    FieldVector keyColumn = b.key == null ? null : root.getVector(Bounds.KEY);
-    VarBinaryVector keys = keyColumn instanceof VarBinaryVector ? (VarBinaryVector) keyColumn : null;
-    // No upper bound (null) is not Long.MAX_VALUE, which `x < hi` would exclude.
-    long oLo = b.offsets.lo == null ? Long.MIN_VALUE : b.offsets.lo;
-    boolean oBounded = b.offsets.hi != null;
-    long oHi = oBounded ? b.offsets.hi : 0;
-    long tLo = b.times.lo == null ? Long.MIN_VALUE : b.times.lo;
-    boolean tBounded = b.times.hi != null;
-    long tHi = tBounded ? b.times.hi : 0;
-    int[] kept = new int[rows];
-    int n = 0;
-    for (int i = 0; i < rows; i++) {
-      if (byOffset) {
-        long offset = offsets.getLong((long) i * 8);
-        if (offset < oLo || (oBounded && offset >= oHi) || (b.offsets.values != null && !b.offsets.values.contains(offset))) {
-          continue;
-        }
-      }
-      if (byTime) {
-        long ms = Math.floorDiv(times.getLong((long) i * 8), perMs);
-        if (ms < tLo || (tBounded && ms >= tHi) || (b.times.values != null && !b.times.values.contains(ms))) {
-          continue;
-        }
-      }
-      if (b.key != null && (keys == null || keys.isNull(i) || !Arrays.equals(keys.get(i), b.key))) {
-        continue;
-      }
-      kept[n++] = i;
-    }
-    return Arrays.copyOf(kept, n);
-  }
-
-  private static long unitsPerMilli(FieldVector time) {
-    if (!(time instanceof TimeStampVector)) {
-      return 1;
-    }
-    TimeUnit unit = ((ArrowType.Timestamp) time.getField().getType()).getUnit();
-    return unit == TimeUnit.MICROSECOND ? 1_000 : unit == TimeUnit.NANOSECOND ? 1_000_000 : 1;
-  }
-
   private ColumnarBatch build(int[] rows) {
     int loaded = root.getRowCount();
     int count = rows == null ? loaded : rows.length;
@@ -293,16 +212,26 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     return new ColumnarBatch(columns, returned);
   }
 
-  /** One JSON line per segment opened; one O_APPEND write keeps lines whole across tasks. */
   private void trace(Segment segment) {
+    trace(plan.options.traceFile, segment, batchesRead, batchesSkipped, false);
+  }
+
+  /**
+   * One JSON line per segment opened, by a task or (`planning`) by an aggregate answered while
+   * planning; one O_APPEND write keeps lines whole across tasks.
+   */
+  static void trace(String traceFile, Segment segment, int read, int skipped, boolean planning) {
     ObjectNode line = JSON.createObjectNode();
     line.put("segment", segment.path());
     line.put("partition", segment.partition());
-    line.put("batches_read", batchesRead);
-    line.put("batches_skipped", batchesSkipped);
+    line.put("batches_read", read);
+    line.put("batches_skipped", skipped);
+    if (planning) {
+      line.put("planning", true);
+    }
     try {
       Files.write(
-          Paths.get(plan.options.traceFile),
+          Paths.get(traceFile),
           (JSON.writeValueAsString(line) + "\n").getBytes(StandardCharsets.UTF_8),
           StandardOpenOption.CREATE,
           StandardOpenOption.APPEND,

@@ -85,16 +85,28 @@ final class Bounds implements Serializable {
   /** The predicates plateau applies and those left to Spark, in the order given. */
   static Bounds push(Predicate[] predicates, List<Predicate> taken, List<Predicate> left) {
     Bounds bounds = NONE;
+    List<Predicate> keyNotNull = new ArrayList<>();
     for (Predicate p : predicates) {
       Bounds next = bounds.with(p);
       if (next == null) {
-        left.add(p);
+        (isKeyNotNull(p) ? keyNotNull : left).add(p);
       } else {
         taken.add(p);
         bounds = next;
       }
     }
+    // Spark adds `key IS NOT NULL` beside `key = x`; the equality implies it, so taking it too
+    // leaves Spark nothing to evaluate, which an aggregate needs to be pushed.
+    (bounds.key != null || bounds.noKey ? taken : left).addAll(keyNotNull);
     return bounds;
+  }
+
+  private static boolean isKeyNotNull(Predicate p) {
+    Expression[] children = p.children();
+    return p.name().equals("IS_NOT_NULL")
+        && children.length == 1
+        && children[0] instanceof NamedReference
+        && KEY.equals(columnName((NamedReference) children[0]));
   }
 
   private Bounds with(Predicate p) {

@@ -99,7 +99,7 @@ final class PlateauScanBuilder
 
   @Override
   public boolean supportCompletePushDown(Aggregation aggregation) {
-    return options.pushdown && bounds.key == null && AggregateScan.functions(aggregation) != null;
+    return options.pushdown && AggregateScan.functions(aggregation) != null;
   }
 
   @Override
@@ -107,7 +107,7 @@ final class PlateauScanBuilder
     if (!options.pushdown) {
       return false;
     }
-    aggregate = AggregateScan.answer(options, bounds, Bounds.describe(pushed), aggregation);
+    aggregate = AggregateScan.answer(options, bounds, probes, Bounds.describe(pushed), aggregation);
     return aggregate != null;
   }
 

@@ -106,8 +106,8 @@ final class SegmentFile {
     return blocks.size();
   }
 
-  /** A batch's CRC problem, or null; checked before any row of the segment is returned. */
-  String batchProblem(int i) {
+  /** A batch's CRC problem, or null. */
+  private String batchProblem(int i) {
     if (batchCrcs == null) {
       return null;
     }
@@ -116,6 +116,48 @@ final class SegmentFile {
       return "checksum mismatch in record batch " + i + " (bytes " + b[0] + ".." + (b[0] + b[1]) + ")";
     }
     return null;
+  }
+
+  /**
+   * The batches that may hold rows the bounds keep (all of them when `filtered` is false or the
+   * file has no index), each checked against its CRC before any is returned: nothing is read
+   * of a segment that then turns out to be corrupt.
+   */
+  int[] checkedBatches(Bounds bounds, boolean filtered, String topic) {
+    List<Integer> chosen = new ArrayList<>();
+    for (int i = 0; i < blocks.size(); i++) {
+      long[] span = index == null ? null : index[i];
+      if (!filtered || span == null || bounds.overlapsBatch(span[0], span[1], span[2], span[3])) {
+        chosen.add(i);
+      }
+    }
+    for (int i : chosen) {
+      String problem = batchProblem(i);
+      if (problem != null) {
+        throw new SegmentException(
+            "segment " + segment.path() + " (" + topic + "[" + segment.partition() + "]) is corrupt: "
+                + problem,
+            null);
+      }
+    }
+    return chosen.stream().mapToInt(Integer::intValue).toArray();
+  }
+
+  /** Whether batch i's rows all pass the bounds (as its index says), so none need filtering. */
+  boolean batchCovered(int i, Bounds bounds, boolean filtered) {
+    long[] span = index == null ? null : index[i];
+    return !filtered || (span != null && bounds.coversBatch(span[0], span[1], span[2], span[3]));
+  }
+
+  /** The file's schema with only the top-level fields in `keep`, in file order. */
+  Schema kept(Set<String> keep) {
+    List<Field> fields = new ArrayList<>();
+    for (Field f : schema.getFields()) {
+      if (keep.contains(f.getName())) {
+        fields.add(f);
+      }
+    }
+    return new Schema(fields);
   }
 
   /** Batch i holding only the top-level fields in `keep` (in file order); the caller closes it. */

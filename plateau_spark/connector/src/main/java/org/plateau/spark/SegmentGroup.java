@@ -60,14 +60,21 @@ final class SegmentGroup implements InputPartition {
     return offsets[i] == null ? bounds : bounds.withOffsets(offsets[i]);
   }
 
+  /** The segment's rows scaled by the share of its offsets and times the bounds keep. */
+  static long rowsKept(Segment s, Bounds bounds) {
+    return Math.max(1, (long) Math.ceil(s.recordCount() * share(s, bounds)));
+  }
+
+  private static double share(Segment s, Bounds bounds) {
+    return Math.min(
+        overlap(s.startOffset(), s.endOffset(), bounds.offsets),
+        overlap(s.timeMin(), s.timeMax() + 1, bounds.times));
+  }
+
   /** The segment's bytes scaled by the share of its offsets and times the bounds keep (rows are
    * assumed spread evenly; the per-batch index makes reads follow that share). */
   private static long readBytes(Segment s, Bounds bounds) {
-    double share =
-        Math.min(
-            overlap(s.startOffset(), s.endOffset(), bounds.offsets),
-            overlap(s.timeMin(), s.timeMax() + 1, bounds.times));
-    return Math.max(1, (long) (s.sizeBytes() * share));
+    return Math.max(1, (long) (s.sizeBytes() * share(s, bounds)));
   }
 
   private static double overlap(long lo, long hi, Range range) {

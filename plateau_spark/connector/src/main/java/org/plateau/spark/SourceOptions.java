@@ -13,6 +13,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 final class SourceOptions implements Serializable {
   static final String MANIFEST_FILE = "manifest.db";
   static final long DEFAULT_PARTITION_BYTES = 64L << 20;
+  static final long DEFAULT_DRIVER_AGGREGATE_ROWS = 1_000_000;
   private static final Pattern TOPIC = Pattern.compile("[A-Za-z0-9._-]{1,249}");
 
   final String dataDir; // where segment paths are relative to
@@ -24,6 +25,7 @@ final class SourceOptions implements Serializable {
   final String limitKind; // null, "rows", "files" or "bytes"
   final long limitAmount;
   final boolean pushdown;
+  final long driverAggregateRows; // rows an aggregate may read while planning; 0: manifest only
 
   private SourceOptions(Map<String, String> raw) {
     CaseInsensitiveStringMap options = new CaseInsensitiveStringMap(raw);
@@ -100,6 +102,10 @@ final class SourceOptions implements Serializable {
         options.containsKey("maxPartitionBytes")
             ? positive(options, "maxPartitionBytes")
             : DEFAULT_PARTITION_BYTES;
+    this.driverAggregateRows =
+        options.containsKey("driverAggregateRows")
+            ? atLeast(options, "driverAggregateRows", 0, "0 or a positive integer")
+            : DEFAULT_DRIVER_AGGREGATE_ROWS;
     String trace = options.get("traceFile");
     this.traceFile = empty(trace) ? null : trace;
   }
@@ -140,17 +146,20 @@ final class SourceOptions implements Serializable {
   }
 
   private static long positive(CaseInsensitiveStringMap options, String key) {
+    return atLeast(options, key, 1, "a positive integer");
+  }
+
+  private static long atLeast(CaseInsensitiveStringMap options, String key, long least, String what) {
     String raw = options.get(key);
     String name = key.toLowerCase();
     try {
       long value = Long.parseLong(raw.trim());
-      if (value >= 1) {
+      if (value >= least) {
         return value;
       }
     } catch (NumberFormatException e) {
       // reported below, with the option's name
     }
-    throw new IllegalArgumentException(
-        "option " + name + " must be a positive integer, got '" + raw + "'");
+    throw new IllegalArgumentException("option " + name + " must be " + what + ", got '" + raw + "'");
   }
 }
