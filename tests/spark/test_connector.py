@@ -126,6 +126,10 @@ def test_an_aggregate_over_too_many_cut_rows_is_left_to_spark(
     assert "PlateauScan" in plan and "PushedAggregation" not in plan
     assert small.filter(where).count() == 810
     assert not any(json.loads(line).get("planning") for line in trace.read_text().splitlines())
+    # Nor past what one task would read (its batches are checked whole).
+    one_task = load(spark, minutes_store, "t", maxPartitionBytes="1000")
+    assert "PushedAggregation" not in plan_of(one_task.filter(where).groupBy().count())
+    assert "answered from the manifest" in plan_of(one_task.groupBy().count())
     # 0: only what the manifest answers alone is pushed.
     manifest_only = load(spark, minutes_store, "t", driverAggregateRows="0")
     assert "PushedAggregation" not in plan_of(manifest_only.filter(where).groupBy().count())

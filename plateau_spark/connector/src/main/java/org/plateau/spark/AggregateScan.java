@@ -32,8 +32,8 @@ import org.apache.spark.sql.types.StructType;
  * answered while Spark plans the query: one task returns the rows, reading nothing. Segments
  * the bounds cover whole count from their manifest rows alone; the rows of segments the bounds
  * cut are read here, on the driver, but only while that is at most `driverAggregateRows` rows
- * (estimated as a task's share is): past it the aggregate is left to Spark's tasks, which read
- * in parallel.
+ * and `maxPartitionBytes` bytes (estimated as a task's share is): past it the aggregate is left
+ * to Spark's tasks, which read in parallel.
  */
 final class AggregateScan implements Scan, Batch {
   private static final String COUNT = "COUNT";
@@ -87,7 +87,7 @@ final class AggregateScan implements Scan, Batch {
   }
 
   /**
-   * The answer, or null when answering would read more than the option's rows on the driver: a
+   * The answer, or null when answering would read more than the options allow on the driver: a
    * segment the bounds cut needs its rows counted.
    */
   static AggregateScan answer(
@@ -114,15 +114,19 @@ final class AggregateScan implements Scan, Batch {
         }
       }
     }
-    long toRead = 0;
+    long rowsToRead = 0;
+    long bytesToRead = 0;
     int cut = 0;
     for (Segment s : admitted) {
       if (!bounds.covers(s)) {
-        toRead += SegmentGroup.rowsKept(s, bounds);
+        rowsToRead += SegmentGroup.rowsKept(s, bounds);
+        bytesToRead += SegmentGroup.readBytes(s, bounds);
         cut++;
       }
     }
-    if (toRead > options.driverAggregateRows) {
+    // Every batch read is checked against its CRC, all its columns: past what one task would
+    // read, the driver's one thread would take longer than the tasks, which run in parallel.
+    if (rowsToRead > options.driverAggregateRows || (cut > 0 && bytesToRead > options.maxPartitionBytes)) {
       return null;
     }
     Map<Integer, AggregateFold> groups = new TreeMap<>();

@@ -73,7 +73,7 @@ final class SegmentGroup implements InputPartition {
 
   /** The segment's bytes scaled by the share of its offsets and times the bounds keep (rows are
    * assumed spread evenly; the per-batch index makes reads follow that share). */
-  private static long readBytes(Segment s, Bounds bounds) {
+  static long readBytes(Segment s, Bounds bounds) {
     return Math.max(1, (long) (s.sizeBytes() * share(s, bounds)));
   }
 
