@@ -10,10 +10,12 @@ signal exits at once, which recovery on the next start handles.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -68,6 +70,12 @@ def install_stop_handlers(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+    # A serve that does not stop (or stalls) can be asked where every thread is, without
+    # stopping it: `kill -USR1` writes their Python stacks to stderr, from C, so even a
+    # thread holding the interpreter lock does not keep the dump from coming.
+    if sys.__stderr__ is not None:  # none under pythonw: nowhere to write them
+        with contextlib.suppress(OSError, ValueError):  # a stderr without a descriptor
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
 
 
 def serve(config: Config, workers: int = 1, stop: threading.Event | None = None) -> int:

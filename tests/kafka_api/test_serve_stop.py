@@ -4,16 +4,21 @@ tells a supervisor that this stop was not a clean one."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bridge.config import parse_config
 from bridge.kafka_api.sink import ProduceSink
-from tests.bridge_support import serve_stopped_at_once
+from tests.bridge_support import REPO, free_port, serve_stopped_at_once
+from tests.reliability.test_produce_crashes import wait_listening
 
 
 def _serve_stopped_at_once(data_dir: Path, timeout: str = "20s") -> tuple[int, list[Any]]:
@@ -75,3 +80,37 @@ def test_a_listener_that_does_not_stop_in_time_makes_serve_exit_1(
     assert len(timed_out) == 1 and timed_out[0]["timeout_s"] == 6
     said = [e for e in logs if e["event"] == "serve_stopped_with_failure"]
     assert len(said) == 1 and "did not stop within 6 s" in said[0]["error"]
+
+
+def test_sigusr1_writes_every_threads_stack_and_serve_goes_on(tmp_path: Path) -> None:
+    port = free_port()
+    config = tmp_path / "plateau.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"data_dir": str(tmp_path / "data")},
+                "kafka_api": {"listen": f"127.0.0.1:{port}"},
+                "topics": [{"name": "events", "partitions": 2}],
+                "metrics": {"enabled": False},
+            }
+        )
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", "serve", "--config", config],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_listening(port)
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        wait_listening(port)  # still serving
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 0, stderr[-3000:]
+    assert "most recent call first" in stderr
+    assert 'File "' in stderr and "kafka" in stderr  # the listener's thread among them
