@@ -5,8 +5,6 @@ tells a supervisor that this stop was not a clean one."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ import yaml
 
 from bridge.config import parse_config
 from bridge.kafka_api.sink import ProduceSink
-from tests.bridge_support import REPO, free_port, serve_stopped_at_once
+from tests.bridge_support import free_port, serve_process, serve_stopped_at_once
 from tests.reliability.test_produce_crashes import wait_listening
 
 
@@ -95,13 +93,7 @@ def test_sigusr1_writes_every_threads_stack_and_serve_goes_on(tmp_path: Path) ->
             }
         )
     )
-    process = subprocess.Popen(
-        [sys.executable, "-m", "bridge.cli", "--log-level", "WARNING", "serve", "--config", config],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = serve_process(config)
     try:
         wait_listening(port)
         process.send_signal(signal.SIGUSR1)
