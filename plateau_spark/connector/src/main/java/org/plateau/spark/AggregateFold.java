@@ -42,8 +42,7 @@ final class AggregateFold {
    */
   void addRows(SourceOptions options, Segment segment, Bounds bounds) {
     SegmentFile file = SegmentFile.open(options.segmentPath(segment.path()), segment, options.topic);
-    boolean filtered = !bounds.covers(segment);
-    int[] chosen = file.checkedBatches(bounds, filtered, options.topic);
+    int[] chosen = file.checkedBatches(bounds, options.topic);
     Set<String> keep = new HashSet<>();
     keep.add(Bounds.OFFSET); // for MIN/MAX of a batch the bounds cut, and the row filter
     keep.add(Bounds.TIMESTAMP);
@@ -60,7 +59,7 @@ final class AggregateFold {
         try (ArrowRecordBatch body = file.batch(i, keep)) {
           loader.load(body);
         }
-        boolean whole = file.batchCovered(i, bounds, filtered);
+        boolean whole = file.batchCovered(i, bounds);
         addBatch(root, whole ? null : RowFilter.select(root, bounds), segment.partition());
       }
     } catch (IOException e) {

@@ -101,17 +101,11 @@ final class AggregateScan implements Scan, Batch {
       return null;
     }
     boolean grouped = aggregation.groupByExpressions().length == 1;
-    List<Segment> admitted = new ArrayList<>();
+    List<Segment> admitted = List.of();
     if (!bounds.isEmpty()) {
       try (ManifestReader manifest = new ManifestReader(options)) {
         // A key's Bloom filters spare the segments that cannot hold it, as they spare tasks.
-        Map<Long, Map<String, Bloom>> blooms =
-            probes.isEmpty() ? Map.of() : manifest.blooms(options.topic, probes.columns());
-        for (Segment s : manifest.segments(options.topic, bounds)) {
-          if (bounds.admits(s) && probes.admits(blooms.get(s.id()))) {
-            admitted.add(s);
-          }
-        }
+        admitted = manifest.admitted(options.topic, bounds, probes);
       }
     }
     long rowsToRead = 0;

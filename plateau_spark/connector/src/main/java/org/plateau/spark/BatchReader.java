@@ -76,7 +76,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
           loader.load(body);
         }
         batchesRead++;
-        boolean whole = file.batchCovered(batch, bounds, filtered);
+        boolean whole = file.batchCovered(batch, bounds);
         current = build(whole ? null : RowFilter.select(root, bounds));
         if (current != null) {
           return true;
@@ -98,7 +98,7 @@ final class BatchReader implements PartitionReader<ColumnarBatch> {
     file = opened;
     filtered = !bounds.covers(segment);
     try {
-      selected = file.checkedBatches(bounds, filtered, plan.options.topic);
+      selected = file.checkedBatches(bounds, plan.options.topic);
     } catch (SegmentFile.SegmentException e) {
       file = null;
       throw e;

@@ -190,6 +190,24 @@ final class ManifestReader implements AutoCloseable {
   }
 
   /**
+   * The readable segments of the topic that may hold rows the bounds keep, in the order
+   * `segments` gives, less those whose Bloom filters rule out every probed value: what a scan
+   * plans and what an aggregate answered while planning counts.
+   */
+  List<Segment> admitted(String topic, Bounds bounds, BloomProbes probes) {
+    List<Segment> segments = segments(topic, bounds);
+    Map<Long, Map<String, Bloom>> blooms =
+        probes.isEmpty() ? Map.of() : blooms(topic, probes.columns());
+    List<Segment> admitted = new ArrayList<>();
+    for (Segment s : segments) {
+      if (bounds.admits(s) && probes.admits(blooms.get(s.id()))) {
+        admitted.add(s);
+      }
+    }
+    return admitted;
+  }
+
+  /**
    * The bloom filters of these columns in the topic's readable segments, by segment id then
    * column (schema version 6, segment_blooms). A segment or column without one is absent.
    */

@@ -2,7 +2,6 @@ package org.plateau.spark;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.OptionalLong;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
@@ -86,31 +85,18 @@ final class PlateauScan implements Scan, Batch, SupportsReportStatistics {
     if (bounds.isEmpty()) {
       return List.of();
     }
-    List<Segment> segments;
-    Map<Long, Map<String, Bloom>> blooms = Map.of();
+    List<Segment> candidates;
     try (ManifestReader manifest = new ManifestReader(options)) {
-      segments = manifest.segments(options.topic, bounds);
-      if (!probes.isEmpty()) {
-        blooms = manifest.blooms(options.topic, probes.columns());
-      }
+      candidates = manifest.admitted(options.topic, bounds, probes);
     }
     if (topN != null) {
-      List<Segment> candidates = new ArrayList<>();
-      for (Segment s : segments) {
-        if (bounds.admits(s) && probes.admits(blooms.get(s.id()))) {
-          candidates.add(s);
-        }
-      }
       TopN.Plan plan = topN.plan(candidates, bounds);
       readBounds = plan.bounds();
       return SegmentGroup.plan(plan.segments(), options.maxPartitionBytes, readBounds);
     }
     List<Segment> admitted = new ArrayList<>();
     long sure = 0; // rows certain to be returned by the segments admitted so far
-    for (Segment s : segments) {
-      if (!bounds.admits(s) || !probes.admits(blooms.get(s.id()))) {
-        continue;
-      }
+    for (Segment s : candidates) {
       if (limit >= 0 && sure >= limit) {
         break; // enough rows for the LIMIT: the rest need not be read
       }

@@ -119,11 +119,12 @@ final class SegmentFile {
   }
 
   /**
-   * The batches that may hold rows the bounds keep (all of them when `filtered` is false or the
-   * file has no index), each checked against its CRC before any is returned: nothing is read
-   * of a segment that then turns out to be corrupt.
+   * The batches that may hold rows the bounds keep (all of them when the bounds cover the
+   * segment or the file has no index), each checked against its CRC before any is returned:
+   * nothing is read of a segment that then turns out to be corrupt.
    */
-  int[] checkedBatches(Bounds bounds, boolean filtered, String topic) {
+  int[] checkedBatches(Bounds bounds, String topic) {
+    boolean filtered = !bounds.covers(segment);
     List<Integer> chosen = new ArrayList<>();
     for (int i = 0; i < blocks.size(); i++) {
       long[] span = index == null ? null : index[i];
@@ -144,9 +145,10 @@ final class SegmentFile {
   }
 
   /** Whether batch i's rows all pass the bounds (as its index says), so none need filtering. */
-  boolean batchCovered(int i, Bounds bounds, boolean filtered) {
+  boolean batchCovered(int i, Bounds bounds) {
     long[] span = index == null ? null : index[i];
-    return !filtered || (span != null && bounds.coversBatch(span[0], span[1], span[2], span[3]));
+    return bounds.covers(segment)
+        || (span != null && bounds.coversBatch(span[0], span[1], span[2], span[3]));
   }
 
   /** The file's schema with only the top-level fields in `keep`, in file order. */
