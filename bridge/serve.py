@@ -10,12 +10,10 @@ signal exits at once, which recovery on the next start handles.
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import gc
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -34,6 +32,7 @@ from bridge.logs import configure_logging
 from bridge.ops.endpoint import MetricsEndpoint
 from bridge.ops.metrics import ServeCollector, ServeCounters, registry
 from bridge.ops.monitor import Monitor
+from bridge.ops.stack_dump import install_stack_dump
 from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
 from bridge.store import open_store, retention_for
 from plateau_core import Store
@@ -71,11 +70,8 @@ def install_stop_handlers(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     # A serve that does not stop (or stalls) can be asked where every thread is, without
-    # stopping it: `kill -USR1` writes their Python stacks to stderr, from C, so even a
-    # thread holding the interpreter lock does not keep the dump from coming.
-    if sys.__stderr__ is not None:  # none under pythonw: nowhere to write them
-        with contextlib.suppress(OSError, ValueError):  # a stderr without a descriptor
-            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+    # stopping it.
+    install_stack_dump()
 
 
 def serve(config: Config, workers: int = 1, stop: threading.Event | None = None) -> int:
