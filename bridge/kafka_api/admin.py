@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import structlog
 from kio.schema.errors import ErrorCode
 
+from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.failures import creation_error
 from bridge.kafka_api.protocol import api_versions
 from bridge.kafka_api.sink import ProduceSink
@@ -190,8 +191,7 @@ class AdminHandler:
         # handed to another producer since.
         # A manifest write, which waits behind any other (a seal's commit, another
         # process's lock): off the event loop, or every connection waits with it.
-        loop = asyncio.get_running_loop()
-        producer_id = await loop.run_in_executor(None, self.sink.store.manifest.next_producer_id)
+        producer_id = await off_loop(self.sink.store.manifest.next_producer_id)
         epoch = 0
         log.info("producer_id_assigned", producer_id=producer_id, epoch=epoch)
         return {"error_code": ErrorCode.none, "producer_id": producer_id, "producer_epoch": epoch}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import structlog
 
+from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.owned import OwnedPartitions
 from bridge.kafka_api.partition import ProducedPartition
 from bridge.kafka_api.topics import ProducedTopics
@@ -96,7 +97,7 @@ class TopicCreation:
             return count, self.owned.prepare(topic, count)
 
         try:
-            count, states = await self.loop.run_in_executor(None, prepare)
+            count, states = await off_loop(prepare)
         except Exception as exc:
             now = self.clock()
             # Names tried once long ago go: auto_create_topics lets clients name any.

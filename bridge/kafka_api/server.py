@@ -25,6 +25,7 @@ from bridge.errors import ConfigError
 from bridge.kafka_api import protocol
 from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection
+from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.framing import FramedConnection, FrameError
 from bridge.kafka_api.produce import ProduceHandler
 from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
@@ -32,6 +33,7 @@ from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.status import partition_rows
 from bridge.kafka_api.tls import server_context
+from bridge.ops.stack_dump import write_stacks
 from bridge.ops.thread_names import name_os_threads
 from bridge.ops.worker_status import WRITE_INTERVAL_S, StatusFile, new_run_id
 from plateau_core import Store
@@ -101,6 +103,9 @@ class KafkaApiServer:
                 f"the Kafka API listener did not stop within {waited:.0f} s"
             )
             log.error("kafka_api_stop_timed_out", timeout_s=waited)
+            # What it is stuck on, for the operator to read in the log: serve goes on and
+            # exits, and the journal's replay takes what was not sealed.
+            write_stacks()
 
     @property
     def failure(self) -> BaseException | None:
@@ -172,7 +177,7 @@ class KafkaApiServer:
                 await asyncio.wait_for(server.wait_closed(), 5)
             # A topic still being opened: its partitions are released with the others.
             await sink.creation.created()
-            await loop.run_in_executor(None, sink.close, self.config.shutdown_timeout)
+            await off_loop(sink.close, self.config.shutdown_timeout)
             self._status.write({**self._status_body(), "stopped": True})
             log.info(
                 "kafka_api_stopped",
@@ -186,7 +191,6 @@ class KafkaApiServer:
     async def _report(self) -> None:
         """The status file `plateau status`, /metrics and /readyz read, once a second; and
         now and then, idempotent producers silent for producer_expiry are forgotten."""
-        loop = asyncio.get_running_loop()
         swept = time.monotonic()
         while True:
             self._status.write(self._status_body())
@@ -196,7 +200,7 @@ class KafkaApiServer:
                 swept = time.monotonic()
                 self.sink.expire_producers()
                 try:
-                    await loop.run_in_executor(None, self.sink.expire_stored_producers)
+                    await off_loop(self.sink.expire_stored_producers)
                 except Exception as exc:  # the manifest's write: the next sweep tries again
                     # Raised out of this task, it would end the status file too, and /readyz
                     # would say the listener stopped reporting until serve restarts.

@@ -24,6 +24,7 @@ from bridge.ingest.decode.raw import RawDecoder
 from bridge.ingest.decode.schema_format import SchemaDecoder
 from bridge.kafka_api.batches import Placed, ProducedBatch, envelope_of
 from bridge.kafka_api.creation import TopicCreation
+from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.failures import append_error
 from bridge.kafka_api.landing import Landing
 from bridge.kafka_api.lazy_records import KafkaRecords
@@ -183,7 +184,7 @@ class ProduceSink:
         if not missing:
             return []
         stalled = self.land()  # nothing gathered waits for a registry
-        await asyncio.get_running_loop().run_in_executor(None, _prefetch, decoder, missing)
+        await off_loop(_prefetch, decoder, missing)
         return stalled
 
     def append(

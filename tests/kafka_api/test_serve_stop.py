@@ -5,6 +5,8 @@ tells a supervisor that this stop was not a clean one."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,7 +17,7 @@ import yaml
 
 from bridge.config import parse_config
 from bridge.kafka_api.sink import ProduceSink
-from tests.bridge_support import free_port, serve_process, serve_stopped_at_once
+from tests.bridge_support import REPO, free_port, serve_process, serve_stopped_at_once
 from tests.reliability.test_produce_crashes import wait_listening
 
 
@@ -110,3 +112,50 @@ def test_sigusr1_writes_every_threads_stack_and_serve_goes_on(tmp_path: Path) ->
     assert stderr.count("Stacks of every thread of process") == 5
     assert 'File "' in stderr and "Thread MainThread" in stderr
     assert "kafka_api/server.py" in stderr  # the listener's thread among them
+
+
+def test_final_seals_stuck_for_good_do_not_keep_serve_from_exiting(tmp_path: Path) -> None:
+    """The listener's stop waits shutdown_timeout and 5 s more; then serve exits 1 and says
+    where the stop is stuck, whatever the stuck call does. (Run on asyncio's default pool,
+    the stuck call held the process at exit, which joins that pool's threads.)"""
+    port = free_port()
+    config = tmp_path / "plateau.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "storage": {"data_dir": str(tmp_path / "data")},
+                "kafka_api": {"listen": f"127.0.0.1:{port}"},
+                "topics": [{"name": "events", "partitions": 2}],
+                "metrics": {"enabled": False},
+                "shutdown_timeout": "1s",
+            }
+        )
+    )
+    stuck = (
+        "import sys, threading\n"
+        "from bridge.kafka_api.sink import ProduceSink\n"
+        "def stuck_close(self, timeout_s):\n"
+        "    threading.Event().wait()\n"
+        "ProduceSink.close = stuck_close\n"
+        "from bridge.cli import main\n"
+        f"sys.exit(main(['serve', '--config', {str(config)!r}]))\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", stuck],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_listening(port)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 1, stderr[-3000:]
+    assert time.monotonic() - started < 30
+    assert "kafka_api_stop_timed_out" in stdout + stderr
+    assert "serve_stopped_with_failure" in stdout + stderr
+    assert "in stuck_close" in stderr  # the stacks name the call it is stuck in
