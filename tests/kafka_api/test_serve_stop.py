@@ -82,19 +82,23 @@ def test_a_listener_that_does_not_stop_in_time_makes_serve_exit_1(
     assert len(said) == 1 and "did not stop within 6 s" in said[0]["error"]
 
 
-def test_sigusr1_writes_every_threads_stack_and_serve_goes_on(tmp_path: Path) -> None:
+def _config_file(tmp_path: Path, **extra: object) -> tuple[Path, int]:
+    """A produce-only config for serve as a process of its own, and its listener's port."""
     port = free_port()
     config = tmp_path / "plateau.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "storage": {"data_dir": str(tmp_path / "data")},
-                "kafka_api": {"listen": f"127.0.0.1:{port}"},
-                "topics": [{"name": "events", "partitions": 2}],
-                "metrics": {"enabled": False},
-            }
-        )
-    )
+    body = {
+        "storage": {"data_dir": str(tmp_path / "data")},
+        "kafka_api": {"listen": f"127.0.0.1:{port}"},
+        "topics": [{"name": "events", "partitions": 2}],
+        "metrics": {"enabled": False},
+        **extra,
+    }
+    config.write_text(yaml.safe_dump(body))
+    return config, port
+
+
+def test_sigusr1_writes_every_threads_stack_and_serve_goes_on(tmp_path: Path) -> None:
+    config, port = _config_file(tmp_path)
     process = serve_process(config)
     try:
         wait_listening(port)
@@ -118,19 +122,7 @@ def test_final_seals_stuck_for_good_do_not_keep_serve_from_exiting(tmp_path: Pat
     """The listener's stop waits shutdown_timeout and 5 s more; then serve exits 1 and says
     where the stop is stuck, whatever the stuck call does. (Run on asyncio's default pool,
     the stuck call held the process at exit, which joins that pool's threads.)"""
-    port = free_port()
-    config = tmp_path / "plateau.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "storage": {"data_dir": str(tmp_path / "data")},
-                "kafka_api": {"listen": f"127.0.0.1:{port}"},
-                "topics": [{"name": "events", "partitions": 2}],
-                "metrics": {"enabled": False},
-                "shutdown_timeout": "1s",
-            }
-        )
-    )
+    config, port = _config_file(tmp_path, shutdown_timeout="1s")
     stuck = (
         "import sys, threading\n"
         "from bridge.kafka_api.sink import ProduceSink\n"
