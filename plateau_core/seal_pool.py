@@ -17,12 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import structlog
 
 from plateau_core.adaptive_compression import AdaptiveCompression
+from plateau_core.daemon_pool import DaemonPool
 from plateau_core.errors import FlushTimeoutError, PlateauError
 from plateau_core.group_commit import GroupCommitter
 from plateau_core.handle import StoreHandle
@@ -59,7 +59,8 @@ class SealPool:
         self._buffered = 0
         self._in_flight = 0
         self._groups = SealGroups(self._logs, self.policy.seal_together)
-        self._pool = ThreadPoolExecutor(self.policy.writer_threads, thread_name_prefix="seal")
+        # Daemon threads: a seal stuck on a hung disk must not keep the process from exiting.
+        self._pool = DaemonPool(self.policy.writer_threads, "seal")
         self._committer = GroupCommitter(store.manifest)
         self._closed = False
         # Started by the writer once it is set up: a tick may start seals.

@@ -41,6 +41,7 @@ ENGINE_LAYERS: dict[str, int] = {
     "plateau_core.partition_lock": 0,
     "plateau_core.disk_floor": 0,
     "plateau_core.background": 0,
+    "plateau_core.daemon_pool": 0,
     "plateau_core.pace": 0,
     "plateau_core.where": 0,
     "plateau_core.lazy": 0,
