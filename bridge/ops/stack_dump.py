@@ -20,34 +20,32 @@ from types import FrameType
 _installed = threading.Event()
 
 
-def install_stack_dump(signum: signal.Signals = signal.SIGUSR1) -> bool:
-    """Once per process, from the main thread; False when the dump cannot be offered (no
-    stderr, or the wakeup pipe already belongs to something else, such as an event loop)."""
-    if _installed.is_set():
-        return True
-    if sys.__stderr__ is None or threading.current_thread() is not threading.main_thread():
-        return False
+def install_stack_dump() -> None:
+    """SIGUSR1 writes every thread's stack; once per process, from the main thread. Not
+    offered without a stderr, or when the wakeup pipe already belongs to something else
+    (an event loop)."""
+    main = threading.current_thread() is threading.main_thread()
+    if _installed.is_set() or sys.__stderr__ is None or not main:
+        return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)  # the C handler must never block on a full pipe
     try:
         previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except ValueError:
-        os.close(read_fd)
-        os.close(write_fd)
-        return False
+        previous = None
     if previous != -1:
-        signal.set_wakeup_fd(previous)
+        if previous is not None:
+            signal.set_wakeup_fd(previous)  # someone else's: theirs again
         os.close(read_fd)
         os.close(write_fd)
-        return False
+        return
     # A Python-level handler, so the signal no longer terminates the process and the C
     # handler writes its number to the pipe; the main thread's part has nothing to do.
-    signal.signal(signum, _ignore)
+    signal.signal(signal.SIGUSR1, _ignore)
     threading.Thread(
-        target=_dump_on_signal, args=(read_fd, int(signum)), name="stack-dump", daemon=True
+        target=_dump_on_signal, args=(read_fd, int(signal.SIGUSR1)), name="stack-dump", daemon=True
     ).start()
     _installed.set()
-    return True
 
 
 def _ignore(_signum: int, _frame: FrameType | None) -> None:
