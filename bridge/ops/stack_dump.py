@@ -25,7 +25,7 @@ def install_stack_dump() -> None:
     offered without a stderr, or when the wakeup pipe already belongs to something else
     (an event loop)."""
     main = threading.current_thread() is threading.main_thread()
-    if _installed.is_set() or sys.__stderr__ is None or not main:
+    if _installed.is_set() or sys.stderr is None or not main:
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)  # the C handler must never block on a full pipe
@@ -68,7 +68,7 @@ def write_stacks() -> None:
     for ident, frame in sys._current_frames().items():
         parts.append(f"\nThread {names.get(ident, '?')} ({ident:#x}):\n")
         parts.extend(traceback.format_stack(frame))
-    stream = sys.__stderr__
+    stream = sys.stderr
     if stream is None:
         return
     try:
