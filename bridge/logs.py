@@ -63,3 +63,25 @@ class _CurrentStderr:
 
     def flush(self) -> None:
         sys.stderr.flush()
+
+
+_librdkafka = structlog.get_logger("plateau.librdkafka")
+
+
+class _ToStructlog(logging.Handler):
+    """librdkafka's own log lines as DEBUG events: the error callbacks and delivery reports
+    already report what matters (rate-limited, without the per-attempt noise of an outage,
+    or of a broker still loading its coordinators)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _librdkafka.debug("librdkafka_log", level=record.levelname, message=record.getMessage())
+
+
+def librdkafka_logger() -> logging.Logger:
+    """The logger to give confluent-kafka clients instead of their default stderr lines."""
+    logger = logging.getLogger("plateau.librdkafka")
+    if not logger.handlers:
+        logger.addHandler(_ToStructlog())
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+    return logger

@@ -43,20 +43,22 @@ class DaemonPool:
         with self._lock:
             if self._shut:
                 raise RuntimeError("the pool is shut down")
-            self._calls.put(lambda: fn(*args))
-            if self._idle.acquire(blocking=False):
-                return  # an idle thread takes it
-            if len(self._threads) < self._workers:
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._workers:
                 thread = threading.Thread(
                     target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
                 )
                 try:
                     thread.start()
                 except RuntimeError:
+                    # Refused, the call must not stay queued: the caller keeps its work and
+                    # submits it again, and a thread started later would run it twice.
                     if not self._threads:
-                        raise  # nothing would ever take the call
-                    return  # a running thread takes it when done
-                self._threads.append(thread)
+                        raise
+                    # Else a running thread takes it when done.
+                else:
+                    self._threads.append(thread)
+            # After the thread starts: it waits for the call (an idle one was taken above).
+            self._calls.put(lambda: fn(*args))
 
     def shutdown(self, wait: bool = True) -> None:
         """No more calls; the queued ones still run. `wait`: until every thread has ended."""

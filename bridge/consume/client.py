@@ -3,16 +3,13 @@ the worker's consumer."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from typing import TypedDict
 
-import structlog
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bridge.config.models import COOPERATIVE, Config
-
-log = structlog.get_logger("plateau.librdkafka")
+from bridge.logs import librdkafka_logger
 
 # What the commit order depends on: the passthrough may not change these.
 ENFORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": "false"}
@@ -90,21 +87,3 @@ def client_config(
     merged.update(config.kafka.librdkafka())
     merged.update(enforced or {})
     return merged
-
-
-class _ToStructlog(logging.Handler):
-    """librdkafka's own log lines as DEBUG events: the error callbacks already report what
-    matters (rate-limited, without the per-attempt noise of an outage)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        log.debug("librdkafka_log", level=record.levelname, message=record.getMessage())
-
-
-def librdkafka_logger() -> logging.Logger:
-    """The logger to give confluent-kafka clients instead of their default stderr lines."""
-    logger = logging.getLogger("plateau.librdkafka")
-    if not logger.handlers:
-        logger.addHandler(_ToStructlog())
-        logger.setLevel(logging.DEBUG)
-        logger.propagate = False
-    return logger

@@ -8,10 +8,10 @@ import pyarrow as pa
 import structlog
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from bridge.consume.client import librdkafka_logger
 from bridge.errors import BridgeError
 from bridge.ingest.decode import Poison
 from bridge.ingest.records import ERROR_HEADERS, KEY, TIMESTAMP, VALUE, header_pairs
+from bridge.logs import librdkafka_logger
 
 log = structlog.get_logger(__name__)
 

@@ -11,7 +11,8 @@ from confluent_kafka import KafkaException, TopicCollection, Uuid
 from confluent_kafka.admin import AdminClient
 
 from bridge.config.models import Config
-from bridge.consume.client import client_config, librdkafka_logger
+from bridge.consume.client import client_config
+from bridge.logs import librdkafka_logger
 
 log = structlog.get_logger(__name__)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message, Producer
 
 from bridge.errors import BridgeError
+from bridge.logs import librdkafka_logger
 
 Header = tuple[str, bytes]
 
@@ -49,7 +50,9 @@ def produce(
     Raises BridgeError naming the first delivery failure; a full local queue makes it
     wait for deliveries instead of failing.
     """
-    producer = Producer(producer_config(bootstrap_servers, **config))
+    # Failures come back as delivery reports (raised below); librdkafka's own lines, such as
+    # a fresh broker's "coordinator load in progress", go to the debug log.
+    producer = Producer(producer_config(bootstrap_servers, **config), logger=librdkafka_logger())
     failures: list[str] = []
 
     def delivered(err: KafkaError | None, msg: Message) -> None:

@@ -48,6 +48,26 @@ def test_a_call_that_raises_leaves_its_thread_to_the_next_calls() -> None:
     assert ran == [1]
 
 
+def test_a_call_refused_for_want_of_a_thread_is_not_run_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The writer keeps a refused seal's jobs and submits them again: had the refused call
+    stayed queued, the next thread would have sealed those records a second time."""
+    pool = DaemonPool(2, "seal")
+    ran: list[int] = []
+
+    def no_thread(_thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", no_thread)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pool.submit(ran.append, 1)
+    pool.submit(ran.append, 2)
+    pool.shutdown(wait=True)
+    assert ran == [2]
+
+
 def test_a_pool_of_no_threads_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one thread"):
         DaemonPool(0, "seal")

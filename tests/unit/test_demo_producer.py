@@ -4,11 +4,15 @@ tests/integration/test_demo_producer.py)."""
 from __future__ import annotations
 
 import argparse
+import socket
 
 import pytest
+from structlog.testing import capture_logs
 
 from bridge.cli import build_parser
 from bridge.cli import demo as demo_cli
+from bridge.demo.producer import Record, produce
+from bridge.errors import BridgeError
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -64,3 +68,20 @@ def test_bad_arguments_are_refused(
         parse(*argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_librdkafka_lines_become_debug_events_and_the_failure_is_raised(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """What the demo (and `make run`) shows is plateau's own output: librdkafka's lines (a
+    refused connection here; a fresh broker's "coordinator load in progress" in the demo)
+    are debug events, and what matters comes back as the raised failure."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    with capture_logs() as events, pytest.raises(BridgeError, match="1 records to 'demo'"):
+        produce(f"127.0.0.1:{port}", "demo", [Record(b"v")], flush_timeout_s=1.5)
+    assert "%3|" not in capfd.readouterr().err
+    lines = [e for e in events if e["event"] == "librdkafka_log"]
+    assert lines and all(e["log_level"] == "debug" for e in lines)
+    assert any("Connection refused" in e["message"] for e in lines)
