@@ -6,8 +6,11 @@ on its event loop, through the real sink, writer, journal (synced) and seals.
 Reported per round: the listener thread's CPU time (its event loop: parsing, checking,
 appending, the journal's answers, the responses) per request and per batch, and the wall
 time. With --profile, cProfile of the listener thread's work over every round, by function.
+`--topic-partitions N`: the topic has N partitions and each request writes the next 8 of
+them in turn (a store of many partitions, each request a few of them).
 
     .venv/bin/python bench/listener_probe.py --requests 1200 --rounds 3
+    .venv/bin/python bench/listener_probe.py --requests 1500 --rounds 2 --topic-partitions 512
     .venv/bin/python bench/listener_probe.py --requests 1200 --rounds 1 --profile 25
 """
 
@@ -39,7 +42,7 @@ from bridge.kafka_api.server import KafkaApiServer
 from bridge.logs import configure_logging
 from bridge.store import open_store
 
-PARTITIONS = 8
+PARTITIONS = 8  # written by each request
 RECORDS = 15  # a 16 KiB batch of 1 KiB records
 IN_FLIGHT = 5
 VERSION = 11
@@ -68,12 +71,19 @@ def batch(producer_id: int, sequence: int, size: int) -> bytes:
     return bytes(builder.build())
 
 
-def frames(count: int, producer_id: int, size: int) -> list[bytes]:
-    """`count` produce requests (without their size prefix), sequences following on."""
+def frames(count: int, producer_id: int, size: int, topic_partitions: int) -> list[bytes]:
+    """`count` produce requests (without their size prefix), each to the next PARTITIONS of
+    the topic's, sequences following on."""
     request_type: Any = load_request_schema(0, VERSION)
     header_type: Any = request_type.__header_schema__
+    sequences: collections.Counter[int] = collections.Counter()
     found = []
     for n in range(count):
+        written = [(n * PARTITIONS + p) % topic_partitions for p in range(PARTITIONS)]
+        data = []
+        for p in written:
+            data.append({"index": p, "records": batch(producer_id, sequences[p], size)})
+            sequences[p] += RECORDS
         out = io.BytesIO()
         entity_writer(header_type)(
             out,
@@ -90,10 +100,7 @@ def frames(count: int, producer_id: int, size: int) -> list[bytes]:
             "topic_data": [
                 {
                     "name": "t",
-                    "partition_data": [
-                        {"index": p, "records": batch(producer_id, n * RECORDS, size)}
-                        for p in range(PARTITIONS)
-                    ],
+                    "partition_data": data,
                 }
             ],
         }
@@ -125,12 +132,14 @@ async def drive(
     return time.thread_time() - cpu, kernel, time.perf_counter() - started
 
 
-def one(work: Path, count: int, size: int, profile: cProfile.Profile | None) -> dict[str, float]:
+def one(
+    work: Path, count: int, size: int, topic_partitions: int, profile: cProfile.Profile | None
+) -> dict[str, float]:
     config = parse_config(
         {
             "storage": {"data_dir": str(work), "memory_budget": "512MiB"},
             "kafka_api": {"listen": "127.0.0.1:0"},
-            "topics": [{"name": "t", "partitions": PARTITIONS}],
+            "topics": [{"name": "t", "partitions": topic_partitions}],
             "metrics": {"enabled": False},
         }
     )
@@ -139,7 +148,7 @@ def one(work: Path, count: int, size: int, profile: cProfile.Profile | None) -> 
     try:
         server.start()
         producer_id = store.manifest.next_producer_id()
-        every = frames(WARMUP + count, producer_id, size)
+        every = frames(WARMUP + count, producer_id, size, topic_partitions)
         loop = server._loop
         assert loop is not None
         asyncio.run_coroutine_threadsafe(drive(server, every[:WARMUP], None), loop).result()
@@ -163,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=1200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--topic-partitions", type=int, default=PARTITIONS)
     parser.add_argument("--profile", type=int, default=0, help="top N functions (cProfile)")
     args = parser.parse_args(argv)
     # As the benches run serve: its log level, and its garbage collector settings.
@@ -173,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for index in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="plateau-listener-probe-") as tmp:
-            runs.append(one(Path(tmp), args.requests, args.size, profile))
+            runs.append(one(Path(tmp), args.requests, args.size, args.topic_partitions, profile))
         row = runs[-1]
         print(
             f"round {index}: {row['cpu_us_per_request']:7.1f} us CPU/request  "

@@ -62,6 +62,11 @@ class SealGroups:
         self._waiting: set[TopicPartition] = set()  # selected while a group was in flight
         self.hold = Hold()  # seal_together only
 
+    @property
+    def waiting(self) -> bool:
+        """Partitions selected while a group was in flight or held wait for the next one."""
+        return bool(self._waiting)
+
     def form(self, selected: Iterable[SegmentLog]) -> list[list[SegmentLog]]:
         """The groups to start now for `selected` and the partitions linked to them; a
         group with a member still sealing waits (its completion schedules again)."""

@@ -59,6 +59,12 @@ class SealPool:
         self._buffered = 0
         self._in_flight = 0
         self._groups = SealGroups(self._logs, self.policy.seal_together)
+        # seal_together: the partitions appended to since `_schedule` last looked at every
+        # one, and the soonest any other may come due by time (its age, a retry's backoff).
+        # A produce request's `seal_due` then looks at its own partitions, not at all of a
+        # store's hundreds, whose roll it already knows will not come due before then.
+        self._touched: dict[TopicPartition, SegmentLog] = {}
+        self._look_again_at = 0.0
         # Daemon threads: a seal stuck on a hung disk must not keep the process from exiting.
         self._pool = DaemonPool(self.policy.writer_threads, "seal")
         self._committer = GroupCommitter(store.manifest)
@@ -88,6 +94,7 @@ class SealPool:
             for slog in targets:
                 # A flush is an explicit request: try now even inside a retry backoff.
                 slog.retry_at = None
+            self._look_again_at = 0.0
             while True:
                 self._start([s for s in targets if s.can_seal(time.monotonic())])
                 pending = [s for s in targets if s.pending() or s.in_flight is not None]
@@ -129,16 +136,50 @@ class SealPool:
         every `tick_s` otherwise."""
         with self._cond:
             self._groups.hold.arrived()
+            self._look()
+
+    def _look(self) -> None:
+        """`_schedule` for every partition, once something may have come due since it last
+        ran (seal_together; without it, every time)."""
+        if not self.policy.seal_together:
             self._schedule()
+            return
+        now = time.monotonic()
+        if self._groups.in_flight or self._groups.hold.holding(now):
+            # No group starts before that one ends (which looks at every partition) or the
+            # hold runs out (the ticker wakes for it, or a later request).
+            return
+        touched = list(self._touched.values())
+        self._touched.clear()
+        if (
+            now < self._look_again_at
+            and not self._groups.waiting
+            and not any(s.due(now) for s in touched)
+        ):
+            # Nothing came due since the last look at every partition: of the others, none
+            # before `_look_again_at`; of these, none yet.
+            for slog in touched:
+                if slog.first_buffered_at is not None:
+                    ages_at = slog.first_buffered_at + slog.roll.max_age_s
+                    self._look_again_at = min(self._look_again_at, ages_at)
+            self._start(self._early(now))
+            return
+        self._schedule()
 
     def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:
         """Start the seals of the partitions that are due (among `candidates`; all of them
         when sealing together, so one group commit takes every partition that is due)."""
-        pool = (
-            self._logs.values() if candidates is None or self.policy.seal_together else candidates
-        )
         now = time.monotonic()
-        self._start([s for s in pool if s.due(now)] + self._early(now))
+        if candidates is not None and not self.policy.seal_together:
+            self._start([s for s in candidates if s.due(now)] + self._early(now))
+            return
+        self._touched.clear()
+        due = [s for s in self._logs.values() if s.due(now)]
+        self._start(due + self._early(now))
+        # Due and not started (records not in the journal yet, a group to wait for): look
+        # again at the next request.
+        left = any(s.in_flight is None for s in due)
+        self._look_again_at = 0.0 if left else _next_look(self._logs.values())
 
     def _start(self, selected: list[SegmentLog]) -> None:
         for group in self._groups.form(selected):
@@ -218,6 +259,7 @@ class SealPool:
         keys = {job.key for job in group}
         with self._cond:
             self._groups.in_flight -= 1
+            self._look_again_at = 0.0  # a backoff to look at, and a group no longer in flight
             delays: list[float] = []
             for job in group:
                 self._in_flight -= job.nbytes
@@ -239,9 +281,23 @@ class SealPool:
         while not self._closed:
             with self._cond:
                 try:
-                    self._schedule()
+                    self._look()
                 except Exception as exc:
                     # Ended, the ticker would start no seal again: none by age, no failed
                     # seal's retry, and whoever waits for those would wait for ever.
                     log.exception("seal_tick_failed", error=f"{type(exc).__name__}: {exc}")
                 self._cond.wait(self._groups.wait_s(self.policy.tick_s))
+
+
+def _next_look(logs: Iterable[SegmentLog]) -> float:
+    """The soonest a partition not in a seal may come due by time alone: its buffer's age, a
+    failed seal's backoff (a partition in a seal is looked at again when it ends)."""
+    soonest = float("inf")
+    for slog in logs:
+        if slog.in_flight is not None:
+            continue
+        if slog.retry_at is not None:
+            soonest = min(soonest, slog.retry_at)
+        if slog.first_buffered_at is not None:
+            soonest = min(soonest, slog.first_buffered_at + slog.roll.max_age_s)
+    return soonest

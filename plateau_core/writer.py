@@ -150,6 +150,8 @@ class Writer(PartitionOwner):
             seq = self._journal(appends, prepared, changed.values()) if journal else None
             if not self.policy.seal_together:
                 self._schedule(changed.values())
+            else:
+                self._touched.update(changed)  # seal_due looks at them
         return seq
 
     def next_offset(self, topic: str, partition: int) -> int:

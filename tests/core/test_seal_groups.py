@@ -17,6 +17,7 @@ from plateau_core.producers import ProducerBatch
 from plateau_core.sealing import WriteSegment
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
+from plateau_core.slog import SegmentLog
 from tests.support import batch
 
 HOUR = RollPolicy(max_age_s=3600)
@@ -205,6 +206,70 @@ def test_sealing_together_records_every_due_partition_in_one_transaction(
     assert transactions == [["t[0]@0", "t[1]@0", "t[2]@0"]]
     assert len({t.split("_")[0] for t in threads}) == 1  # one seal thread wrote all three
     assert [store.manifest.watermark("t", p) for p in range(3)] == [2, 2, 2]
+
+
+def test_a_request_starts_what_came_due_by_age_full_or_urgent_in_untouched_partitions_too(
+    store: Store, transactions: list[list[str]]
+) -> None:
+    """A request's seal_due looks at its own partitions, and at the others only once one of
+    them may have come due (by the ages it knows): what is due is started all the same."""
+    writer = store.writer(WriterPolicy(seal_together=True, tick_s=3600))
+    try:
+        writer.acquire("t", 0, roll=HOUR)
+        writer.acquire("t", 1, roll=HOUR)
+        writer.acquire("t", 2, roll=RollPolicy(max_age_s=1.0))
+        writer.acquire("t", 3, roll=RollPolicy(max_rows=4, max_age_s=3600))
+        writer.append("t", 2, batch([0, 1]))
+        writer.seal_due()
+        writer.append("t", 0, batch([0, 1]))
+        writer.seal_due()
+        assert transactions == []  # nothing due yet
+        threading.Event().wait(1.1)
+        # t[2] aged meanwhile: this request, for t[1], starts it.
+        writer.append("t", 1, batch([0, 1]))
+        writer.seal_due()
+        writer.flush([("t", 2)], timeout_s=10)
+        assert transactions == [["t[2]@0"]]
+        writer.append("t", 3, batch([0, 1, 2, 3]))  # full: due at once
+        writer.seal_due()
+        writer.flush([("t", 3)], timeout_s=10)
+        assert transactions[1:] == [["t[3]@0"]]
+        writer.append("t", 0, batch([2, 3]), urgent=True)
+        writer.seal_due()
+        writer.flush([("t", 0)], timeout_s=10)
+        assert transactions[2:] == [["t[0]@0"]]
+    finally:
+        writer.close()
+    assert [store.manifest.watermark("t", p) for p in range(4)] == [4, 2, 2, 4]  # close sealed t[1]
+
+
+def test_a_request_does_not_look_at_every_partition_of_the_store(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store of hundreds of partitions: a request's seal_due asks its own partitions
+    whether they are due, not all of them (that was a third of the listener's time per
+    request at 512 partitions)."""
+    asked: list[tuple[str, int]] = []
+    real_due = SegmentLog.due
+
+    def due(slog: SegmentLog, now: float) -> bool:
+        asked.append(slog.key)
+        return real_due(slog, now)
+
+    writer = store.writer(WriterPolicy(seal_together=True, tick_s=3600))
+    try:
+        for p in range(200):
+            writer.acquire("t", p, roll=HOUR)
+            writer.append("t", p, batch([0, 1]))
+        writer.seal_due()  # the first looks at every partition
+        monkeypatch.setattr(SegmentLog, "due", due)
+        for n in range(50):
+            writer.append("t", n, batch([2, 3]))
+            writer.seal_due()
+        assert asked == [("t", n) for n in range(50)]
+    finally:
+        monkeypatch.undo()
+        writer.close()
 
 
 ONE_BY_ONE = [["t[0]@0"], ["t[1]@0", "t[2]@0"], ["t[0]@2"], ["t[1]@2"]]
