@@ -81,7 +81,8 @@ def test_librdkafka_lines_become_debug_events_and_the_failure_is_raised(
         port = probe.getsockname()[1]  # closed again: nothing listens there
     with capture_logs() as events, pytest.raises(BridgeError, match="1 records to 'demo'"):
         produce(f"127.0.0.1:{port}", "demo", [Record(b"v")], flush_timeout_s=1.5)
-    assert "%3|" not in capfd.readouterr().err
+    # Only this producer's lines: one another test left alive may print its own.
+    assert f"127.0.0.1:{port}" not in capfd.readouterr().err
     lines = [e for e in events if e["event"] == "librdkafka_log"]
     assert lines and all(e["log_level"] == "debug" for e in lines)
     assert any("Connection refused" in e["message"] for e in lines)
