@@ -6,11 +6,14 @@ on its event loop, through the real sink, writer, journal (synced) and seals.
 Reported per round: the listener thread's CPU time (its event loop: parsing, checking,
 appending, the journal's answers, the responses) per request and per batch, and the wall
 time. With --profile, cProfile of the listener thread's work over every round, by function.
-`--topic-partitions N`: the topic has N partitions and each request writes the next 8 of
-them in turn (a store of many partitions, each request a few of them).
+`--records` and `--batches` change the request's shape (records per batch, partitions per
+request); `--topic-partitions N`: the topic has N partitions and each request writes the next
+`--batches` of them in turn (a store of many partitions, each request a few of them).
 
     .venv/bin/python bench/listener_probe.py --requests 1200 --rounds 3
     .venv/bin/python bench/listener_probe.py --requests 1500 --rounds 2 --topic-partitions 512
+    .venv/bin/python bench/listener_probe.py --requests 3000 --rounds 2 --size 128 \\
+        --records 1 --batches 1
     .venv/bin/python bench/listener_probe.py --requests 1200 --rounds 1 --profile 25
 """
 
@@ -168,13 +171,18 @@ def one(
 
 
 def main(argv: list[str] | None = None) -> int:
+    global RECORDS, PARTITIONS  # what batch() and frames() build
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1200)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--topic-partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--records", type=int, default=RECORDS, help="records per batch")
+    parser.add_argument("--batches", type=int, default=PARTITIONS, help="partitions per request")
+    parser.add_argument("--topic-partitions", type=int, help="the topic's (default: --batches)")
     parser.add_argument("--profile", type=int, default=0, help="top N functions (cProfile)")
     args = parser.parse_args(argv)
+    RECORDS, PARTITIONS = args.records, args.batches
+    topic_partitions = args.topic_partitions or PARTITIONS
     # As the benches run serve: its log level, and its garbage collector settings.
     configure_logging("WARNING")
     gc.freeze()
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for index in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="plateau-listener-probe-") as tmp:
-            runs.append(one(Path(tmp), args.requests, args.size, args.topic_partitions, profile))
+            runs.append(one(Path(tmp), args.requests, args.size, topic_partitions, profile))
         row = runs[-1]
         print(
             f"round {index}: {row['cpu_us_per_request']:7.1f} us CPU/request  "

@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             direct_io.ARENA_MAX_BYTES = arena_max if way == "direct" else 0
             clock.reset()
             with tempfile.TemporaryDirectory(prefix="plateau-seal-probe-", dir=args.dir) as tmp:
-                listener_probe.one(Path(tmp), args.requests, args.size, None)
+                listener_probe.one(
+                    Path(tmp), args.requests, args.size, listener_probe.PARTITIONS, None
+                )
             per_record = clock.cpu / clock.records * 1e6
             found.append(per_record)
             print(
