@@ -158,10 +158,7 @@ class SealPool:
         ):
             # Nothing came due since the last look at every partition: of the others, none
             # before `_look_again_at`; of these, none yet.
-            for slog in touched:
-                if slog.first_buffered_at is not None:
-                    ages_at = slog.first_buffered_at + slog.roll.max_age_s
-                    self._look_again_at = min(self._look_again_at, ages_at)
+            self._look_again_at = min(self._look_again_at, _next_look(touched))
             self._start(self._early(now))
             return
         self._schedule()
@@ -169,17 +166,17 @@ class SealPool:
     def _schedule(self, candidates: Iterable[SegmentLog] | None = None) -> None:
         """Start the seals of the partitions that are due (among `candidates`; all of them
         when sealing together, so one group commit takes every partition that is due)."""
+        together = self.policy.seal_together
+        pool = self._logs.values() if candidates is None or together else candidates
         now = time.monotonic()
-        if candidates is not None and not self.policy.seal_together:
-            self._start([s for s in candidates if s.due(now)] + self._early(now))
-            return
-        self._touched.clear()
-        due = [s for s in self._logs.values() if s.due(now)]
+        due = [s for s in pool if s.due(now)]
         self._start(due + self._early(now))
-        # Due and not started (records not in the journal yet, a group to wait for): look
-        # again at the next request.
-        left = any(s.in_flight is None for s in due)
-        self._look_again_at = 0.0 if left else _next_look(self._logs.values())
+        if together:  # what `_look` goes by
+            self._touched.clear()
+            # Due and not started (records not in the journal yet, a group to wait for):
+            # look again at the next request.
+            left = any(s.in_flight is None for s in due)
+            self._look_again_at = 0.0 if left else _next_look(self._logs.values())
 
     def _start(self, selected: list[SegmentLog]) -> None:
         for group in self._groups.form(selected):
