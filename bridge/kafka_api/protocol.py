@@ -20,6 +20,13 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    is_optional,
+)
 from kio.serial.errors import SerialError
 
 from bridge.kafka_api import encoding
@@ -31,6 +38,8 @@ from bridge.kafka_api.produce_request import ProduceRequestError, read_produce
 # because 13 names topics by id only.
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 12),
+    # v0 went with Kafka 4.0; v1-10 are what its brokers list.
+    2: ("ListOffsets", 1, 10),
     # Listed, never served: librdkafka writes record batches v2 (and so can be idempotent)
     # only to a broker that lists Fetch v4. A Fetch is answered UNSUPPORTED_VERSION.
     1: ("Fetch", 4, 12),
@@ -48,7 +57,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
 }
 PRODUCE, FETCH, METADATA, SASL_HANDSHAKE, API_VERSIONS = 0, 1, 3, 17, 18
 CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS, SASL_AUTHENTICATE = 19, 22, 32, 36
-DESCRIBE_CLUSTER = 60
+DESCRIBE_CLUSTER, LIST_OFFSETS = 60, 2
 # What a connection may send before it has authenticated.
 BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
@@ -105,14 +114,7 @@ def parse_request(frame: bytes | memoryview) -> Request:
 def parse_with_kio(frame: bytes | memoryview) -> Request:
     """The request in one frame as kio's entities, Produce too: the reference the in-place
     Produce reader is checked against (tests, fuzz target). Raises as parse_request."""
-    request = _parse_with_kio(frame, *_prefix(frame))
-    body = request.body
-    if request.api_key == PRODUCE and (
-        body.topic_data is None or any(t.partition_data is None for t in body.topic_data)
-    ):
-        # As the in-place reader refuses it: Produce's arrays have no null versions.
-        raise ProtocolError(f"Produce v{request.api_version} request carries a null array")
-    return request
+    return _parse_with_kio(frame, *_prefix(frame))
 
 
 def _prefix(frame: bytes | memoryview) -> tuple[int, int, int]:
@@ -136,15 +138,50 @@ def _parse_with_kio(
         header, used = _reader(request_type.__header_schema__)(frame, 0)
         check_request(request_type, frame, used)
         body, _ = _reader(request_type)(frame, used)
+        null = _null_array(body)
     # kio's own errors, and what its readers let through on damaged input (KeyError for a
     # tagged field it does not know, OverflowError, ...): all mean the frame is unreadable.
     except (SerialError, ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         raise ProtocolError(
             f"{api_name(api_key)} v{api_version} request does not parse: {exc}"
         ) from exc
+    if null is not None:
+        # kio reads a length of -1 as None whatever the schema says; Kafka refuses it where
+        # the array has no null versions, and the handlers count on that.
+        raise ProtocolError(f"{api_name(api_key)} v{api_version} request carries a null {null}")
     # Bytes after the request's end are left alone, as Kafka's own parser leaves them:
     # librdkafka's Metadata v12 carries three (its AdminClient's list_topics).
     return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def _null_array(entity: Any) -> str | None:
+    """The first array of `entity` (nested ones too) that is null where its schema has no
+    null, by its path; None when there is none."""
+    kind: Any = type(entity)
+    for name, nested, nullable in _arrays(kind):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return name
+        elif nested:
+            for item in value if isinstance(value, tuple) else (value,):
+                found = _null_array(item)
+                if found is not None:
+                    return f"{name}.{found}"
+    return None
+
+
+@cache
+def _arrays(entity_type: Any) -> tuple[tuple[str, bool, bool], ...]:
+    """An entity's fields that are or hold arrays: (name, holds entities, nullable)."""
+    found = []
+    for field in dataclasses.fields(entity_type):
+        kind = classify_field(field)
+        if isinstance(kind, (EntityField, EntityTupleField)):
+            found.append((field.name, True, is_optional(field)))
+        elif isinstance(kind, PrimitiveTupleField):
+            found.append((field.name, False, is_optional(field)))
+    return tuple(found)
 
 
 def encode_response(

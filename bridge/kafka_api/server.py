@@ -27,6 +27,7 @@ from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection
 from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.framing import FramedConnection, FrameError
+from bridge.kafka_api.offsets import OffsetsHandler
 from bridge.kafka_api.produce import ProduceHandler
 from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
 from bridge.kafka_api.sink import ProduceSink
@@ -48,6 +49,11 @@ REQUEST_MAX_BYTES = 100 * 1024 * 1024
 # client that has not said who it is gets Kafka's sasl.server.max.receive.size.
 UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 PRODUCER_SWEEP_S = 600.0  # how often producers silent for producer_expiry are forgotten
+# APIs answered once a blocking call is done: Metadata and CreateTopics may open a topic's
+# partitions, InitProducerId writes the manifest, ListOffsets may read segments.
+_OFF_THE_LOOP = frozenset(
+    {protocol.METADATA, protocol.CREATE_TOPICS, protocol.INIT_PRODUCER_ID, protocol.LIST_OFFSETS}
+)
 
 
 class KafkaApiServer:
@@ -155,6 +161,7 @@ class KafkaApiServer:
         self.address = (str(bound[0]), int(bound[1]))
         advertised = self.api.advertised_address or self.address
         self.admin = AdminHandler(sink, *advertised)
+        self.offsets = OffsetsHandler(sink)
         self.produce = ProduceHandler(sink, self.api)
         log.info(
             "kafka_api_listening",
@@ -351,20 +358,12 @@ class KafkaApiServer:
             else:
                 accepted.ready.add_done_callback(produced)
             return done
-        if request.api_key in (protocol.METADATA, protocol.CREATE_TOPICS):
-            # They may create topics, whose partitions open off the event loop.
+        if request.api_key in _OFF_THE_LOOP:
 
-            async def created() -> bytes | None:
-                return self._encode(request, await self._creating(conn, request))
+            async def answered() -> bytes | None:
+                return self._encode(request, await self._later(conn, request))
 
-            return asyncio.ensure_future(created())
-        if request.api_key == protocol.INIT_PRODUCER_ID:
-            # It writes the manifest, off the event loop.
-
-            async def assigned() -> bytes | None:
-                return self._encode(request, await self.admin.init_producer_id(request.body))
-
-            return asyncio.ensure_future(assigned())
+            return asyncio.ensure_future(answered())
         body = self._admin(conn, request)
         done.set_result(self._encode(request, body))
         return done
@@ -384,12 +383,17 @@ class KafkaApiServer:
             request.api_key, request.api_version, request.correlation_id, body
         )
 
-    async def _creating(self, conn: Connection, request: Request) -> dict[str, Any]:
+    async def _later(self, conn: Connection, request: Request) -> dict[str, Any]:
+        """The answer of an API that waits off the event loop."""
         if request.api_key == protocol.METADATA:
             return await self.admin.metadata(
                 request.body, request.api_version, self.api.auto_create_topics, conn.allowed
             )
-        return await self.admin.create_topics(request.body, conn.allowed)
+        if request.api_key == protocol.CREATE_TOPICS:
+            return await self.admin.create_topics(request.body, conn.allowed)
+        if request.api_key == protocol.INIT_PRODUCER_ID:
+            return await self.admin.init_producer_id(request.body)
+        return await self.offsets.list_offsets(request.body, conn.allowed)
 
     def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
         key, body = request.api_key, request.body

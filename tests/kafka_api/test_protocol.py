@@ -14,6 +14,7 @@ from typing import Any
 import crc32c
 import pytest
 from kio.schema.errors import ErrorCode
+from structlog.testing import capture_logs
 
 from bridge.kafka_api.partition import Outcome, Pending
 from plateau_core import Append, Store
@@ -137,6 +138,38 @@ def test_unreadable_requests_close_only_their_connection(tmp_path: Path, frame: 
         client.send_frame(frame)
         assert client.closed_by_peer()
         client.close()
+        still_serving(bootstrap)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "body", "null"),
+    [
+        (2, 7, {"replica_id": -1, "isolation_level": 0, "topics": None}, "topics"),
+        (
+            2,
+            7,
+            {"replica_id": -1, "isolation_level": 0, "topics": [{"name": "e", "partitions": None}]},
+            "topics.partitions",
+        ),
+        (19, 7, {"topics": None, "timeout": 1000, "validate_only": False}, "topics"),
+        (32, 4, {"resources": None}, "resources"),
+    ],
+    ids=["list-offsets", "list-offsets-nested", "create-topics", "describe-configs"],
+)
+def test_a_null_array_where_kafka_has_none_closes_the_connection(
+    tmp_path: Path, api_key: int, version: int, body: dict[str, Any], null: str
+) -> None:
+    """kio reads an array's length of -1 as None even where the schema has no null; Kafka
+    refuses such a request, and so does plateau, saying which array it was."""
+    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+        client = RawClient(bootstrap)
+        with capture_logs() as logs:
+            client.send_frame(client.request_frame(api_key, version, body))
+            assert client.closed_by_peer()
+        client.close()
+        closed = [e for e in logs if e["event"] == "kafka_connection_closed"]
+        assert closed and closed[0]["reason"].endswith(f"carries a null {null}"), logs
+        assert not [e for e in logs if e["log_level"] == "error"], logs
         still_serving(bootstrap)
 
 
