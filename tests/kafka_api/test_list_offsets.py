@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from bridge.kafka_api.offsets import LATEST, LATEST_TIERED
 from tests.kafka_api.support import RawClient, api_config, listening, stored
-from tests.kafka_api.test_security import USERS, refusal
+from tests.kafka_api.test_security import allowlisted, limited_admin, refusal
 from tests.kafka_api.test_tools import java_tool
 
 pytestmark = pytest.mark.integration
@@ -184,21 +184,8 @@ def test_what_clients_never_send(tmp_path: Path) -> None:
 
 
 def test_a_user_lists_the_offsets_of_its_own_topics_only(tmp_path: Path) -> None:
-    config = api_config(
-        tmp_path / "store",
-        [{"name": "events", "partitions": 1}, {"name": "app-logs", "partitions": 1}],
-        sasl={"mechanisms": ["PLAIN"], "users": USERS},
-    )
-    with listening(config) as (_server, bootstrap):
-        admin = AdminClient(
-            {
-                "bootstrap.servers": bootstrap,
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": "limited",
-                "sasl.password": "limited-secret",
-            }
-        )
+    with listening(allowlisted(tmp_path)) as (_server, bootstrap):
+        admin = limited_admin(bootstrap)  # held: its futures end with it
         answers = admin.list_offsets(
             {TopicPartition(t, 0): OffsetSpec.latest() for t in ("app-logs", "events")},
             request_timeout=15,

@@ -130,21 +130,8 @@ def test_topic_allowlist(tmp_path: Path) -> None:
 def test_describe_configs_keeps_to_the_allowlist(tmp_path: Path) -> None:
     """A user learns nothing of a topic it may not write, as under Kafka's ACLs: not its
     settings, nor whether it exists (a name nobody created is answered the same)."""
-    config = api_config(
-        tmp_path / "store",
-        [{"name": "events", "partitions": 1}, {"name": "app-logs", "partitions": 1}],
-        sasl={"mechanisms": ["PLAIN"], "users": USERS},
-    )
-    with listening(config) as (_server, bootstrap):
-        admin = AdminClient(
-            {
-                "bootstrap.servers": bootstrap,
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "PLAIN",
-                "sasl.username": "limited",
-                "sasl.password": "limited-secret",
-            }
-        )
+    with listening(allowlisted(tmp_path)) as (_server, bootstrap):
+        admin = limited_admin(bootstrap)
         asked = [ConfigResource("topic", name) for name in ("app-logs", "events", "nobody")]
         answers = admin.describe_configs(asked, request_timeout=15)
         own = next(f for r, f in answers.items() if r.name == "app-logs").result(15)
@@ -152,6 +139,28 @@ def test_describe_configs_keeps_to_the_allowlist(tmp_path: Path) -> None:
         for name in ("events", "nobody"):
             future = next(f for r, f in answers.items() if r.name == name)
             assert refusal(future) == KafkaError.TOPIC_AUTHORIZATION_FAILED, name
+
+
+def allowlisted(tmp_path: Path) -> Any:
+    """Two topics, and SASL users of which `limited` may write only `app-*` topics."""
+    return api_config(
+        tmp_path / "store",
+        [{"name": "events", "partitions": 1}, {"name": "app-logs", "partitions": 1}],
+        sasl={"mechanisms": ["PLAIN"], "users": USERS},
+    )
+
+
+def limited_admin(bootstrap: str) -> AdminClient:
+    """An admin client signed in as the user `limited`."""
+    return AdminClient(
+        {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "limited",
+            "sasl.password": "limited-secret",
+        }
+    )
 
 
 def refusal(future: Any) -> int:
