@@ -69,8 +69,45 @@ class TopicCreation:
             creating.add_done_callback(lambda done: self._created(topic, done))
         return creating
 
+    def grow(self, topic: str, count: int) -> asyncio.Future[int]:
+        """Open a served topic's partitions up to `count` (more than it has), after any
+        creation or growth of it under way; resolves with its partition count once producers
+        can write them all, and goes on whether anyone waits for it or not."""
+        earlier = self._pending.get(topic)
+        growing = asyncio.ensure_future(self._grow(topic, count, earlier))
+        self._pending[topic] = growing
+        growing.add_done_callback(lambda done: self._created(topic, done))
+        return growing
+
+    async def _grow(self, topic: str, count: int, earlier: asyncio.Future[int] | None) -> int:
+        if earlier is not None:
+            await asyncio.wait([earlier])
+        before = self.topics.partitions[topic]
+
+        def prepare() -> tuple[int, list[ProducedPartition]]:
+            grown = self.topics.record(topic, count, "create_partitions")
+            return grown, self.owned.prepare(topic, grown)
+
+        try:
+            grown, states = await off_loop(prepare)
+        except Exception as exc:
+            log.error(
+                "topic_partitions_failed",
+                topic=topic,
+                partitions=before,
+                asked=count,
+                error=str(exc),
+                error_type=type(exc).__name__,
+            )
+            raise
+        self.owned.publish(states)
+        self.topics.add(topic, grown)
+        log.info("topic_partitions_added", topic=topic, partitions=grown, before=before)
+        return grown
+
     def _created(self, topic: str, done: asyncio.Future[int]) -> None:
-        self._pending.pop(topic, None)
+        if self._pending.get(topic) is done:  # not a growth queued behind it
+            del self._pending[topic]
         # Retrieved here: a request answered before the creation ended does not wait for
         # it, and its failure is logged (topic_open_failed) already.
         if not done.cancelled():

@@ -95,9 +95,7 @@ class OffsetsHandler:
             ]
         }
 
-    def _known(
-        self, topic: str, asked: Any, allowed: Callable[[str], bool]
-    ) -> Found | Lookup:
+    def _known(self, topic: str, asked: Any, allowed: Callable[[str], bool]) -> Found | Lookup:
         """The answer known without the store, or the lookup that finds it."""
         if not allowed(topic):
             return Found(error=ErrorCode.topic_authorization_failed)

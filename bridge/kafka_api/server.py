@@ -25,6 +25,7 @@ from bridge.errors import ConfigError
 from bridge.kafka_api import protocol
 from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection
+from bridge.kafka_api.create_partitions import CreatePartitionsHandler
 from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.framing import FramedConnection, FrameError
 from bridge.kafka_api.offsets import OffsetsHandler
@@ -49,10 +50,16 @@ REQUEST_MAX_BYTES = 100 * 1024 * 1024
 # client that has not said who it is gets Kafka's sasl.server.max.receive.size.
 UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 PRODUCER_SWEEP_S = 600.0  # how often producers silent for producer_expiry are forgotten
-# APIs answered once a blocking call is done: Metadata and CreateTopics may open a topic's
-# partitions, InitProducerId writes the manifest, ListOffsets may read segments.
+# APIs answered once a blocking call is done: Metadata, CreateTopics and CreatePartitions
+# may open partitions, InitProducerId writes the manifest, ListOffsets may read segments.
 _OFF_THE_LOOP = frozenset(
-    {protocol.METADATA, protocol.CREATE_TOPICS, protocol.INIT_PRODUCER_ID, protocol.LIST_OFFSETS}
+    {
+        protocol.METADATA,
+        protocol.CREATE_TOPICS,
+        protocol.CREATE_PARTITIONS,
+        protocol.INIT_PRODUCER_ID,
+        protocol.LIST_OFFSETS,
+    }
 )
 
 
@@ -162,6 +169,7 @@ class KafkaApiServer:
         advertised = self.api.advertised_address or self.address
         self.admin = AdminHandler(sink, *advertised)
         self.offsets = OffsetsHandler(sink)
+        self.growth = CreatePartitionsHandler(sink)
         self.produce = ProduceHandler(sink, self.api)
         log.info(
             "kafka_api_listening",
@@ -393,6 +401,8 @@ class KafkaApiServer:
             return await self.admin.create_topics(request.body, conn.allowed)
         if request.api_key == protocol.INIT_PRODUCER_ID:
             return await self.admin.init_producer_id(request.body)
+        if request.api_key == protocol.CREATE_PARTITIONS:
+            return await self.growth.create_partitions(request.body, conn.allowed)
         return await self.offsets.list_offsets(request.body, conn.allowed)
 
     def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
