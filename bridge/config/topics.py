@@ -231,7 +231,8 @@ class TopicMapping(Strict):
         ge=1,
         le=10_000,
         description="Without a source: how many partitions producers see (default "
-        "kafka_api.default_partitions). A consumed topic has its Kafka topic's.",
+        "kafka_api.default_partitions); raised, serve opens the new ones at its next start, "
+        "and a count never shrinks. A consumed topic has its Kafka topic's.",
     )
     format: Literal["raw", "json", "arrow", "avro", "protobuf", "json_schema"] = Field(
         default="raw",

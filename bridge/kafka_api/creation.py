@@ -82,7 +82,7 @@ class TopicCreation:
     async def _grow(self, topic: str, count: int, earlier: asyncio.Future[int] | None) -> int:
         if earlier is not None:
             await asyncio.wait([earlier])
-        before = self.topics.partitions[topic]
+        before = self.topics.partitions.get(topic, 0)
 
         def prepare() -> tuple[int, list[ProducedPartition]]:
             grown = self.topics.record(topic, count, "create_partitions")
