@@ -164,3 +164,23 @@ def test_a_user_grows_its_own_topics_only(tmp_path: Path) -> None:
         # app-logs is the config's: allowed, and refused for that.
         assert refusal(grow(admin, "app-logs", 4)) == KafkaError.POLICY_VIOLATION
         del admin
+
+
+def test_a_configured_topic_grows_when_its_config_does_and_never_shrinks(tmp_path: Path) -> None:
+    def config(partitions: int) -> Any:
+        return api_config(tmp_path / "store", [{"name": "events", "partitions": partitions}])
+
+    with listening(config(2)) as (_server, bootstrap):
+        produce(bootstrap, "events", 10)
+    with listening(config(4)) as (_server, bootstrap):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert partition_count(admin, "events") == 4
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        producer.produce("events", value=b"new", partition=3)
+        assert producer.flush(30) == 0
+        del admin, producer
+    with listening(config(1)) as (_server, bootstrap):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert partition_count(admin, "events") == 4  # producers that saw 4 still find 4
+        del admin
+    assert stored(tmp_path / "store", "events").num_rows == 11
