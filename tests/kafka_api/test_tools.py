@@ -119,6 +119,34 @@ def _offsets_by_partition(data_dir: Path) -> list[list[int]]:
         ]
 
 
+def test_kafka_admin_tools(tmp_path: Path) -> None:
+    """What operations.md says Kafka's own tools do against the listener (the growth and
+    offsets tools are in test_create_partitions and test_list_offsets)."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
+        args = ("--bootstrap-server", bootstrap)
+        listed = java_tool("org.apache.kafka.tools.TopicCommand", *args, "--list")
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.split() == ["events"]
+        configs = java_tool(
+            "kafka.admin.ConfigCommand",
+            *args,
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            "events",
+        )
+        assert configs.returncode == 0, configs.stderr
+        assert "message.timestamp.type=CreateTime" in configs.stdout
+        cluster = java_tool("org.apache.kafka.tools.ClusterTool", "cluster-id", *args)
+        assert cluster.returncode == 0, cluster.stderr
+        assert f"Cluster ID: {server.admin.cluster_id}" in cluster.stdout
+        versions = java_tool("org.apache.kafka.tools.BrokerApiVersionsCommand", *args)
+        assert versions.returncode == 0, versions.stderr
+        assert "Produce(0): 3 to 12" in versions.stdout
+        assert "CreatePartitions(37): 0 to 3" in versions.stdout
+
+
 def test_a_transactional_producer_fails_at_once_and_stores_nothing(tmp_path: Path) -> None:
     """A transactional.id makes the Java client ask for a transaction coordinator first,
     which plateau does not answer: the producer stops with that error instead of waiting
