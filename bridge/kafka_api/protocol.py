@@ -53,12 +53,14 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     22: ("InitProducerId", 0, 5),
     32: ("DescribeConfigs", 1, 4),
     36: ("SaslAuthenticate", 0, 2),
+    # v1-4: what Kafka 4 lists (v5 is newer than its clients).
+    35: ("DescribeLogDirs", 1, 4),
     37: ("CreatePartitions", 0, 3),
     60: ("DescribeCluster", 0, 1),
 }
 PRODUCE, FETCH, METADATA, SASL_HANDSHAKE, API_VERSIONS = 0, 1, 3, 17, 18
 CREATE_TOPICS, INIT_PRODUCER_ID, DESCRIBE_CONFIGS, SASL_AUTHENTICATE = 19, 22, 32, 36
-DESCRIBE_CLUSTER, LIST_OFFSETS, CREATE_PARTITIONS = 60, 2, 37
+DESCRIBE_CLUSTER, LIST_OFFSETS, CREATE_PARTITIONS, DESCRIBE_LOG_DIRS = 60, 2, 37, 35
 # What a connection may send before it has authenticated.
 BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 

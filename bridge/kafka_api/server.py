@@ -28,6 +28,7 @@ from bridge.kafka_api.connection import Connection
 from bridge.kafka_api.create_partitions import CreatePartitionsHandler
 from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.framing import FramedConnection, FrameError
+from bridge.kafka_api.log_dirs import LogDirsHandler
 from bridge.kafka_api.offsets import OffsetsHandler
 from bridge.kafka_api.produce import ProduceHandler
 from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
@@ -51,7 +52,8 @@ REQUEST_MAX_BYTES = 100 * 1024 * 1024
 UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 PRODUCER_SWEEP_S = 600.0  # how often producers silent for producer_expiry are forgotten
 # APIs answered once a blocking call is done: Metadata, CreateTopics and CreatePartitions
-# may open partitions, InitProducerId writes the manifest, ListOffsets may read segments.
+# may open partitions, InitProducerId writes the manifest, ListOffsets may read segments,
+# DescribeLogDirs reads the manifest.
 _OFF_THE_LOOP = frozenset(
     {
         protocol.METADATA,
@@ -59,6 +61,7 @@ _OFF_THE_LOOP = frozenset(
         protocol.CREATE_PARTITIONS,
         protocol.INIT_PRODUCER_ID,
         protocol.LIST_OFFSETS,
+        protocol.DESCRIBE_LOG_DIRS,
     }
 )
 
@@ -170,6 +173,7 @@ class KafkaApiServer:
         self.admin = AdminHandler(sink, *advertised)
         self.offsets = OffsetsHandler(sink)
         self.growth = CreatePartitionsHandler(sink)
+        self.log_dirs = LogDirsHandler(sink)
         self.produce = ProduceHandler(sink, self.api)
         log.info(
             "kafka_api_listening",
@@ -403,6 +407,8 @@ class KafkaApiServer:
             return await self.admin.init_producer_id(request.body)
         if request.api_key == protocol.CREATE_PARTITIONS:
             return await self.growth.create_partitions(request.body, conn.allowed)
+        if request.api_key == protocol.DESCRIBE_LOG_DIRS:
+            return await self.log_dirs.describe_log_dirs(request.body, conn.allowed)
         return await self.offsets.list_offsets(request.body, conn.allowed)
 
     def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
