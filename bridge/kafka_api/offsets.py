@@ -5,9 +5,10 @@ list_offsets, a consumer's offsetsForTimes, monitoring tools counting a topic's 
 A partition's end (LATEST) is its high watermark: every offset below it is durable (in the
 journal or sealed), as Kafka's high watermark is every offset its replicas hold. Its start
 (EARLIEST) is the first offset retention kept. A time or MAX_TIMESTAMP lookup searches the
-stored `timestamp` column (which a topic may take from a value field), so the records of
-the partition that are durable but not sealed yet are sealed first: the lookup is exact,
-and costs a small segment that consolidation merges later.
+stored `timestamp` column (which a topic may take from a value field). When the answer is
+not in the sealed segments (a time later than every sealed record's, or the largest
+timestamp), the partition's durable records not sealed yet are sealed first, so the
+answer is exact; that costs a small segment, which consolidation merges later.
 """
 
 from __future__ import annotations
@@ -131,28 +132,42 @@ class OffsetsHandler:
 def search(sink: ProduceSink, lookups: list[Lookup]) -> dict[tuple[str, int], Found]:
     """Each lookup's answer from the store (a blocking call: off the event loop)."""
     answers: dict[tuple[str, int], Found] = {}
-    failed = _seal(sink, [lk for lk in lookups if lk.seal])
     spans: dict[str, dict[int, Any]] = {}
+    left = []
     for lookup in lookups:
+        if lookup.seal and lookup.timestamp != MAX_TIMESTAMP:
+            # The records not sealed yet all come after the sealed ones: a time found in
+            # these is the first one, and nothing needs sealing for it.
+            found = _answered(sink.store, lookup, spans)
+            if found.error is not ErrorCode.none or found.offset != UNKNOWN:
+                answers[(lookup.topic, lookup.partition)] = found
+                continue
+        left.append(lookup)
+    failed = _seal(sink, [lk for lk in left if lk.seal])
+    for lookup in left:
         key = (lookup.topic, lookup.partition)
-        if key in failed:
-            answers[key] = Found(error=failed[key])
-            continue
-        try:
-            if lookup.topic not in spans:
-                spans[lookup.topic] = {s.partition: s for s in sink.store.spans(lookup.topic)}
-            answers[key] = _answer(sink.store, lookup, spans[lookup.topic].get(lookup.partition))
-        except Exception as exc:  # this partition's answer: the others still get theirs
-            log.warning(
-                "list_offsets_failed",
-                topic=lookup.topic,
-                partition=lookup.partition,
-                timestamp=lookup.timestamp,
-                error=str(exc),
-                error_type=type(exc).__name__,
-            )
-            answers[key] = Found(error=ErrorCode.kafka_storage_error)
+        answers[key] = (
+            Found(error=failed[key]) if key in failed else _answered(sink.store, lookup, spans)
+        )
     return answers
+
+
+def _answered(store: Store, lookup: Lookup, spans: dict[str, dict[int, Any]]) -> Found:
+    """The lookup's answer from what is sealed now, or the error reading it met."""
+    try:
+        if lookup.topic not in spans:
+            spans[lookup.topic] = {s.partition: s for s in store.spans(lookup.topic)}
+        return _answer(store, lookup, spans[lookup.topic].get(lookup.partition))
+    except Exception as exc:  # this partition's answer: the others still get theirs
+        log.warning(
+            "list_offsets_failed",
+            topic=lookup.topic,
+            partition=lookup.partition,
+            timestamp=lookup.timestamp,
+            error=str(exc),
+            error_type=type(exc).__name__,
+        )
+        return Found(error=ErrorCode.kafka_storage_error)
 
 
 def _seal(sink: ProduceSink, lookups: Iterable[Lookup]) -> dict[tuple[str, int], ErrorCode]:

@@ -92,7 +92,12 @@ def test_lookups_across_sealed_and_unsealed_records_and_retention(tmp_path: Path
         produce(bootstrap, "events", 0, STAMPS)
         assert one(bootstrap, OffsetSpec.for_timestamp(BASE + 2)) == (1, BASE + 5)  # seals 0-5
         produce(bootstrap, "events", 0, [BASE + 20, BASE + 30, BASE + 25])  # offsets 6-8
+        # Found among the sealed records: those not sealed yet come after, and stay so.
+        assert one(bootstrap, OffsetSpec.for_timestamp(BASE + 2)) == (1, BASE + 5)
+        assert stored(tmp_path / "store", "events").num_rows == 6
+        # Not among them: the partition seals, and the answer is one of the new records.
         assert one(bootstrap, OffsetSpec.for_timestamp(BASE + 21)) == (7, BASE + 30)
+        assert stored(tmp_path / "store", "events").num_rows == 9
         assert one(bootstrap, OffsetSpec.max_timestamp()) == (7, BASE + 30)
         assert one(bootstrap, OffsetSpec.latest()) == (9, -1)
         # Retention took the first segment: the partition starts where the next does.
