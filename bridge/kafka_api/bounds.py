@@ -52,6 +52,22 @@ class LengthError(ValueError):
     """A length or count that the frame cannot hold."""
 
 
+class NullArrayError(LengthError):
+    """An array sent as null where its schema has no null: kio would read it as None, and
+    Kafka refuses it. `path` names it from the request's top (`topics.partitions`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fields: list[str] = []
+
+    @property
+    def path(self) -> str:
+        return ".".join(self.fields)
+
+    def __str__(self) -> str:
+        return f"a null {self.path}, where its schema has none"
+
+
 class _Cursor:
     def __init__(self, data: bytes | memoryview, at: int, end: int) -> None:
         self.data = data
@@ -112,13 +128,17 @@ Check = Callable[[_Cursor], None]
 def _entity(entity_type: Any, *, nullable: bool) -> Check:
     regular, _ = _fields(entity_type)
     flexible = bool(entity_type.__flexible__)
-    steps = tuple(_field(field, flexible) for field in regular)
+    steps = tuple((field.name, _field(field, flexible)) for field in regular)
 
     def check(cursor: _Cursor) -> None:
         if nullable and cursor.fixed(_I8) < 0:
             return
-        for step in steps:
-            step(cursor)
+        for name, step in steps:
+            try:
+                step(cursor)
+            except NullArrayError as exc:
+                exc.fields.insert(0, name)
+                raise
         if flexible:
             _tags(entity_type, _tagged(entity_type), cursor)
 
@@ -145,8 +165,8 @@ def _tags(entity_type: Any, tagged: dict[int, Check], cursor: _Cursor) -> None:
 
 @cache
 def _field(field: Any, flexible: bool, *, tagged: bool = False) -> Check:
-    kind, optional, kafka_type = _shape(field)
-    optional = optional and not tagged
+    kind, may_be_null, kafka_type = _shape(field)
+    optional = may_be_null and not tagged
     if isinstance(kind, PrimitiveField | EntityField):
         return _one(field, kind, kafka_type, flexible, optional)
     one = _one(field, kind, kafka_type, flexible, optional=False)
@@ -155,7 +175,9 @@ def _field(field: Any, flexible: bool, *, tagged: bool = False) -> Check:
     def check_array(cursor: _Cursor) -> None:
         count = cursor.uvarint() - 1 if flexible else cursor.fixed(_I32)
         if count < 0:
-            return  # a null array
+            if not may_be_null:
+                raise NullArrayError
+            return
         if count > cursor.left():
             raise LengthError(
                 f"{name}: {count} elements claimed, {cursor.left()} bytes left in the frame"

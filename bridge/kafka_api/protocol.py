@@ -20,17 +20,10 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    is_optional,
-)
 from kio.serial.errors import SerialError
 
 from bridge.kafka_api import encoding
-from bridge.kafka_api.bounds import check_header, check_request
+from bridge.kafka_api.bounds import NullArrayError, check_header, check_request
 from bridge.kafka_api.produce_request import ProduceRequestError, read_produce
 
 # api key -> (name, lowest, highest version answered). The ranges are what current
@@ -141,50 +134,21 @@ def _parse_with_kio(
         header, used = _reader(request_type.__header_schema__)(frame, 0)
         check_request(request_type, frame, used)
         body, _ = _reader(request_type)(frame, used)
-        null = _null_array(body)
+    except NullArrayError as exc:
+        # kio reads a length of -1 as None whatever the schema says; Kafka refuses it where
+        # the array has no null versions, and the handlers count on that.
+        raise ProtocolError(
+            f"{api_name(api_key)} v{api_version} request carries a null {exc.path}"
+        ) from exc
     # kio's own errors, and what its readers let through on damaged input (KeyError for a
     # tagged field it does not know, OverflowError, ...): all mean the frame is unreadable.
     except (SerialError, ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
         raise ProtocolError(
             f"{api_name(api_key)} v{api_version} request does not parse: {exc}"
         ) from exc
-    if null is not None:
-        # kio reads a length of -1 as None whatever the schema says; Kafka refuses it where
-        # the array has no null versions, and the handlers count on that.
-        raise ProtocolError(f"{api_name(api_key)} v{api_version} request carries a null {null}")
     # Bytes after the request's end are left alone, as Kafka's own parser leaves them:
     # librdkafka's Metadata v12 carries three (its AdminClient's list_topics).
     return Request(api_key, api_version, correlation_id, header.client_id, body)
-
-
-def _null_array(entity: Any) -> str | None:
-    """The first array of `entity` (nested ones too) that is null where its schema has no
-    null, by its path; None when there is none."""
-    kind: Any = type(entity)
-    for name, nested, nullable in _arrays(kind):
-        value = getattr(entity, name)
-        if value is None:
-            if not nullable:
-                return name
-        elif nested:
-            for item in value if isinstance(value, tuple) else (value,):
-                found = _null_array(item)
-                if found is not None:
-                    return f"{name}.{found}"
-    return None
-
-
-@cache
-def _arrays(entity_type: Any) -> tuple[tuple[str, bool, bool], ...]:
-    """An entity's fields that are or hold arrays: (name, holds entities, nullable)."""
-    found = []
-    for field in dataclasses.fields(entity_type):
-        kind = classify_field(field)
-        if isinstance(kind, (EntityField, EntityTupleField)):
-            found.append((field.name, True, is_optional(field)))
-        elif isinstance(kind, PrimitiveTupleField):
-            found.append((field.name, False, is_optional(field)))
-    return tuple(found)
 
 
 def encode_response(
