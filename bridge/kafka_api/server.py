@@ -14,6 +14,7 @@ import contextlib
 import ssl
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -51,19 +52,8 @@ REQUEST_MAX_BYTES = 100 * 1024 * 1024
 # client that has not said who it is gets Kafka's sasl.server.max.receive.size.
 UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 PRODUCER_SWEEP_S = 600.0  # how often producers silent for producer_expiry are forgotten
-# APIs answered once a blocking call is done: Metadata, CreateTopics and CreatePartitions
-# may open partitions, InitProducerId writes the manifest, ListOffsets may read segments,
-# DescribeLogDirs reads the manifest.
-_OFF_THE_LOOP = frozenset(
-    {
-        protocol.METADATA,
-        protocol.CREATE_TOPICS,
-        protocol.CREATE_PARTITIONS,
-        protocol.INIT_PRODUCER_ID,
-        protocol.LIST_OFFSETS,
-        protocol.DESCRIBE_LOG_DIRS,
-    }
-)
+# An API answered once a blocking call is done, off the event loop.
+Later = Callable[[Connection, Request], Awaitable[dict[str, Any]]]
 
 
 class KafkaApiServer:
@@ -89,6 +79,7 @@ class KafkaApiServer:
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kafka-api", daemon=True)
         self._connections: set[FramedConnection] = set()
+        self._later: dict[int, Later] = {}  # by api key, once listening
         self._max_frame = max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes)
         self._status = StatusFile(config.storage.data_dir, NAME, run or new_run_id())
 
@@ -171,10 +162,8 @@ class KafkaApiServer:
         self.address = (str(bound[0]), int(bound[1]))
         advertised = self.api.advertised_address or self.address
         self.admin = AdminHandler(sink, *advertised)
-        self.offsets = OffsetsHandler(sink)
-        self.growth = CreatePartitionsHandler(sink)
-        self.log_dirs = LogDirsHandler(sink)
         self.produce = ProduceHandler(sink, self.api)
+        self._later = self._off_the_loop(sink)
         log.info(
             "kafka_api_listening",
             listen=f"{self.address[0]}:{self.address[1]}",
@@ -370,10 +359,11 @@ class KafkaApiServer:
             else:
                 accepted.ready.add_done_callback(produced)
             return done
-        if request.api_key in _OFF_THE_LOOP:
+        later = self._later.get(request.api_key)
+        if later is not None:
 
             async def answered() -> bytes | None:
-                return self._encode(request, await self._later(conn, request))
+                return self._encode(request, await later(conn, request))
 
             return asyncio.ensure_future(answered())
         body = self._admin(conn, request)
@@ -395,21 +385,30 @@ class KafkaApiServer:
             request.api_key, request.api_version, request.correlation_id, body
         )
 
-    async def _later(self, conn: Connection, request: Request) -> dict[str, Any]:
-        """The answer of an API that waits off the event loop."""
-        if request.api_key == protocol.METADATA:
-            return await self.admin.metadata(
-                request.body, request.api_version, self.api.auto_create_topics, conn.allowed
-            )
-        if request.api_key == protocol.CREATE_TOPICS:
-            return await self.admin.create_topics(request.body, conn.allowed)
-        if request.api_key == protocol.INIT_PRODUCER_ID:
-            return await self.admin.init_producer_id(request.body)
-        if request.api_key == protocol.CREATE_PARTITIONS:
-            return await self.growth.create_partitions(request.body, conn.allowed)
-        if request.api_key == protocol.DESCRIBE_LOG_DIRS:
-            return await self.log_dirs.describe_log_dirs(request.body, conn.allowed)
-        return await self.offsets.list_offsets(request.body, conn.allowed)
+    def _off_the_loop(self, sink: ProduceSink) -> dict[int, Later]:
+        """The APIs that wait for a blocking call: Metadata, CreateTopics and CreatePartitions
+        may open partitions, InitProducerId writes the manifest, ListOffsets may read (and
+        seal) segments, DescribeLogDirs reads the manifest."""
+        admin, auto_create = self.admin, self.api.auto_create_topics
+        offsets, growth, log_dirs = (
+            OffsetsHandler(sink),
+            CreatePartitionsHandler(sink),
+            LogDirsHandler(sink),
+        )
+        return {
+            protocol.METADATA: lambda conn, r: admin.metadata(
+                r.body, r.api_version, auto_create, conn.allowed
+            ),
+            protocol.CREATE_TOPICS: lambda conn, r: admin.create_topics(r.body, conn.allowed),
+            protocol.INIT_PRODUCER_ID: lambda _conn, r: admin.init_producer_id(r.body),
+            protocol.CREATE_PARTITIONS: lambda conn, r: growth.create_partitions(
+                r.body, conn.allowed
+            ),
+            protocol.LIST_OFFSETS: lambda conn, r: offsets.list_offsets(r.body, conn.allowed),
+            protocol.DESCRIBE_LOG_DIRS: lambda conn, r: log_dirs.describe_log_dirs(
+                r.body, conn.allowed
+            ),
+        }
 
     def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
         key, body = request.api_key, request.body
