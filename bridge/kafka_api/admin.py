@@ -15,7 +15,7 @@ import structlog
 from kio.schema.errors import ErrorCode
 
 from bridge.kafka_api.daemon_calls import off_loop
-from bridge.kafka_api.failures import creation_error
+from bridge.kafka_api.failures import creation_error, unfinished
 from bridge.kafka_api.protocol import api_versions
 from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.topics import TopicNameError
@@ -43,17 +43,11 @@ class Created(NamedTuple):
 
 
 def _outcome(topic: str, creating: asyncio.Future[int]) -> Created:
-    if not creating.done():
-        # Kafka's answer for a topic whose creation outlasts the request's timeout (or any
-        # creation, with a timeout of 0): librdkafka reads it as success then.
-        return Created(
-            ErrorCode.request_timed_out,
-            f"topic {topic!r} is still being created; it is listed once its partitions are open",
-        )
-    failed = creating.exception()
-    if failed is not None:
-        return Created(*creation_error(topic, failed))
-    return Created(partitions=creating.result())
+    # Kafka's answer for a topic whose creation outlasts the request's timeout (or any
+    # creation, with a timeout of 0) is REQUEST_TIMED_OUT.
+    still = f"topic {topic!r} is still being created; it is listed once its partitions are open"
+    answer = unfinished(topic, creating, still)
+    return Created(partitions=creating.result()) if answer is None else Created(*answer)
 
 
 def topic_id(topic: str) -> uuid.UUID:

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from bridge.kafka_api.failures import creation_error
+from bridge.kafka_api.failures import unfinished
 from bridge.kafka_api.sink import ProduceSink
 
 MAX_PARTITIONS = 10_000  # as CreateTopics takes
@@ -90,12 +90,5 @@ class CreatePartitionsHandler:
 
 
 def _outcome(topic: str, growing: asyncio.Future[int]) -> Grown:
-    if not growing.done():
-        return Grown(
-            ErrorCode.request_timed_out,
-            f"topic {topic!r}'s new partitions are still opening; they are listed once open",
-        )
-    failed = growing.exception()
-    if failed is not None:
-        return Grown(*creation_error(topic, failed))
-    return Grown()
+    still = f"topic {topic!r}'s new partitions are still opening; they are listed once open"
+    return Grown(*(unfinished(topic, growing, still) or ()))

@@ -4,6 +4,8 @@ or SQL; the log has them."""
 
 from __future__ import annotations
 
+import asyncio
+
 import structlog
 from kio.schema.errors import ErrorCode
 from sqlalchemy.exc import SQLAlchemyError
@@ -24,6 +26,19 @@ def creation_error(topic: str, exc: BaseException) -> tuple[ErrorCode, str]:
     if isinstance(exc, (TopicNameError, InvalidInputError)):
         return ErrorCode.invalid_topic_exception, str(exc)
     return _failed(f"the partitions of topic {topic!r} could not be opened", exc)
+
+
+def unfinished(
+    topic: str, opening: asyncio.Future[int], still: str
+) -> tuple[ErrorCode, str] | None:
+    """The answer of a topic whose partitions a request opens (CreateTopics,
+    CreatePartitions): REQUEST_TIMED_OUT while they are still opening when its timeout
+    came (`still` says so; librdkafka reads it as success), the failure's when they did not
+    open, None once they did."""
+    if not opening.done():
+        return ErrorCode.request_timed_out, still
+    failed = opening.exception()
+    return None if failed is None else creation_error(topic, failed)
 
 
 def append_error(exc: BaseException) -> tuple[ErrorCode, str]:

@@ -33,7 +33,9 @@ class LogDirsHandler:
         sizes, total, free = await off_loop(_sizes_and_disk, store, set(served))
         topics = []
         for topic, count in sorted(served.items()):
-            wanted = range(count) if asked is None else sorted(p for p in asked[topic] if p < count)
+            wanted = (
+                range(count) if asked is None else sorted(p for p in asked[topic] if 0 <= p < count)
+            )
             topics.append(
                 {
                     "name": topic,
@@ -45,7 +47,6 @@ class LogDirsHandler:
                             "is_future_key": False,
                         }
                         for p in wanted
-                        if p >= 0
                     ],
                 }
             )
