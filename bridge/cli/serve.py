@@ -23,6 +23,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
         "check", help="validate the configuration and reach the brokers"
     )
     config_argument(check_parser)
+    timeout_argument(check_parser, "the brokers and the schema registry")
     check_parser.set_defaults(handler=_check)
 
     status_parser = subparsers.add_parser(
@@ -30,6 +31,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     config_argument(status_parser)
     status_parser.add_argument("--json", action="store_true", help="one JSON object")
+    timeout_argument(status_parser, "each of Kafka's answers")
     status_parser.set_defaults(handler=_status)
 
 
@@ -37,6 +39,30 @@ def config_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", "-c", type=Path, required=True, help="the YAML configuration file"
     )
+
+
+# How long check and status wait for what they ask over the network before saying it did
+# not answer: a cluster across a WAN or busy with a rebalance can take seconds.
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def timeout_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=duration,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"how long to wait for {what} (default 10s)",
+    )
+
+
+def duration(text: str) -> float:
+    """A command-line duration as the config takes them (`500ms`, `10s`, `5m`)."""
+    from bridge.config.units import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -53,7 +79,10 @@ def _check(args: argparse.Namespace) -> int:
     from bridge.config import load_config
     from bridge.ops.check import check
 
-    for line in check(load_config(args.config)):
+    if args.timeout <= 0:
+        print("plateau check: --timeout must be more than 0s", file=sys.stderr)
+        return 2
+    for line in check(load_config(args.config), args.timeout):
         print(line)
     return 0
 
@@ -62,7 +91,10 @@ def _status(args: argparse.Namespace) -> int:
     from bridge.config import load_config
     from bridge.ops.status import collect, render
 
-    document, error = collect(load_config(args.config))
+    if args.timeout <= 0:
+        print("plateau status: --timeout must be more than 0s", file=sys.stderr)
+        return 2
+    document, error = collect(load_config(args.config), args.timeout)
     print(render(document, args.json))
     if error is not None:
         print(f"plateau status: {error}", file=sys.stderr)

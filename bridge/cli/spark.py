@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bridge.cli.serve import config_argument
+from bridge.cli.serve import config_argument, duration
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,9 +48,7 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     when = rep.add_mutually_exclusive_group()
     when.add_argument("--once", action="store_true", help="one run, then exit")
-    when.add_argument(
-        "--interval", type=_duration, help="pause between runs (default: config, 60s)"
-    )
+    when.add_argument("--interval", type=duration, help="pause between runs (default: config, 60s)")
     when.add_argument(
         "--compact",
         action="store_true",
@@ -58,15 +56,6 @@ def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     rep.add_argument("--master", help=MASTER_HELP)
     rep.set_defaults(handler=_replicate)
-
-
-def _duration(text: str) -> float:
-    from bridge.config.units import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _query(args: argparse.Namespace) -> int:

@@ -113,7 +113,7 @@ def _no_answer(
     config: Config, timeout_s: float, exc: KafkaException, errors: list[KafkaError]
 ) -> str:
     message = (
-        f"kafka: no answer from {config.kafka.bootstrap_servers} within {timeout_s:.0f}s: "
+        f"kafka: no answer from {config.kafka.bootstrap_servers} within {timeout_s:g}s: "
         f"{exc.args[0]}"
     )
     telling = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]

@@ -185,7 +185,10 @@ class KafkaOffsets:
                 self._offsets[key] = (done.offset if done.offset >= 0 else None, high)
         except KafkaException as exc:
             self._offsets = {}
-            self._error = f"Kafka at {config.kafka.bootstrap_servers} did not answer: {exc.args[0]}"
+            self._error = (
+                f"Kafka at {config.kafka.bootstrap_servers} did not answer within "
+                f"{self.timeout_s:g}s: {exc.args[0]}"
+            )
         finally:
             consumer.close()
 

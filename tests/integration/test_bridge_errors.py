@@ -229,9 +229,9 @@ def test_check_fails_when_brokers_do_not_answer(tmp_path: Path) -> None:
             }
         )
     )
-    checked = plateau_command("check", "--config", str(config_file))
+    checked = plateau_command("check", "--config", str(config_file), "--timeout", "1500ms")
     assert checked.returncode != 0
-    assert "no answer from 127.0.0.1:1" in checked.stderr
+    assert "no answer from 127.0.0.1:1 within 1.5s" in checked.stderr
 
 
 def test_trailing_poison_moves_the_watermark_and_is_not_read_again(

@@ -48,11 +48,17 @@ def test_secrets_stay_out_of_every_output(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PLATEAU__KAFKA__SASL_PASSWORD": ENV_SECRET}
     outputs = {}
-    check = plateau_command("check", "--config", str(config), env=env, log_level=None, timeout_s=60)
+    # The brokers never answer: a short wait for them is enough to reach the error paths.
+    check = plateau_command(
+        "check", "--config", str(config), "--timeout", "2s", env=env, log_level=None, timeout_s=60
+    )
     assert check.returncode != 0, "check must fail when the brokers do not answer"
     outputs["check"] = check.stdout + check.stderr
     status = plateau_command(
-        "status", "--config", str(config), "--json", env=env, log_level=None, timeout_s=60
+        *("status", "--config", str(config), "--json", "--timeout", "2s"),
+        env=env,
+        log_level=None,
+        timeout_s=60,
     )
     outputs["status"] = status.stdout + status.stderr
     log_path = tmp_path / "serve.log"

@@ -142,7 +142,9 @@ def test_broker_unreachable_at_start(
     own_broker.stop()
     config_file = tmp_path / "plateau.yaml"
     write_config_file(config_file, bootstrap, topic, "g-start")
-    check = plateau_command("check", "--config", str(config_file), log_level=None)
+    check = plateau_command(
+        "check", "--config", str(config_file), "--timeout", "2s", log_level=None
+    )
     assert check.returncode != 0
     assert bootstrap in check.stderr + check.stdout, check.stderr
     port = free_port()

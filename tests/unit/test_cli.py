@@ -38,7 +38,37 @@ def test_a_replicate_interval_that_is_not_a_duration_says_what_one_looks_like(
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert "argument --interval: expected a duration like 250ms, 10s, 5m or 7d" in err
-    assert "_duration" not in err
+    assert "invalid" not in err  # argparse's own wording for a type it could not apply
+
+
+@pytest.mark.parametrize("command", ["check", "status"])
+def test_a_timeout_that_is_not_a_duration_says_what_one_looks_like(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args([command, "-c", "x.yaml", "--timeout", "soon"])
+    assert stopped.value.code == 2
+    assert "argument --timeout: expected a duration like" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["check", "status"])
+def test_a_timeout_of_zero_is_refused_before_anything_is_asked(
+    command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main([command, "-c", str(tmp_path / "none.yaml"), "--timeout", "0s"]) == 2
+    assert f"plateau {command}: --timeout must be more than 0s" in capsys.readouterr().err
+
+
+def test_status_waits_for_kafka_as_long_as_told(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "plateau.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: '127.0.0.1:1'}\n"
+        f"storage: {{data_dir: {tmp_path / 'data'}}}\ntopics: [{{source: t}}]\n"
+    )
+    assert main(["status", "-c", str(config), "--json", "--timeout", "300ms"]) == 1
+    assert "Kafka at 127.0.0.1:1 did not answer within 0.3s" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
