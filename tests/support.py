@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from plateau_core import Append, BackpressureError, RollPolicy, Store, Writer, WriterPolicy
 from plateau_core.names import relative_segment_path
@@ -103,6 +106,15 @@ def record_segment(
     relative = relative_segment_path(topic, partition, stats.start_offset)
     store.manifest.commit_segment(topic, partition, stats, relative, table.schema)
     return stats
+
+
+def writers_write_with(monkeypatch: pytest.MonkeyPatch, disk: Callable[..., object]) -> None:
+    """Every Writer made from now on (the test's serve included) writes its segments through
+    `disk`. The Kafka API's journaled writer subclasses Writer and is imported on first use:
+    imported after the patch, it would subclass the partial and fail, so a test passed only
+    when another test had imported it first."""
+    importlib.import_module("plateau_core.journaled_writer")
+    monkeypatch.setattr("plateau_core.writer.Writer", functools.partial(Writer, write=disk))
 
 
 class GatedDisk:

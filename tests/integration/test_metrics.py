@@ -4,7 +4,6 @@ figures agree with what was produced and landed, pauses show up, a blocked write
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from bridge.demo.producer import Record, produce
-from plateau_core import Store, Writer
+from plateau_core import Store
 from tests.bridge_support import (
     end_offsets,
     free_port,
@@ -31,7 +30,7 @@ from tests.bridge_support import (
     with_metrics,
     write_config_file,
 )
-from tests.support import GatedDisk, SlowDisk
+from tests.support import GatedDisk, SlowDisk, writers_write_with
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -144,8 +143,7 @@ def test_a_forced_pause_shows_up(
     topic = topic_factory(partitions=4)
     total = 30_000
     produce(kafka, topic, (Record(value=b"x" * 100 + str(i).encode()) for i in range(total)))
-    slow = functools.partial(Writer, write=SlowDisk(0.05))
-    monkeypatch.setattr("plateau_core.writer.Writer", slow)
+    writers_write_with(monkeypatch, SlowDisk(0.05))
     port = free_port()
     config = with_metrics(
         make_config(
@@ -182,7 +180,7 @@ def test_readyz_goes_red_while_a_writer_blocks_and_green_after(
 ) -> None:
     topic = topic_factory(partitions=1)
     disk = GatedDisk(timeout_s=120)
-    monkeypatch.setattr("plateau_core.writer.Writer", functools.partial(Writer, write=disk))
+    writers_write_with(monkeypatch, disk)
     port = free_port()
     config = with_metrics(
         make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}"),

@@ -91,9 +91,15 @@ def test_kill_9_during_seals_loses_and_duplicates_nothing(
     topic = topic_factory(partitions=4)
     config = tmp_path / "plateau.yaml"
     data_dir = tmp_path / "data"
-    # A killed consumer leaves the group only when its session times out; the broker's
-    # minimum (6 s) instead of librdkafka's 45 s lets the next process take over sooner.
-    session = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1500}
+    # A killed consumer leaves the group only when its session times out. As a static
+    # member (what a supervisor restarting serve on one host would configure) the next
+    # process gets the partitions back at once under the same instance id, instead of each
+    # round waiting out the session (the broker's minimum, 6 s, should that not happen).
+    session = {
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1500,
+        "group.instance.id": f"serve-{topic}",
+    }
     write_config_file(config, kafka, topic, f"g-{topic}", kafka_extra=session)
     settings = yaml.safe_load(config.read_text())
     settings["defaults"]["roll"] = {"max_rows": 50_000, "max_age": "1s"}

@@ -6,14 +6,12 @@ has, and resumes when space returns or retention frees it."""
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import random
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +20,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from bridge.demo.producer import Record, produce
-from plateau_core import Store, Writer
+from plateau_core import Store
 from plateau_core.policies import IndexPolicy
 from plateau_core.segment_file import write_segment
 from plateau_core.segment_stats import SegmentStats
 from tests.bridge_support import end_offsets, make_config, serving, wait_landed
 from tests.reliability.processes import ServeProcess, retired_events, retired_prefix
 from tests.reliability.support import Recorder, every_offset
+from tests.support import writers_write_with
 
 MiB = 1024 * 1024
 
@@ -225,11 +224,7 @@ def test_injected_enospc_pauses_and_resumes(
 ) -> None:
     topic = topic_factory(partitions=2)
     disk = FullDisk()
-    # Imported before the patch: a subclass of the patched name (the Kafka API's journaled
-    # writer, imported on first use) would otherwise subclass the partial, and the test
-    # passed only after another test had imported it.
-    import_module("plateau_core.journaled_writer")
-    monkeypatch.setattr("plateau_core.writer.Writer", functools.partial(Writer, write=disk))
+    writers_write_with(monkeypatch, disk)
     config = make_config(
         kafka,
         tmp_path,
