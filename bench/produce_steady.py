@@ -9,12 +9,16 @@ then with the librdkafka producer of produce_bench.py, and reports per run:
 
   - records/s acknowledged (the perf test's own figure);
   - CPU per record of the receiving process (the broker's JVM, or serve);
-  - CPU per record of the client (the perf test's JVM: also its JIT compiler threads);
+  - CPU per record of the client (the perf test's JVM: also its JIT compiler threads and its
+    garbage collector's);
+  - the perf test's own figures of its requests (`--print-metrics`): their average latency,
+    records per request, and the share of time its send() waited for buffer memory;
   - the machine's idle share during the run (all cores; what neither side could use).
 
 Ratios are plateau's median over the broker's median, per client and record size.
 
     .venv/bin/python bench/produce_steady.py --records 2000000 --rounds 2
+    .venv/bin/python bench/produce_steady.py --sizes 128 --rounds 3 --clients perf-test
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -47,8 +52,16 @@ from produce_bench import (
 from bridge.local_kafka.topics import create_topic
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLIENTS = ("perf-test", "librdkafka")
 # HotSpot names its compiler threads so (the name is cut to 15 characters by the kernel).
 _JIT_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
+_GC_PREFIXES = ("GC Thread", "G1 ")  # G1's workers, marker, refinement and service threads
+# The perf test's client metrics (`--print-metrics`) kept per run.
+_METRICS = re.compile(
+    r"^producer-metrics:(request-latency-avg|records-per-request-avg|bufferpool-wait-ratio)"
+    r":\{client-id=[^}]*\}\s*:\s*([\d.]+)$",
+    re.MULTILINE,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,12 @@ class Run:
     server_us_per_record: float
     client_us_per_record: float
     client_jit_us_per_record: float
+    client_gc_us_per_record: float
     machine_idle: float  # share of all cores idle or waiting for I/O
+    # The perf test's: request-latency-avg (ms), records-per-request-avg, bufferpool-wait-ratio
+    request_latency_ms: float | None = None
+    records_per_request: float | None = None
+    buffer_wait: float | None = None
 
 
 class _ClientThreads:
@@ -80,13 +98,15 @@ class _ClientThreads:
             self.ticks.update(thread_ticks(self.pid))
             self._stop.wait(0.2)
 
-    def stop(self) -> tuple[float, float]:
-        """CPU seconds of the whole client and of its JIT compiler threads."""
+    def stop(self) -> tuple[float, float, float]:
+        """CPU seconds of the whole client, of its JIT compiler threads and of its garbage
+        collector's."""
         self._stop.set()
         self._thread.join()
         total = sum(self.ticks.values()) / CLK_TCK
         jit = sum(t for (_, comm), t in self.ticks.items() if comm.startswith(_JIT_PREFIXES))
-        return total, jit / CLK_TCK
+        gc = sum(t for (_, comm), t in self.ticks.items() if comm.startswith(_GC_PREFIXES))
+        return total, jit / CLK_TCK, gc / CLK_TCK
 
 
 def _machine() -> tuple[int, int]:
@@ -103,6 +123,8 @@ class _Sent:
     p99_ms: float | None
     client_s: float  # its CPU seconds
     jit_s: float  # of them, its JIT compiler threads'
+    gc_s: float = 0.0  # and its garbage collector's
+    metrics: dict[str, float] | None = None  # the perf test's (_METRICS)
 
 
 def measured(
@@ -117,6 +139,7 @@ def measured(
     if server_before is None or server_after is None:
         raise BenchError(f"{target} ended during the {client} run")
     total, idle = (a - b for a, b in zip(machine_after, machine_before, strict=True))
+    metrics = sent.metrics or {}
     return Run(
         client,
         target,
@@ -127,21 +150,27 @@ def measured(
         (server_after.cpu_s - server_before.cpu_s) * 1e6 / records,
         sent.client_s * 1e6 / records,
         sent.jit_s * 1e6 / records,
+        sent.gc_s * 1e6 / records,
         idle / total if total else 0.0,
+        metrics.get("request-latency-avg"),
+        metrics.get("records-per-request-avg"),
+        metrics.get("bufferpool-wait-ratio"),
     )
 
 
 def perf_test_run(target: str, bootstrap: str, server_pid: int, records: int, size: int) -> Run:
     def send() -> _Sent:
         command = perf_command(bootstrap, "t", records, size)
+        command.insert(command.index("--producer-props"), "--print-metrics")
         client = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         threads = _ClientThreads(client.pid)
         out, err = client.communicate(timeout=900)
-        client_s, jit_s = threads.stop()
+        client_s, jit_s, gc_s = threads.stop()
         found = perf_summary(bootstrap, client.returncode, out, err)
-        return _Sent(found["rate"], found["p99"], client_s, jit_s)
+        metrics = {name: float(value) for name, value in _METRICS.findall(out)}
+        return _Sent(found["rate"], found["p99"], client_s, jit_s, gc_s, metrics)
 
     return measured("perf-test", target, server_pid, records, size, send)
 
@@ -161,7 +190,9 @@ def librdkafka_run(target: str, bootstrap: str, server_pid: int, records: int, s
     return measured("librdkafka", target, server_pid, records, size, send)
 
 
-def run(records: int, sizes: list[int], rounds: int, warm: int) -> list[Run]:
+def run(
+    records: int, sizes: list[int], rounds: int, warm: int, clients: tuple[str, ...] = CLIENTS
+) -> list[Run]:
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="plateau-produce-steady-") as tmp:
         work = Path(tmp)
@@ -180,28 +211,38 @@ def run(records: int, sizes: list[int], rounds: int, warm: int) -> list[Run]:
                 for size in sizes:
                     for index in range(rounds):
                         order = targets if index % 2 == 0 else targets[::-1]
-                        for target, bootstrap, pid in order:
-                            done = perf_test_run(target, bootstrap, pid, records, size)
-                            runs.append(done)
-                            print(_line(done), flush=True)
-                        for target, bootstrap, pid in order:
-                            done = librdkafka_run(target, bootstrap, pid, records, size)
-                            runs.append(done)
-                            print(_line(done), flush=True)
+                        for client in clients:
+                            for target, bootstrap, pid in order:
+                                done = _RUNS[client](target, bootstrap, pid, records, size)
+                                runs.append(done)
+                                print(_line(done), flush=True)
             finally:
                 api.process.terminate()
                 api.process.wait(60)
     return runs
 
 
+_RUNS: dict[str, Callable[[str, str, int, int, int], Run]] = {
+    "perf-test": perf_test_run,
+    "librdkafka": librdkafka_run,
+}
+
+
 def _line(run: Run) -> str:
     p99 = " " * 12 if run.p99_ms is None else f"p99 {run.p99_ms:>5.0f} ms"
-    return (
+    line = (
         f"  {run.client:10} {run.target:8} {run.size:>5} B {run.records_per_s:>10,.0f} records/s  "
         f"{p99}  server {run.server_us_per_record:5.2f} us/rec  "
         f"client {run.client_us_per_record:5.2f} us/rec "
-        f"(JIT {run.client_jit_us_per_record:4.2f})  idle {run.machine_idle:4.0%}"
+        f"(JIT {run.client_jit_us_per_record:4.2f}, GC {run.client_gc_us_per_record:4.2f})  "
+        f"idle {run.machine_idle:4.0%}"
     )
+    if run.request_latency_ms is not None:
+        line += (
+            f"  request {run.request_latency_ms:5.1f} ms, {run.records_per_request or 0:4.0f} "
+            f"records, buffer wait {run.buffer_wait or 0:.3f}"
+        )
+    return line
 
 
 def summary(runs: list[Run]) -> dict[str, dict[str, float]]:
@@ -229,9 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 1024])
     parser.add_argument("--rounds", type=int, default=2, help="runs per target and size")
     parser.add_argument("--warm", type=int, default=200_000, help="records before the runs")
+    parser.add_argument(
+        "--clients", nargs="+", choices=CLIENTS, default=list(CLIENTS), help="which producers"
+    )
     args = parser.parse_args(argv)
     started = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    runs = run(args.records, args.sizes, args.rounds, args.warm)
+    runs = run(args.records, args.sizes, args.rounds, args.warm, tuple(args.clients))
     result = {
         "records": args.records,
         "rounds": args.rounds,
