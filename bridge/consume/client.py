@@ -17,7 +17,9 @@ ENFORCED_CONSUMER = {"enable.auto.commit": "false", "enable.auto.offset.store": 
 
 def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
     """A worker's consumer: plateau's defaults, the passthrough, then what the commit order
-    needs."""
+    needs. A `group.instance.id` in the config is suffixed with the worker's client id
+    (`<id>-plateau-worker-<n>`): every worker of a node reads the one config, and two members
+    under one instance id would fence each other out of the group."""
     kafka = config.kafka
     defaults: dict[str, str | int] = {
         "partition.assignment.strategy": COOPERATIVE,
@@ -38,6 +40,9 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
         "isolation.level": kafka.isolation_level,
         **ENFORCED_CONSUMER,
     }
+    instance = kafka.librdkafka().get("group.instance.id")
+    if instance is not None:
+        enforced["group.instance.id"] = f"{instance}-{client_id}"
     if kafka.librdkafka().get("group.protocol") == "consumer":
         # KIP-848's protocol assigns on the broker (incrementally too) and refuses a client
         # that names an assignor.

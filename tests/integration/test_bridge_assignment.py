@@ -3,6 +3,7 @@ not answering) waits, paused, and is set up again; the worker and its other part
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -20,11 +21,19 @@ from bridge.config.models import Config
 from bridge.consume.build import build_worker
 from bridge.consume.worker import Worker
 from bridge.demo.producer import Record, produce
+from bridge.ops.worker_status import read_status_files
 from bridge.store import open_store
 from plateau_core import Store
 from plateau_core.names import partition_dir
 from plateau_core.partition_lock import PartitionLock
-from tests.bridge_support import make_config, stored
+from tests.bridge_support import (
+    end_offsets,
+    make_config,
+    serve_process,
+    stored,
+    wait_landed,
+    write_config_file,
+)
 
 
 def _landed(store: Store, topic: str) -> dict[int, int]:
@@ -157,3 +166,34 @@ def _set_committed(kafka: str, group: str, topic: str, offsets: dict[int, int]) 
         )
     finally:
         consumer.close()
+
+
+def test_workers_of_one_node_are_static_members_under_one_configured_id(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """One `group.instance.id` in the config and two workers: each joins under its own id
+    (the config's, suffixed per worker). Under one id the second join fences the first out
+    of the group, which then fails and is restarted, over and over."""
+    topic = topic_factory(partitions=4)
+    config = tmp_path / "plateau.yaml"
+    write_config_file(
+        config, kafka, topic, f"g-{topic}", kafka_extra={"group.instance.id": f"node-{topic}"}
+    )
+    produce(kafka, topic, (Record(value=f"r{i}".encode(), partition=i % 4) for i in range(4_000)))
+    process = serve_process(config, workers=2)
+    try:
+        wait_landed(tmp_path / "data", topic, end_offsets(kafka, topic), timeout_s=90)
+        # Both workers hold partitions, and neither was fenced and restarted on the way.
+        deadline = time.monotonic() + 30
+        while True:
+            held = [len(w.get("partitions", [])) for w in read_status_files(tmp_path / "data")]
+            if (len(held) == 2 and all(held)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(held) == 2 and all(held), held
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr[-3000:]
+    assert "fenced" not in stderr.lower(), stderr[-3000:]
+    assert "worker_process_died" not in stderr, stderr[-3000:]

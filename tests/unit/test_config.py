@@ -13,6 +13,7 @@ import yaml
 from bridge.config import load_config, parse_config
 from bridge.config.reference import render_reference
 from bridge.config.units import parse_duration, parse_size
+from bridge.consume.client import consumer_settings
 from bridge.errors import ConfigError
 
 MINIMAL = {"topics": [{"source": "events"}]}
@@ -485,3 +486,15 @@ def test_a_zero_roll_or_retention_limit_names_its_key(document: dict[str, Any], 
     `roll.max_age_s` (found by the configuration fuzz test)."""
     with pytest.raises(ConfigError, match=rf"{re.escape(key)}: must be more than 0"):
         parse_config(document)
+
+
+def test_each_worker_is_its_own_static_member(tmp_path: Path) -> None:
+    """One group.instance.id in the config serves every worker of a node: two members under
+    one id would fence each other out of the group."""
+    body = {"kafka": {"group.instance.id": "node-a"}, **MINIMAL}
+    config = load_config(_write(tmp_path, body), env={})
+    ids = [consumer_settings(config, f"plateau-worker-{n}")["group.instance.id"] for n in (0, 1)]
+    assert ids == ["node-a-plateau-worker-0", "node-a-plateau-worker-1"]
+    assert "group.instance.id" not in consumer_settings(
+        load_config(_write(tmp_path, MINIMAL), env={}), "plateau-worker-0"
+    )
