@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from bridge.ops import ANSWER_TIMEOUT_S
+
 
 def add_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve_parser = subparsers.add_parser(
@@ -41,17 +43,12 @@ def config_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# How long check and status wait for what they ask over the network before saying it did
-# not answer: a cluster across a WAN or busy with a rebalance can take seconds.
-DEFAULT_TIMEOUT_S = 10.0
-
-
 def timeout_argument(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--timeout",
-        type=duration,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"how long to wait for {what} (default 10s)",
+        type=_positive_duration,
+        default=ANSWER_TIMEOUT_S,
+        help=f"how long to wait for {what} (default {ANSWER_TIMEOUT_S:g}s)",
     )
 
 
@@ -63,6 +60,13 @@ def duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_duration(text: str) -> float:
+    seconds = duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0s")
+    return seconds
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -79,9 +83,6 @@ def _check(args: argparse.Namespace) -> int:
     from bridge.config import load_config
     from bridge.ops.check import check
 
-    if args.timeout <= 0:
-        print("plateau check: --timeout must be more than 0s", file=sys.stderr)
-        return 2
     for line in check(load_config(args.config), args.timeout):
         print(line)
     return 0
@@ -91,9 +92,6 @@ def _status(args: argparse.Namespace) -> int:
     from bridge.config import load_config
     from bridge.ops.status import collect, render
 
-    if args.timeout <= 0:
-        print("plateau status: --timeout must be more than 0s", file=sys.stderr)
-        return 2
     document, error = collect(load_config(args.config), args.timeout)
     print(render(document, args.json))
     if error is not None:

@@ -21,6 +21,7 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
     (`<id>-plateau-worker-<n>`): every worker of a node reads the one config, and two members
     under one instance id would fence each other out of the group."""
     kafka = config.kafka
+    passthrough = kafka.librdkafka()
     defaults: dict[str, str | int] = {
         "partition.assignment.strategy": COOPERATIVE,
         # Regex mappings see topics created later within this interval.
@@ -40,10 +41,10 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
         "isolation.level": kafka.isolation_level,
         **ENFORCED_CONSUMER,
     }
-    instance = kafka.librdkafka().get("group.instance.id")
+    instance = passthrough.get("group.instance.id")
     if instance is not None:
         enforced["group.instance.id"] = f"{instance}-{client_id}"
-    if kafka.librdkafka().get("group.protocol") == "consumer":
+    if passthrough.get("group.protocol") == "consumer":
         # KIP-848's protocol assigns on the broker (incrementally too) and refuses a client
         # that names an assignor.
         del defaults["partition.assignment.strategy"]

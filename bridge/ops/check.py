@@ -17,9 +17,10 @@ from bridge.config.models import Config
 from bridge.consume.client import client_config
 from bridge.errors import BridgeError
 from bridge.kafka_api.tls import server_context
+from bridge.ops import ANSWER_TIMEOUT_S
 
 
-def check(config: Config, timeout_s: float = 10.0) -> list[str]:
+def check(config: Config, timeout_s: float = ANSWER_TIMEOUT_S) -> list[str]:
     """Lines describing what was checked; raises BridgeError with the reason on failure."""
     report = [f"configuration valid: {len(config.topics)} topic mapping(s)"]
     report.append(_check_data_dir(config.storage.data_dir))

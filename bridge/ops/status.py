@@ -13,6 +13,7 @@ from bridge.config.models import Config
 from bridge.config.naming import naming
 from bridge.consume.client import ENFORCED_CONSUMER, client_config
 from bridge.kafka_api.topics import served_topics
+from bridge.ops import ANSWER_TIMEOUT_S
 from bridge.ops.telemetry import parse_dump
 from bridge.ops.worker_status import read_status_files
 from bridge.store import open_store
@@ -30,7 +31,9 @@ def _iso(ms: int | None) -> str | None:
         return f"{ms} ms (outside the calendar)"
 
 
-def collect(config: Config, timeout_s: float = 10.0) -> tuple[dict[str, Any], str | None]:
+def collect(
+    config: Config, timeout_s: float = ANSWER_TIMEOUT_S
+) -> tuple[dict[str, Any], str | None]:
     """The status document and, if Kafka could not be asked, why.
 
     Kafka is asked on a thread while the manifest is read here: the round trips overlap

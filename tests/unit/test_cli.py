@@ -55,8 +55,10 @@ def test_a_timeout_that_is_not_a_duration_says_what_one_looks_like(
 def test_a_timeout_of_zero_is_refused_before_anything_is_asked(
     command: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert main([command, "-c", str(tmp_path / "none.yaml"), "--timeout", "0s"]) == 2
-    assert f"plateau {command}: --timeout must be more than 0s" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        main([command, "-c", str(tmp_path / "none.yaml"), "--timeout", "0s"])
+    assert stopped.value.code == 2
+    assert "argument --timeout: must be more than 0s" in capsys.readouterr().err
 
 
 def test_status_waits_for_kafka_as_long_as_told(
