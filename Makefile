@@ -8,6 +8,12 @@ BIN := $(VENV)/bin
 export PLATEAU_CACHE_DIR ?= $(CURDIR)/.cache
 # Spark workers must run the same interpreter as the driver.
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+# Test processes of `make test` and `make integration` (pytest-xdist; 0: the one pytest
+# process). Each runs its own Kafka broker and SparkSession and takes whole test files; much
+# of the suite waits on brokers, sessions and killed processes, so two overlap well on two
+# cores.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: run test bench reliability setup kafka-jars spark-connector kcat lint typecheck unit integration kafka-start kafka-stop compose-check clean
 
@@ -15,7 +21,7 @@ run: setup
 	$(BIN)/plateau demo
 
 test: setup lint typecheck kcat
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_PARALLEL)
 
 setup: $(VENV)/.installed kafka-jars spark-connector
 
@@ -70,7 +76,7 @@ unit: $(VENV)/.installed
 	$(BIN)/pytest -m "not integration"
 
 integration: setup
-	$(BIN)/pytest -m integration
+	$(BIN)/pytest -m integration $(PYTEST_PARALLEL)
 
 # The compose stack up, records checked in the store and in the replica, the stack down
 # again (needs a Docker engine with Compose v2; about 5 minutes).

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -136,9 +137,25 @@ def reliability(request: pytest.FixtureRequest) -> Iterator[Recorder]:
     yield _RECORDER
 
 
+# Rows the test processes of `pytest -n` (make test) recorded, handed to this one as each ends.
+_WORKER_ROWS: list[dict[str, object]] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A test process of `pytest -n` ended: its rows join the session's."""
+    _WORKER_ROWS.extend(json.loads(node.workeroutput.get("reliability_rows", "[]")))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The recorded rows, for tests/reliability/report.py to render."""
-    if not _RECORDER.rows:
+    """The recorded rows, for tests/reliability/report.py to render. A test process of
+    `pytest -n` hands its rows to the process that started it, which writes them all."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["reliability_rows"] = json.dumps(_RECORDER.as_json())
+        return
+    rows = _RECORDER.as_json() + _WORKER_ROWS
+    if not rows:
         return
     default = REPO / ".cache" / "reliability" / "last.json"
     target = Path(os.environ.get("PLATEAU_RELIABILITY_RESULTS", default))
@@ -149,7 +166,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "seconds": round(time.time() - _STARTED, 1),
         "exit_status": int(exitstatus),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "rows": _RECORDER.as_json(),
+        "rows": rows,
     }
     target.write_text(json.dumps(document, indent=2) + "\n")
 
