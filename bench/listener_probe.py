@@ -118,13 +118,15 @@ async def drive(
     """Hand `requests` to the listener, IN_FLIGHT at a time; (thread CPU s, of it in the
     kernel s, wall s)."""
     conn = Connection("probe", server.api)
+    handler = server.requests
+    assert handler is not None  # started
     waiting: collections.deque[asyncio.Future[bytes | None]] = collections.deque()
     kernel = resource.getrusage(resource.RUSAGE_THREAD).ru_stime
     started, cpu = time.perf_counter(), time.thread_time()
     if profile is not None:
         profile.enable()
     for frame in requests:
-        waiting.append(await server._answer(conn, memoryview(frame)))
+        waiting.append(await handler.answer(conn, memoryview(frame)))
         if len(waiting) >= IN_FLIGHT:
             assert await waiting.popleft() is not None
     while waiting:

@@ -53,7 +53,7 @@ TARGETS = [
     ("bridge.kafka_api.landing", "Landing", "journaled"),
     ("bridge.kafka_api.produce", "ProduceHandler", "_settle"),
     ("bridge.kafka_api.produce", None, "_response"),
-    ("bridge.kafka_api.server", "KafkaApiServer", "_encode"),
+    ("bridge.kafka_api.requests", "RequestHandler", "_encode"),
 ]
 
 calls: dict[str, list[int]] = collections.defaultdict(list)

@@ -14,25 +14,18 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from kio.schema.errors import ErrorCode
 
 from bridge.config.kafka_api import KafkaApiConfig
 from bridge.config.models import Config
 from bridge.errors import ConfigError
-from bridge.kafka_api import protocol
-from bridge.kafka_api.admin import AdminHandler
 from bridge.kafka_api.connection import Connection
-from bridge.kafka_api.create_partitions import CreatePartitionsHandler
 from bridge.kafka_api.daemon_calls import off_loop
 from bridge.kafka_api.framing import FramedConnection, FrameError
-from bridge.kafka_api.log_dirs import LogDirsHandler
-from bridge.kafka_api.offsets import OffsetsHandler
-from bridge.kafka_api.produce import ProduceHandler
-from bridge.kafka_api.protocol import ProtocolError, Request, UnsupportedRequestError
+from bridge.kafka_api.protocol import ProtocolError
+from bridge.kafka_api.requests import RequestHandler
 from bridge.kafka_api.sink import ProduceSink
 from bridge.kafka_api.stats import SinkStats
 from bridge.kafka_api.status import partition_rows
@@ -52,8 +45,6 @@ REQUEST_MAX_BYTES = 100 * 1024 * 1024
 # client that has not said who it is gets Kafka's sasl.server.max.receive.size.
 UNAUTHENTICATED_MAX_BYTES = 512 * 1024
 PRODUCER_SWEEP_S = 600.0  # how often producers silent for producer_expiry are forgotten
-# An API answered once a blocking call is done, off the event loop.
-Later = Callable[[Connection, Request], Awaitable[dict[str, Any]]]
 
 
 class KafkaApiServer:
@@ -79,7 +70,7 @@ class KafkaApiServer:
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kafka-api", daemon=True)
         self._connections: set[FramedConnection] = set()
-        self._later: dict[int, Later] = {}  # by api key, once listening
+        self.requests: RequestHandler | None = None  # once listening
         self._max_frame = max(REQUEST_MAX_BYTES, 2 * self.api.message_max_bytes)
         self._status = StatusFile(config.storage.data_dir, NAME, run or new_run_id())
 
@@ -161,9 +152,7 @@ class KafkaApiServer:
         bound = server.sockets[0].getsockname()
         self.address = (str(bound[0]), int(bound[1]))
         advertised = self.api.advertised_address or self.address
-        self.admin = AdminHandler(sink, *advertised)
-        self.produce = ProduceHandler(sink, self.api)
-        self._later = self._off_the_loop(sink)
+        self.requests = RequestHandler(sink, self.api, self.stats, advertised)
         log.info(
             "kafka_api_listening",
             listen=f"{self.address[0]}:{self.address[1]}",
@@ -236,6 +225,8 @@ class KafkaApiServer:
     # --- connections ----------------------------------------------------------------------
 
     async def _connection(self, framed: FramedConnection) -> None:
+        requests = self.requests
+        assert requests is not None  # connections are taken once listening
         conn = Connection(framed.peer, self.api)
         self.stats.connections += 1
         self.stats.connections_total += 1
@@ -249,7 +240,7 @@ class KafkaApiServer:
                 if frame is None:
                     break
                 framed.open_requests += 1
-                answer = await self._answer(conn, frame)
+                answer = await requests.answer(conn, frame)
                 answers.put(answer)
                 if conn.failed:
                     reason = "SASL authentication failed"
@@ -303,126 +294,6 @@ class KafkaApiServer:
                 await framed.drain()
             framed.open_requests -= 1 + len(following)
             framed.active = time.monotonic()
-
-    async def _answer(
-        self, conn: Connection, frame: bytes | memoryview
-    ) -> asyncio.Future[bytes | None]:
-        """Handle one request; the future holds its response frame (None: no response)."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[bytes | None] = loop.create_future()
-        try:
-            request = protocol.parse_request(frame)
-        except UnsupportedRequestError as exc:
-            if not conn.authenticated and exc.api_key not in protocol.BEFORE_AUTH:
-                raise ProtocolError(
-                    f"{protocol.api_name(exc.api_key)} before SASL authentication"
-                ) from None
-            self.stats.errors[(protocol.api_name(exc.api_key), "unsupported_version")] += 1
-            response = protocol.error_response(exc, ErrorCode.unsupported_version)
-            log.warning(
-                "kafka_request_unsupported",
-                peer=conn.peer,
-                error=str(exc),
-                answered=response is not None,
-            )
-            if response is None:
-                raise ProtocolError(str(exc)) from None
-            done.set_result(response)
-            return done
-        name = protocol.api_name(request.api_key)
-        self.stats.requests[name] += 1
-        if not conn.authenticated and request.api_key not in protocol.BEFORE_AUTH:
-            raise ProtocolError(f"{name} before SASL authentication")
-        if request.api_key == protocol.FETCH:
-            return self._refuse(request, "the listener takes produce traffic only")
-        if request.api_key == protocol.PRODUCE:
-            accepted = await self.produce.accept(request.body, conn.allowed)
-            if request.body.acks == 0:
-                if accepted.refused:
-                    # Kafka's way to tell a producer that hears nothing: the connection
-                    # closes, and the producer refreshes its metadata.
-                    names = sorted({code.name for code in accepted.refused})
-                    raise ProtocolError(f"an acks=0 produce was refused: {', '.join(names)}")
-                done.set_result(None)
-                return done
-
-            def produced(_: object = None) -> None:
-                if done.done():  # cancelled: the connection's sender stopped
-                    return
-                try:
-                    done.set_result(self._encode(request, accepted.respond()))
-                except Exception as exc:  # the sender logs it and closes the connection
-                    done.set_exception(exc)
-
-            if accepted.ready is None or accepted.ready.done():
-                produced()
-            else:
-                accepted.ready.add_done_callback(produced)
-            return done
-        later = self._later.get(request.api_key)
-        if later is not None:
-
-            async def answered() -> bytes | None:
-                return self._encode(request, await later(conn, request))
-
-            return asyncio.ensure_future(answered())
-        body = self._admin(conn, request)
-        done.set_result(self._encode(request, body))
-        return done
-
-    def _refuse(self, request: Request, why: str) -> asyncio.Future[bytes | None]:
-        response = protocol.error_response(request, ErrorCode.unsupported_version)
-        name = protocol.api_name(request.api_key)
-        self.stats.errors[(name, "unsupported_version")] += 1
-        if response is None:
-            raise ProtocolError(f"{name} v{request.api_version}: {why}")
-        done: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        done.set_result(response)
-        return done
-
-    def _encode(self, request: Request, body: dict[str, Any]) -> bytes:
-        return protocol.encode_response(
-            request.api_key, request.api_version, request.correlation_id, body
-        )
-
-    def _off_the_loop(self, sink: ProduceSink) -> dict[int, Later]:
-        """The APIs that wait for a blocking call: Metadata, CreateTopics and CreatePartitions
-        may open partitions, InitProducerId writes the manifest, ListOffsets may read (and
-        seal) segments, DescribeLogDirs reads the manifest."""
-        admin, auto_create = self.admin, self.api.auto_create_topics
-        offsets, growth, log_dirs = (
-            OffsetsHandler(sink),
-            CreatePartitionsHandler(sink),
-            LogDirsHandler(sink),
-        )
-        return {
-            protocol.METADATA: lambda conn, r: admin.metadata(
-                r.body, r.api_version, auto_create, conn.allowed
-            ),
-            protocol.CREATE_TOPICS: lambda conn, r: admin.create_topics(r.body, conn.allowed),
-            protocol.INIT_PRODUCER_ID: lambda _conn, r: admin.init_producer_id(r.body),
-            protocol.CREATE_PARTITIONS: lambda conn, r: growth.create_partitions(
-                r.body, conn.allowed
-            ),
-            protocol.LIST_OFFSETS: lambda conn, r: offsets.list_offsets(r.body, conn.allowed),
-            protocol.DESCRIBE_LOG_DIRS: lambda conn, r: log_dirs.describe_log_dirs(
-                r.body, conn.allowed
-            ),
-        }
-
-    def _admin(self, conn: Connection, request: Request) -> dict[str, Any]:
-        key, body = request.api_key, request.body
-        if key == protocol.API_VERSIONS:
-            return self.admin.api_versions(body)
-        if key == protocol.DESCRIBE_CLUSTER:
-            return self.admin.describe_cluster(body)
-        if key == protocol.DESCRIBE_CONFIGS:
-            return self.admin.describe_configs(body, conn.allowed)
-        if key == protocol.SASL_HANDSHAKE:
-            return conn.handshake(body, request.api_version)
-        if key == protocol.SASL_AUTHENTICATE:
-            return conn.authenticate(body, self.stats)
-        raise ProtocolError(f"{protocol.api_name(key)} has no handler")
 
 
 class _Answers:

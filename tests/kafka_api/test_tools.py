@@ -140,7 +140,8 @@ def test_kafka_admin_tools(tmp_path: Path) -> None:
         assert "message.timestamp.type=CreateTime" in configs.stdout
         cluster = java_tool("org.apache.kafka.tools.ClusterTool", "cluster-id", *args)
         assert cluster.returncode == 0, cluster.stderr
-        assert f"Cluster ID: {server.admin.cluster_id}" in cluster.stdout
+        assert server.requests is not None
+        assert f"Cluster ID: {server.requests.admin.cluster_id}" in cluster.stdout
         versions = java_tool("org.apache.kafka.tools.BrokerApiVersionsCommand", *args)
         assert versions.returncode == 0, versions.stderr
         assert "Produce(0): 3 to 12" in versions.stdout
