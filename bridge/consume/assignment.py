@@ -188,16 +188,44 @@ class Assignment:
                 self.telemetry.add("errors", ("revoke_flush_timeout",))
                 log.error("revoke_flush_timeout", topic=topic, partition=partition, error=str(exc))
                 self.writer.release(state.plateau_topic, partition, seal=False)
-            log.info("partition_revoked", topic=topic, partition=partition, worker=self.name)
+            log.info(
+                "partition_revoked",
+                topic=topic,
+                partition=partition,
+                next_offset=self._sealed_to(state.plateau_topic, partition),
+                committed=state.committed,
+                worker=self.name,
+            )
         self._commit_revoked(keys)
+
+    def _sealed_to(self, plateau_topic: str, partition: int) -> int | None:
+        """The partition's watermark, for the log line of its revoke or loss; None when the
+        manifest does not answer (the rebalance goes on without it)."""
+        try:
+            return self.manifest.watermark(plateau_topic, partition)
+        except Exception as exc:
+            log.warning(
+                "watermark_unknown",
+                topic=plateau_topic,
+                partition=partition,
+                error=str(exc),
+                error_type=type(exc).__name__,
+            )
+            return None
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._waiting.pop((tp.topic, tp.partition), None)
             state = self.partitions.pop((tp.topic, tp.partition), None)
+            offsets: dict[str, int | None] = {}
             if state is not None:
                 self._pauses.end(state)
                 self.writer.release(state.plateau_topic, tp.partition, seal=False)
-            log.warning("partition_lost", topic=tp.topic, partition=tp.partition)
+                offsets = {
+                    "next_offset": self._sealed_to(state.plateau_topic, tp.partition),
+                    "appended_to": state.next_offset,
+                    "committed": state.committed,
+                }
+            log.warning("partition_lost", topic=tp.topic, partition=tp.partition, **offsets)
         # Nothing is committed for lost partitions: another member owns them now; their
         # sealed segments (and seals still running) are dropped by the next _commit_sealed.
