@@ -1,5 +1,5 @@
 """Where the Kafka API listener's time per Produce request goes, by function: listener_probe's
-requests (the Java client's defaults at 1 KiB) with chosen functions of the handler, sink,
+requests (the Java client's defaults at 1 KiB, or the shape its options say) with chosen functions of the handler, sink,
 writer and journal timed on every call.
 
 Each function is wrapped to time its calls with perf_counter_ns (a clock read, not a system
@@ -10,6 +10,7 @@ times only the functions named, and a median leaves out the calls the machine in
 Nested functions are included in their callers' figures.
 
     .venv/bin/python bench/listener_sections.py --requests 1500 --rounds 2
+    .venv/bin/python bench/listener_sections.py --requests 1000 --rounds 2 --size 128 --records 115
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args(argv)
+    # The request's shape (--size, --records, --batches, --topic-partitions) goes to
+    # listener_probe as it is.
+    args, shape = parser.parse_known_args(argv)
     # Before the server is built: the sink binds Landing.land when it is made.
     for module, owner, attribute in TARGETS:
         found = importlib.import_module(module)
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             timing[0] = False
 
     listener_probe.drive = measured
-    listener_probe.main(["--requests", str(args.requests), "--rounds", str(args.rounds)])
+    listener_probe.main(["--requests", str(args.requests), "--rounds", str(args.rounds), *shape])
     requests = args.requests * args.rounds
     for _, owner, attribute in TARGETS:
         name = f"{owner}.{attribute}" if owner else attribute
