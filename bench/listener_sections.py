@@ -1,6 +1,6 @@
 """Where the Kafka API listener's time per Produce request goes, by function: listener_probe's
-requests (the Java client's defaults at 1 KiB, or the shape its options say) with chosen functions of the handler, sink,
-writer and journal timed on every call.
+requests (the Java client's defaults at 1 KiB, or the shape its options say) with chosen
+functions of the handler, sink, writer and journal timed on every call.
 
 Each function is wrapped to time its calls with perf_counter_ns (a clock read, not a system
 call, so the wrapper adds about 0.2-0.3 us per call, which the callers' figures include);
