@@ -35,6 +35,7 @@ from bridge.ops.monitor import Monitor
 from bridge.ops.stack_dump import install_stack_dump
 from bridge.ops.worker_status import new_run_id, remove_run, remove_stale
 from bridge.store import open_store, retention_for
+from bridge.version import version
 from plateau_core import Store
 from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
 from plateau_core.recovery import sweep_unowned
@@ -119,6 +120,7 @@ def serve(config: Config, workers: int = 1, stop: threading.Event | None = None)
     consuming = bool(config.consumed)
     log.info(
         "serve_started",
+        version=version(),
         workers=workers if consuming else 0,
         data_dir=str(store.data_dir),
         bootstrap_servers=config.kafka.bootstrap_servers if consuming else None,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from bridge.cli import demo, kafka, serve, spark, store
 from bridge.errors import BridgeError
 from bridge.logs import LOG_FORMATS, configure_logging
+from bridge.version import version
 from plateau_core.errors import PlateauError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="plateau",
         description="Land Kafka records in a fixed-size, queryable store of Arrow segments.",
     )
+    parser.add_argument("--version", action="version", version=f"plateau {version()}")
     parser.add_argument(
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING or ERROR"
     )

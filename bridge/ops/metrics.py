@@ -8,6 +8,7 @@ partition. docs/operations.md lists every metric and the alerts to set on them.
 
 from __future__ import annotations
 
+import platform
 import shutil
 import threading
 from collections import defaultdict
@@ -29,6 +30,7 @@ from bridge.ops.api_metrics import kafka_api_families, poison_counts
 from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, Histogram, Labels, parse_dump
 from bridge.ops.worker_status import read_run
+from bridge.version import version
 from plateau_core import Retention, RetentionReport, SegmentState, Store
 
 _COUNTER_HELP = {
@@ -330,6 +332,13 @@ class ServeCollector(Collector):
             "Worker processes restarted after dying.",
             value=self.counters.worker_restarts,
         )
+        build = GaugeMetricFamily(
+            "plateau_build_info",
+            "1, labelled with the plateau release and Python version serve runs.",
+            labels=["version", "python"],
+        )
+        build.add_metric([version(), platform.python_version()], 1)
+        yield build
         readiness = self.monitor.readiness
         yield GaugeMetricFamily(
             "plateau_ready", "1 when /readyz answers 200.", value=readiness.ready

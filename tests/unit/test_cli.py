@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,14 @@ from bridge.errors import ConfigError
 def test_log_level_takes_any_case(given: str, kept: str) -> None:
     args = build_parser().parse_args(["--log-level", given, "kafka", "status"])
     assert args.log_level == kept
+
+
+def test_version_is_the_release_pyproject_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert capsys.readouterr().out == f"plateau {pyproject['project']['version']}\n"
 
 
 def test_an_unknown_log_level_is_a_usage_error_naming_the_choices(

@@ -3,6 +3,7 @@ docs/operations.md and docs/prometheus-alerts.yml name exactly the metrics it ex
 
 from __future__ import annotations
 
+import platform
 import re
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from bridge.ops.monitor import Monitor
 from bridge.ops.telemetry import COUNTERS, WorkerTelemetry
 from bridge.ops.worker_status import StatusFile, new_run_id
 from bridge.store import retention_for
+from bridge.version import version
 from plateau_core import Store
 from tests.support import BASE_MS, HOUR_MS, fill_segments
 
@@ -160,6 +162,10 @@ def test_collector_figures(exported: dict[str, Metric]) -> None:
     assert _sample(exported, "plateau_errors_total", kind="worker_died") == 1
     assert _sample(exported, "plateau_errors_total", kind="seal_failed") == 2
     assert _sample(exported, "plateau_ready") == 1
+    build = exported["plateau_build_info"].samples
+    assert [(s.name, s.value) for s in build] == [("plateau_build_info", 1)]
+    assert build[0].labels == {"version": version(), "python": platform.python_version()}
+    assert version() != "unknown"  # installed: the package's metadata names it
     assert _sample(exported, "plateau_store_max_bytes") == 1024**3
     assert _sample(exported, "plateau_kafka_api_requests_total", api="Produce") == 7
     assert (
