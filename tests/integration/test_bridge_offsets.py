@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from bridge.config.models import Config
 from bridge.consume.build import build_worker
+from bridge.consume.client import new_consumer
 from bridge.consume.state import PartitionState
 from bridge.demo.producer import Record, produce
 from bridge.local_kafka.topics import create_topic
@@ -528,3 +529,81 @@ def test_a_topic_created_again_while_stopped_is_said_loudly(
     assert errors == 0
     with open_store(config) as store:
         assert store.manifest.source_topic(plateau_topic, 0) == (topic, new_id)
+
+
+class _Stalling:
+    """A worker's real consumer whose `consume` sleeps `stall_s` once after `stall` is set,
+    as a worker stuck in a long pause would (past max.poll.interval.ms)."""
+
+    def __init__(self, consumer: Consumer, stall_s: float) -> None:
+        self._consumer = consumer
+        self.stall = threading.Event()
+        self.stalled = threading.Event()
+        self._stall_s = stall_s
+
+    def consume(self, num_messages: int, timeout: float) -> Any:
+        messages = self._consumer.consume(num_messages, timeout=timeout)
+        if messages and self.stall.is_set() and not self.stalled.is_set():
+            time.sleep(self._stall_s)  # these messages are appended after the group let go
+            self.stalled.set()
+        return messages
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._consumer, name)
+
+
+def test_partitions_lost_by_a_stalled_worker_land_exactly_once(
+    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """A worker that does not poll within max.poll.interval.ms loses its partitions: the
+    group takes them back, so nothing of them is sealed or committed from its buffers any
+    more, and once assigned again they go on from the store's watermark. Every record lands
+    once, and the loss is logged with its offsets."""
+    topic = topic_factory(partitions=2)
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic}],
+        group=f"g-{topic}",
+        # Records appended just before the loss are still buffered when it comes.
+        roll={"max_age": "3s"},
+        kafka_extra={
+            "session.timeout.ms": 6000,
+            "max.poll.interval.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        },
+    )
+    _produce(kafka, topic, 0, 200)
+    stop = threading.Event()
+    made: list[_Stalling] = []
+
+    def stalling(callbacks: Any) -> Any:
+        made.append(_Stalling(new_consumer(config, "plateau-worker-0", callbacks), 9.0))
+        return made[-1]
+
+    with open_store(config) as store, capture_logs() as logs:
+        worker = build_worker(config, store, stop, consumer=stalling)
+        running = threading.Thread(target=worker.run, daemon=True)
+        running.start()
+        try:
+            _until(lambda: sum(_landed(store, topic).values()) == 200)
+            made[0].stall.set()
+            _produce(kafka, topic, 200, 200)
+            _until(made[0].stalled.is_set)
+            _produce(kafka, topic, 400, 200)
+            _until(lambda: sum(_landed(store, topic).values()) == 600, timeout_s=60)
+        finally:
+            stop.set()
+            running.join(60)
+    _assert_exactly_once(tmp_path, topic, 600)
+    lost = [e for e in logs if e["event"] == "partition_lost" and e["topic"] == topic]
+    assert sorted(e["partition"] for e in lost) == [0, 1], lost
+    for event in lost:
+        # What the worker had appended reached past what was sealed: the buffer it dropped.
+        assert event["appended_to"] >= event["next_offset"] >= 0, event
+    assert sum(e["appended_to"] - e["next_offset"] for e in lost) > 0, lost
+    # Each partition assigned at the start and again after the loss.
+    assigned = Counter(
+        e["partition"] for e in logs if e["event"] == "partition_assigned" and e["topic"] == topic
+    )
+    assert min(assigned[0], assigned[1]) >= 2, assigned
