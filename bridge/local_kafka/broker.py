@@ -45,6 +45,8 @@ log = structlog.get_logger(__name__)
 
 STATE_FILE = "broker.json"
 LOG_FILE = "broker.log"
+_PORT_ATTEMPTS = 3
+_PORT_TAKEN = "Address already in use"  # Kafka's log line when a listener cannot bind
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,26 @@ class LocalKafka:
             raise LocalKafkaError("java is not on PATH; the local Kafka broker needs Java 17+")
         libs = kafka_libs(self.settings.kafka_version, self.settings.cache_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        # Ports picked here are free when picked, not when the broker binds them: another
+        # process (a second test session, a client's outgoing connection) may take one in
+        # between. Such a start is tried again on other ports; ports given are kept.
+        picked = self.port is None and self.controller_port is None
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            try:
+                return self._start(java, libs)
+            except LocalKafkaError as exc:
+                if not picked or attempt == _PORT_ATTEMPTS or _PORT_TAKEN not in str(exc):
+                    raise
+                log.warning(
+                    "kafka_port_taken",
+                    ports=[self.port, self.controller_port, self.sasl_ssl_port],
+                    attempt=attempt,
+                )
+                self.port = self.controller_port = None
+                self.sasl_ssl_port = self.sasl_plaintext_port = None
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
+    def _start(self, java: str, libs: Path) -> str:
         self.port = self.port or free_port()
         self.controller_port = self.controller_port or free_port()
         formatted = (self.data_dir / "meta.properties").exists()

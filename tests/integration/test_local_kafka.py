@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
+from structlog.testing import capture_logs
 
 from bridge.config import parse_config
 from bridge.errors import LocalKafkaError
 from bridge.local_kafka import LocalKafka
-from bridge.local_kafka.processes import is_broker_process, pid_alive
+from bridge.local_kafka import broker as broker_module
+from bridge.local_kafka.processes import broker_answers, free_port, is_broker_process, pid_alive
 from bridge.local_kafka.topics import create_topic
 from bridge.ops.check import check
 
@@ -89,6 +91,29 @@ def test_start_failure_reports_the_broker_log(tmp_path: Path) -> None:
     assert "broker.log" in message or "broker.stdout" in message
     assert "Address already in use" in message
     assert broker.pid is None
+
+
+def test_a_picked_port_taken_before_the_broker_binds_it_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The port picked for the broker is taken (by another process) before it binds it: the
+    start goes on on other ports, and says so."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([port])
+        monkeypatch.setattr(broker_module, "free_port", lambda: next(picks, None) or free_port())
+        broker = LocalKafka(tmp_path / "kafka", tie_to_parent=True)
+        try:
+            with capture_logs() as logs:
+                bootstrap = broker.start()
+            assert broker.port != port
+            assert broker_answers(bootstrap)
+        finally:
+            broker.kill()
+    (retried,) = [e for e in logs if e["event"] == "kafka_port_taken"]
+    assert retried["ports"][0] == port and retried["attempt"] == 1
 
 
 def test_a_second_failed_start_reports_its_own_failure(tmp_path: Path) -> None:
