@@ -189,11 +189,11 @@ class LocalKafka:
         # process (a second test session, a client's outgoing connection) may take one in
         # between. Such a start is tried again on other ports; ports given are kept.
         picked = self.port is None and self.controller_port is None
-        for attempt in range(1, _PORT_ATTEMPTS + 1):
+        for attempt in range(1, _PORT_ATTEMPTS):
             try:
                 return self._start(java, libs)
             except LocalKafkaError as exc:
-                if not picked or attempt == _PORT_ATTEMPTS or _PORT_TAKEN not in str(exc):
+                if not picked or _PORT_TAKEN not in str(exc):
                     raise
                 log.warning(
                     "kafka_port_taken",
@@ -202,7 +202,7 @@ class LocalKafka:
                 )
                 self.port = self.controller_port = None
                 self.sasl_ssl_port = self.sasl_plaintext_port = None
-        raise AssertionError("unreachable")  # the last attempt returns or raises
+        return self._start(java, libs)  # the last attempt: its failure is the start's
 
     def _start(self, java: str, libs: Path) -> str:
         self.port = self.port or free_port()
