@@ -22,12 +22,36 @@ from plateau_core.errors import PlateauError
 Handler = Callable[[argparse.Namespace], int]
 
 
+class _Version(argparse.Action):
+    """`--version`: the release, looked up in the package's metadata only when asked (every
+    command builds this parser; argparse's own action takes the text up front)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print the release installed and exit",
+        )
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"plateau {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="plateau",
         description="Land Kafka records in a fixed-size, queryable store of Arrow segments.",
     )
-    parser.add_argument("--version", action="version", version=f"plateau {version()}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument(
         "--log-level", type=_log_level, default="INFO", help="DEBUG, INFO, WARNING or ERROR"
     )
