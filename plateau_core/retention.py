@@ -142,6 +142,11 @@ class Retention(BackgroundTask):
             What the pass marked and deleted.
         """
         with self._lock:
+            # A look beside this pass (over_limits from another thread) counts from the
+            # manifest, not from totals kept before it: the marks below commit before the
+            # pass ends, and those totals still hold what they retire.
+            self._totals = None
+            self._passes += 1
             stamp = now_ms() if now is None else now
             report = RetentionReport()
             report.deleted += self._finish_deletions(stamp)
