@@ -32,7 +32,8 @@ def consumer_settings(config: Config, client_id: str) -> dict[str, str | int]:
         # consumer drains that queue in a fraction of that, so with the default it idles
         # most of the time (about 150k records/s instead of over 500k on one core).
         "fetch.queue.backoff.ms": 10,
-        # Broker connection states for /readyz (parsed by ClientHealth).
+        # Broker connection states for /readyz (ClientHealth), and fetchers reset past what
+        # the worker has taken (OffsetChecks).
         "statistics.interval.ms": 5000,
     }
     enforced: dict[str, str | int] = {

@@ -7,8 +7,9 @@ CLIENT_ERROR_LOG_INTERVAL_S with how often it recurred meanwhile.
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import structlog
 from confluent_kafka import KafkaError
@@ -20,7 +21,7 @@ CLIENT_ERROR_LOG_INTERVAL_S = 30.0
 
 
 class ClientHealth:
-    """Serves a consumer's error_cb and stats_cb; `down` says why Kafka is unreachable."""
+    """Serves a consumer's error_cb and its statistics; `down` says why Kafka is unreachable."""
 
     def __init__(self, worker: str, bootstrap_servers: str, telemetry: WorkerTelemetry) -> None:
         self.worker = worker
@@ -49,12 +50,9 @@ class ClientHealth:
             repeated=repeated,
         )
 
-    def on_stats(self, document: str) -> None:
+    def on_stats(self, stats: Mapping[str, Any]) -> None:
         """librdkafka's statistics: whether any real broker connection is up."""
-        try:
-            brokers = json.loads(document).get("brokers", {})
-        except ValueError:
-            return
+        brokers = stats.get("brokers", {})
         states = [b.get("state") for b in brokers.values() if b.get("source") != "logical"]
         if any(state == "UP" for state in states):
             if self.down is not None:

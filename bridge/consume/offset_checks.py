@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from typing import Any
 
 import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -20,6 +21,9 @@ from plateau_core import Writer
 from plateau_core.manifest import Manifest
 
 log = structlog.get_logger(__name__)
+
+# How long the worker's thread waits for Kafka's answer on a partition's log start.
+WATERMARK_TIMEOUT_S = 10.0
 
 
 class OffsetChecks:
@@ -38,6 +42,9 @@ class OffsetChecks:
         self.writer = writer
         self.topic_ids = topic_ids
         self.telemetry = telemetry
+        # From the last statistics (on_stats): partitions whose fetcher is at an offset with
+        # nothing queued for the worker; looked at, then cleared, by advance_past_gaps.
+        self._fetching: dict[Key, int] = {}
 
     def behind_store(self, key: Key, state: PartitionState, first: int) -> None:
         """Kafka handed out offsets below what the store holds: librdkafka started the
@@ -64,12 +71,16 @@ class OffsetChecks:
             self.manifest.record_source_topic(state.plateau_topic, key[1], key[0], topic_id)
 
     def past_removed(self, key: Key, state: PartitionState, offset: int) -> bool:
-        """The partition continues at `offset`, past next_offset. Compaction, transaction
-        markers and aborted transactions leave such gaps; but when Kafka's log now starts
-        past next_offset, its retention removed records plateau had not read: a gap,
-        recorded as at assignment. librdkafka moved the fetch on per auto_offset_reset; past
-        the earliest offset left (latest), the partition is sought back to it, and True is
-        returned: the records at `offset` are fetched again after those Kafka still has."""
+        """Records fetched for the partition start at `offset`, past next_offset. Compaction,
+        transaction markers and aborted transactions leave such gaps; but when Kafka's log
+        now starts past next_offset, its retention removed records plateau had not read: a
+        gap, recorded as at assignment. librdkafka moved the fetch on per auto_offset_reset;
+        past the earliest offset left (latest), the partition is sought back to it, and True
+        is returned: the records at `offset` are fetched again after those Kafka still has.
+
+        The fetch that brought the records also brought the log's start, and librdkafka
+        keeps it: a cached start at or below next_offset is current, and most such gaps (a
+        marker per transaction) cost no request to Kafka."""
         if not state.positioned or offset <= state.next_offset:
             return False
         tp = TopicPartition(*key)
@@ -77,16 +88,8 @@ class OffsetChecks:
         if low <= state.next_offset:
             return False
         with contextlib.suppress(KafkaException):  # the last fetch's figure will do
-            low, _ = self.consumer.get_watermark_offsets(tp, timeout=10)
-        earliest = min(low, offset)
-        if earliest <= state.next_offset:
-            return False
-        removed_by_retention(self.manifest, state.plateau_topic, key, state.next_offset, earliest)
-        state.next_offset = earliest
-        if offset <= earliest:
-            return False
-        self.consumer.seek(TopicPartition(key[0], key[1], earliest))
-        return True
+            low, _ = self.consumer.get_watermark_offsets(tp, timeout=WATERMARK_TIMEOUT_S)
+        return self._past(key, state, offset, low)
 
     def advance_past_gaps(self, partitions: Mapping[Key, PartitionState]) -> None:
         """Move each partition past offsets Kafka's consumer skipped without delivering a
@@ -100,6 +103,7 @@ class OffsetChecks:
         moves there once everything before it is sealed, as it does over skipped poison.
         """
         active = {key: s for key, s in partitions.items() if s.paused_reason is None}
+        fetching, self._fetching = self._fetching, {}
         if not active:
             return
         try:
@@ -116,3 +120,47 @@ class OffsetChecks:
             self.writer.skip(state.plateau_topic, tp.partition, tp.offset)
             state.next_offset = tp.offset
             state.positioned = True
+        for key, offset in fetching.items():
+            state = active.get(key)
+            if state is not None and state.positioned and offset > state.next_offset:
+                self._reset_past(key, state, offset)
+
+    def on_stats(self, stats: Mapping[str, Any]) -> None:
+        """librdkafka's statistics (every statistics.interval.ms): where each partition's
+        fetcher is, for those with nothing queued for the worker."""
+        fetching: dict[Key, int] = {}
+        for topic, entry in stats.get("topics", {}).items():
+            for partition, fetch in entry.get("partitions", {}).items():
+                if fetch.get("fetch_state") == "active" and fetch.get("fetchq_cnt") == 0:
+                    fetching[(topic, int(partition))] = int(fetch.get("next_offset", -1))
+        self._fetching = fetching
+
+    def _reset_past(self, key: Key, state: PartitionState, offset: int) -> None:
+        """The partition's fetcher is at `offset`, past next_offset, and has handed the
+        worker nothing it has not taken: librdkafka reset it there (auto_offset_reset
+        latest) when retention removed next_offset, and no record since has shown it, nor
+        does the consumer's position, which only records taken move. Kafka's log start
+        tells: past next_offset, the removed records are a gap and the partition is sought
+        back to those Kafka still has. It is asked, not taken from librdkafka's cache: the
+        failed fetch left that at -1, and no fetch from the end may have answered yet."""
+        try:
+            low, _ = self.consumer.get_watermark_offsets(
+                TopicPartition(*key), timeout=WATERMARK_TIMEOUT_S
+            )
+        except KafkaException:
+            return  # the next statistics ask again
+        self._past(key, state, offset, low)
+
+    def _past(self, key: Key, state: PartitionState, offset: int, low: int) -> bool:
+        """The partition goes on at `offset` and Kafka's log starts at `low`: what of the
+        span from next_offset retention removed is recorded as a gap; True when the
+        partition is sought back to records Kafka still has there."""
+        earliest = min(low, offset)
+        if earliest <= state.next_offset:
+            return False
+        removed_by_retention(self.manifest, state.plateau_topic, key, state.next_offset, earliest)
+        state.next_offset = earliest
+        if offset <= earliest:
+            return False
+        self.consumer.seek(TopicPartition(key[0], key[1], earliest))
+        return True

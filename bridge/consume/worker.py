@@ -10,6 +10,7 @@ their end offsets are committed to Kafka from this thread.
 from __future__ import annotations
 
 import itertools
+import json
 import operator
 import queue
 import threading
@@ -98,7 +99,7 @@ class Worker:
             {
                 "on_commit": self._commits.on_commit,
                 "error_cb": self.health.on_error,
-                "stats_cb": self.health.on_stats,
+                "stats_cb": self._on_stats,
             }
         )
         self._pauses = Pauses(self.consumer, writer, wake, self.stats, telemetry)
@@ -127,6 +128,15 @@ class Worker:
             commit_revoked=lambda keys: self._commit_sealed(only=keys, sync=True),
             resumed=self._sealed.put,
         )
+
+    def _on_stats(self, document: str) -> None:
+        """librdkafka's statistics, every statistics.interval.ms, from consume()."""
+        try:
+            stats = json.loads(document)
+        except ValueError:
+            return
+        self.health.on_stats(stats)
+        self._offsets.on_stats(stats)
 
     def subscriptions(self) -> list[str]:
         return [
