@@ -44,6 +44,7 @@ from typing import Any
 
 from ingest_bench import PYTHON, REPO, RESULTS_DIR, BenchError, broker, proc_stat
 
+from bridge.local_kafka import free_port
 from bridge.local_kafka.jars import kafka_libs
 from bridge.local_kafka.topics import create_topic
 
@@ -128,12 +129,6 @@ class Case:
     queryable_s: float | None = None
     cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def perf_command(

@@ -12,7 +12,6 @@ A broker that cannot be had fails the session's Kafka tests with the reason; not
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -23,6 +22,8 @@ from typing import Any, Literal
 import yaml
 from docker.errors import DockerException
 from testcontainers.core.container import DockerContainer
+
+from bridge.local_kafka import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "compose" / "docker-compose.yml"
@@ -94,19 +95,13 @@ def container_env(port: int) -> dict[str, str]:
     }
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def container_broker(image: str, timeout_s: float = 120.0) -> Iterator[str]:
     """Run `image` for the block; yields its bootstrap address on the host's loopback.
 
     Raises KafkaBackendError when no Docker engine answers or the broker does not start.
     """
-    port = free_loopback_port()
+    port = free_port()
     try:
         container: Any = DockerContainer(image)
         for key, value in container_env(port).items():

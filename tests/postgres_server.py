@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import shutil
-import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
+
+from bridge.local_kafka import free_port
 
 _numbers = itertools.count()
 
@@ -31,9 +32,7 @@ class PostgresServer:
         prepared.cleanup()
         self._pg_ctl: Any = pgserver.pg_ctl
         self._pgdata = pgdata
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()
         self.start()
 
     def start(self) -> None:

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from bridge.config import Config, parse_config
 from bridge.demo.events import paced, sample_events
 from bridge.demo.producer import Record, produce
-from bridge.local_kafka import LocalKafka
+from bridge.local_kafka import LocalKafka, free_port
 from bridge.local_kafka.topics import create_topic
 from bridge.logs import configure_logging
 from bridge.ops.status import collect, render
@@ -81,7 +81,7 @@ def run_demo(
     with tempfile.TemporaryDirectory(prefix="plateau-demo-") as tmp:
         data_dir = data_dir or Path(tmp) / "data"
         if direct:
-            listen = f"127.0.0.1:{_free_port()}"
+            listen = f"127.0.0.1:{free_port()}"
             print(f"plateau's Kafka API at {listen}; plateau store in {data_dir}")
             config = demo_config(listen, data_dir, listen=listen, partitions=partitions)
             return _run(config, listen, seconds, rate, direct=True)
@@ -131,12 +131,6 @@ def _wait_listening(address: str, timeout_s: float) -> None:
             return
         except OSError:
             time.sleep(0.05)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Progress:

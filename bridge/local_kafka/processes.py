@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,11 +20,50 @@ log = structlog.get_logger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
+# Where free_port looks: from here to the kernel's ephemeral range. Below are the ports
+# services are usually configured on.
+_LOWEST_PORT = 10_000
+_EPHEMERAL_PATH = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LINUX_EPHEMERAL = (32_768, 60_999)
+# Its own generator: a process that seeds `random` (a test) would otherwise pick the same
+# ports as another process seeded alike.
+_PICK = random.Random()  # noqa: S311 (a port, not a secret)
+_given: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, for a server started
+    next. It is picked below the kernel's ephemeral range: the kernel gives the ports of
+    that range to outgoing connections and to binds to port 0, and one of those could take
+    a port picked there in the seconds before its server binds it. Not handed out twice by
+    one process, as its first taker may not have bound it yet."""
+    low = _ephemeral_range()[0]
+    if low - _LOWEST_PORT >= 1_000:
+        for _ in range(100):
+            port = _PICK.randrange(_LOWEST_PORT, low)
+            if port not in _given and _bindable(port):
+                _given.add(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = _EPHEMERAL_PATH.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _LINUX_EPHEMERAL
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def pid_alive(pid: int) -> bool:

@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from bridge.demo.producer import Record, produce
+from bridge.local_kafka import free_port
 from plateau_core import Store
 from tests.bridge_support import (
     end_offsets,
-    free_port,
     get,
     make_config,
     serve_process,

@@ -12,8 +12,9 @@ import pytest
 from confluent_kafka import Producer
 
 from bridge.config import Config, parse_config
+from bridge.local_kafka import free_port
 from plateau_core import Store
-from tests.bridge_support import free_port, get, serving, with_metrics
+from tests.bridge_support import get, serving, with_metrics
 
 # Arrow writes every lz4-compressed buffer as an LZ4 frame, which starts with this magic
 # number; 4 fixed bytes practically never appear in a few MiB of random letters.

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from bridge.local_kafka import free_port
 from bridge.ops.check import check
 from plateau_core import Store
-from tests.bridge_support import free_port, serving
+from tests.bridge_support import serving
 from tests.examples_support import EXAMPLES, example_config, example_module
 from tests.kafka_api.support import stored
 

@@ -13,9 +13,10 @@ import yaml
 from confluent_kafka import KafkaError, Message, Producer
 
 from bridge.config import parse_config
+from bridge.local_kafka import free_port
 from plateau_core import Store
 from plateau_core.journal_files import JOURNAL_DIR, SUFFIX
-from tests.bridge_support import free_port, serve_process, serve_stopped_at_once
+from tests.bridge_support import serve_process, serve_stopped_at_once
 from tests.reliability.test_produce_crashes import wait_listening
 
 

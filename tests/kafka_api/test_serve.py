@@ -17,16 +17,10 @@ from structlog.testing import capture_logs
 
 from bridge import serve as serve_module
 from bridge.kafka_api import server as server_module
+from bridge.local_kafka import free_port
 from bridge.local_kafka.security import SecuritySettings, prepare
 from bridge.store import open_store
-from tests.bridge_support import (
-    free_port,
-    get,
-    plateau_command,
-    serving,
-    wait_readyz,
-    with_metrics,
-)
+from tests.bridge_support import get, plateau_command, serving, wait_readyz, with_metrics
 from tests.kafka_api.support import api_config, listening, stored
 
 

@@ -17,7 +17,8 @@ import yaml
 
 from bridge.config import parse_config
 from bridge.kafka_api.sink import ProduceSink
-from tests.bridge_support import REPO, free_port, serve_process, serve_stopped_at_once
+from bridge.local_kafka import free_port
+from tests.bridge_support import REPO, serve_process, serve_stopped_at_once
 from tests.reliability.test_produce_crashes import wait_listening
 
 

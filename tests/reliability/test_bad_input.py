@@ -27,12 +27,12 @@ from bridge.config import Config, parse_config
 from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError, ConfigError
 from bridge.ingest.records import ERROR_HEADERS
+from bridge.local_kafka import free_port
 from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_POISON, serve
 from tests.bridge_support import (
     committed,
     end_offsets,
-    free_port,
     get,
     make_config,
     serving,

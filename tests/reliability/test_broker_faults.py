@@ -22,13 +22,12 @@ from confluent_kafka import KafkaError, Message, Producer
 from structlog.testing import capture_logs
 
 from bridge.demo.producer import Record, produce, producer_config
-from bridge.local_kafka import LocalKafka
+from bridge.local_kafka import LocalKafka, free_port
 from bridge.local_kafka.topics import create_topic
 from bridge.serve import EXIT_KAFKA_UNANSWERED
 from tests.bridge_support import (
     committed,
     end_offsets,
-    free_port,
     get,
     make_config,
     plateau_command,

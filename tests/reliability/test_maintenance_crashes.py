@@ -22,12 +22,13 @@ import pytest
 import yaml
 from confluent_kafka import KafkaError, Message, Producer
 
+from bridge.local_kafka import free_port
 from plateau_core import RollPolicy, Store, WriterPolicy
 from plateau_core.consolidate import plan_runs
 from plateau_core.manifest import SegmentRecord, SegmentState, now_ms
 from plateau_core.names import TEMP_MARKER, segment_span, segment_start
 from plateau_core.policies import ConsolidatePolicy
-from tests.bridge_support import REPO, free_port, plateau_command
+from tests.bridge_support import REPO, plateau_command
 from tests.reliability.support import Audit, Recorder, scale
 from tests.reliability.test_produce_crashes import wait_listening
 from tests.support import append_patiently, batch

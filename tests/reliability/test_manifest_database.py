@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from bridge.local_kafka import free_port
 from tests.bridge_support import (
     end_offsets,
-    free_port,
     make_config,
     serving,
     wait_landed,

@@ -21,8 +21,9 @@ import pytest
 import yaml
 from confluent_kafka import KafkaError, Message, Producer
 
+from bridge.local_kafka import free_port
 from plateau_core import Store
-from tests.bridge_support import free_port, serve_process
+from tests.bridge_support import serve_process
 from tests.reliability.support import Audit, Recorder, scale
 
 

@@ -23,14 +23,13 @@ import yaml
 
 from bridge.demo.producer import Record, produce
 from bridge.errors import BridgeError
-from bridge.local_kafka import BrokerSettings, LocalKafka
+from bridge.local_kafka import BrokerSettings, LocalKafka, free_port
 from bridge.local_kafka.security import Mechanism, Protocol, SecuritySettings
 from bridge.local_kafka.topics import create_topic
 from bridge.ops.check import check
 from tests.bridge_support import (
     REPO,
     end_offsets,
-    free_port,
     make_config,
     plateau_command,
     running_broker,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bridge.errors import LocalKafkaError
-from bridge.local_kafka import BrokerState, default_cache_dir, free_port, kafka_libs
+from bridge.local_kafka import BrokerState, default_cache_dir, free_port, kafka_libs, processes
 from bridge.local_kafka.processes import is_broker_process
 
 
@@ -65,6 +65,30 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> None:
+    """Outgoing connections take their ports from the kernel's ephemeral range: a port
+    picked there could be taken by one before its server binds it."""
+    low, high = (int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(not low <= port <= high for port in ports), sorted(ports)
+
+
+def test_a_port_something_listens_on_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([port, port])
+        real = processes.random.Random.randrange
+        monkeypatch.setattr(
+            processes._PICK,
+            "randrange",
+            lambda a, b: next(picks, None) or real(processes._PICK, a, b),
+        )
+        assert free_port() != port
 
 
 def test_only_brokers_count_as_brokers() -> None:
