@@ -6,6 +6,7 @@ removed (a gap, recorded in the manifest)."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +14,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bridge.consume.batches import Key
-from bridge.consume.positions import BEHIND_REASON, removed_by_retention
+from bridge.consume.positions import BEHIND_REASON, RECREATED_REASON, removed_by_retention
 from bridge.consume.state import PartitionState
 from bridge.consume.topic_ids import TopicIds
 from bridge.ops.telemetry import WorkerTelemetry
@@ -45,6 +46,9 @@ class OffsetChecks:
         # From the last statistics (on_stats): partitions whose fetcher is at an offset with
         # nothing queued for the worker; looked at, then cleared, by advance_past_gaps.
         self._fetching: dict[Key, int] = {}
+        # ask_topic_ids' thread, and the ids it found (taken by check_topic_ids).
+        self._asking: threading.Thread | None = None
+        self._answered: tuple[dict[Key, tuple[str, str] | None], dict[str, str]] | None = None
 
     def behind_store(self, key: Key, state: PartitionState, first: int) -> None:
         """Kafka handed out offsets below what the store holds: librdkafka started the
@@ -69,6 +73,62 @@ class OffsetChecks:
         topic_id = self.topic_ids.of([key[0]]).get(key[0])
         if topic_id is not None:
             self.manifest.record_source_topic(state.plateau_topic, key[1], key[0], topic_id)
+
+    def ask_topic_ids(self, partitions: Mapping[Key, PartitionState]) -> None:
+        """A source topic deleted and created again while consumed usually shows as offsets
+        below next_offset (behind_store); but when the new topic already holds records at
+        next_offset by the time the worker fetches there, the fetch just goes on and its
+        records below next_offset are passed over without a sign. Its id tells: the ids of
+        the partitions' topics are asked on a thread of their own (a slow cluster takes
+        seconds to answer, which the worker's loop does not wait for), and compared with
+        those recorded with the watermarks by check_topic_ids once they come."""
+        if self._asking is not None and self._asking.is_alive():
+            return
+        # What each partition's watermark was recorded for when asked: one recorded since
+        # (an assignment) may be newer than the answer, and is not compared with it.
+        recorded = {
+            key: self.manifest.source_topic(state.plateau_topic, key[1])
+            for key, state in partitions.items()
+            if state.positioned
+        }
+        if not recorded:
+            return
+        self._asking = threading.Thread(
+            target=self._ask, args=(recorded,), name="plateau-topic-ids", daemon=True
+        )
+        self._asking.start()
+
+    def _ask(self, recorded: dict[Key, tuple[str, str] | None]) -> None:
+        self._answered = (recorded, self.topic_ids.of({topic for topic, _ in recorded}))
+
+    def check_topic_ids(self, partitions: Mapping[Key, PartitionState]) -> None:
+        """The last ids asked (ask_topic_ids), if they came: a partition's topic with an id
+        other than the one recorded with its watermark is said as at assignment, and the new
+        id recorded."""
+        answered, self._answered = self._answered, None
+        if answered is None:
+            return
+        asked, ids = answered
+        for key, state in partitions.items():
+            now = ids.get(key[0])
+            if now is None or not state.positioned or key not in asked:
+                continue
+            recorded = self.manifest.source_topic(state.plateau_topic, key[1])
+            if recorded is None or recorded == (key[0], now) or recorded != asked[key]:
+                continue
+            state.behind = True  # the same change is not said again as behind_store
+            self.telemetry.add("errors", ("source_behind_store",))
+            log.error(
+                "source_behind_store",
+                topic=key[0],
+                partition=key[1],
+                next_offset=state.next_offset,
+                recorded_topic_id=recorded[1],
+                topic_id=now,
+                **({"recorded_topic": recorded[0]} if recorded[0] != key[0] else {}),
+                reason=RECREATED_REASON,
+            )
+            self.manifest.record_source_topic(state.plateau_topic, key[1], key[0], now)
 
     def past_removed(self, key: Key, state: PartitionState, offset: int) -> bool:
         """Records fetched for the partition start at `offset`, past next_offset. Compaction,

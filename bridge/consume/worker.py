@@ -49,6 +49,10 @@ log = structlog.get_logger(__name__)
 # 100,000 records at the rates where a worker's CPU matters, so batches stay full there.
 POLL_WAIT_S = 0.1
 PAUSED_POLL_WAIT_S = 0.05
+# How often a worker asks the cluster for its source topics' ids (a describe by a short-lived
+# admin client, on a thread of its own): a topic deleted and created again while consumed is
+# said within this.
+TOPIC_ID_CHECK_S = 30.0
 
 
 class Worker:
@@ -85,6 +89,8 @@ class Worker:
         self._status = status
         self.health = ClientHealth(name, config.kafka.bootstrap_servers, telemetry)
         self._gaps_due = 0.0
+        # Assignment checks the topic ids: the first check while consuming comes later.
+        self._ids_due = time.monotonic() + TOPIC_ID_CHECK_S
         self._sealed = sealed
         self._wake = wake
         self.writer = writer
@@ -171,6 +177,10 @@ class Worker:
                     self._gaps_due = time.monotonic() + 1.0
                     self._offsets.advance_past_gaps(self.partitions)
                     self._assignment.set_up_waiting(self.consumer)
+                    self._offsets.check_topic_ids(self.partitions)
+                if time.monotonic() >= self._ids_due and self.health.down is None:
+                    self._ids_due = time.monotonic() + TOPIC_ID_CHECK_S
+                    self._offsets.ask_topic_ids(self.partitions)
                 if self._status.due():
                     self._status.write(self.snapshot())
                     name_os_threads()

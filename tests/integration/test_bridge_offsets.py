@@ -17,6 +17,7 @@ from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from bridge.config.models import Config
+from bridge.consume import worker as worker_module
 from bridge.consume.build import build_worker
 from bridge.consume.client import new_consumer
 from bridge.consume.state import PartitionState
@@ -312,32 +313,64 @@ def test_seals_of_a_lost_partition_are_not_committed(
     assert [[(tp.partition, tp.offset) for tp in c] for c in committed_here] == [[(0, 10)]]
 
 
+@pytest.mark.parametrize("new_records", ["after_the_fetch", "before_the_fetch"])
 def test_a_topic_created_again_while_consumed_is_said_loudly(
-    kafka: str, topic_factory: Callable[..., str], tmp_path: Path
+    kafka: str,
+    topic_factory: Callable[..., str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    new_records: str,
 ) -> None:
     """Deleted and created again between two metadata refreshes, the topic is never
-    revoked: the consumer's fetch at the watermark is out of range and librdkafka starts
-    the partition over at its beginning, handing out offsets the store holds. Those
-    records are not read, as at assignment, and not silently."""
+    revoked. after_the_fetch: the consumer's fetch at the watermark is out of range and
+    librdkafka starts the partition over at its beginning, handing out offsets the store
+    holds. before_the_fetch: the new topic already holds records at the watermark when the
+    worker fetches there (its partition was paused meanwhile), so the fetch just goes on;
+    the changed topic id shows it. Either way the records below the watermark are not read,
+    as at assignment, and not silently."""
+    monkeypatch.setattr(worker_module, "TOPIC_ID_CHECK_S", 1.0)
     topic = topic_factory(partitions=1)
-    config = make_config(kafka, tmp_path, [{"source": topic}], group=f"g-{topic}")
+    config = make_config(
+        kafka,
+        tmp_path,
+        [{"source": topic}],
+        group=f"g-{topic}",
+        # No refresh in between: it would see the topic gone and hand the partition back.
+        kafka_extra={"topic.metadata.refresh.interval.ms": 300_000},
+    )
     produce(kafka, topic, [Record(value=b"old-%d" % i, partition=0) for i in range(30)])
     stop = threading.Event()
+    new = [Record(value=b"new-%d" % i, partition=0) for i in range(40)]
     with open_store(config) as store, capture_logs() as logs:
         worker = build_worker(config, store, stop)
         running = threading.Thread(target=worker.run, daemon=True)
         running.start()
         try:
             _until(lambda: _landed(store, topic) == {0: 30})
-            _recreate(kafka, topic)
-            produce(kafka, topic, [Record(value=b"new-%d" % i, partition=0) for i in range(40)])
-            _until(lambda: _landed(store, topic) == {0: 40})
+            if new_records == "before_the_fetch":
+                worker.writer._disk.floor_bytes = 10**18  # every append refused: paused
+                produce(kafka, topic, [Record(value=b"old-30", partition=0)])
+                _until(lambda: any(s.paused_reason for s in worker.partitions.values()))
+                _recreate(kafka, topic)
+                produce(kafka, topic, new)
+                worker.writer._disk.floor_bytes = 0
+            else:
+                _recreate(kafka, topic)
+                produce(kafka, topic, new)
+            _until(
+                lambda: (
+                    _landed(store, topic) == {0: 40}
+                    and any(e["event"] == "source_behind_store" for e in logs)
+                )
+            )
         finally:
             stop.set()
             running.join(60)
     (event,) = [e for e in logs if e["event"] == "source_behind_store"]
     assert event["log_level"] == "error"
     assert (event["topic"], event["next_offset"]) == (topic, 30)
+    if new_records == "before_the_fetch":
+        assert event["recorded_topic_id"] != event["topic_id"]
     values = stored(tmp_path, topic).column("value").to_pylist()
     assert values == [b"old-%d" % i for i in range(30)] + [b"new-%d" % i for i in range(30, 40)]
     # The new topic's id is recorded: the next start does not say it again.
