@@ -58,16 +58,7 @@ class OffsetChecks:
         said once until Kafka reaches next_offset again."""
         if state.behind:
             return
-        state.behind = True
-        self.telemetry.add("errors", ("source_behind_store",))
-        log.error(
-            "source_behind_store",
-            topic=key[0],
-            partition=key[1],
-            next_offset=state.next_offset,
-            first_offset=first,
-            reason=BEHIND_REASON,
-        )
+        self._say_behind(key, state, first_offset=first, reason=BEHIND_REASON)
         # The topic now consumed is the one the watermark continues: a later assignment
         # compares with its id, and does not say this again.
         topic_id = self.topic_ids.of([key[0]]).get(key[0])
@@ -116,19 +107,28 @@ class OffsetChecks:
             recorded = self.manifest.source_topic(state.plateau_topic, key[1])
             if recorded is None or recorded == (key[0], now) or recorded != asked[key]:
                 continue
-            state.behind = True  # the same change is not said again as behind_store
-            self.telemetry.add("errors", ("source_behind_store",))
-            log.error(
-                "source_behind_store",
-                topic=key[0],
-                partition=key[1],
-                next_offset=state.next_offset,
+            self._say_behind(
+                key,
+                state,
                 recorded_topic_id=recorded[1],
                 topic_id=now,
                 **({"recorded_topic": recorded[0]} if recorded[0] != key[0] else {}),
                 reason=RECREATED_REASON,
             )
             self.manifest.record_source_topic(state.plateau_topic, key[1], key[0], now)
+
+    def _say_behind(self, key: Key, state: PartitionState, **fields: Any) -> None:
+        """Log and count source_behind_store; `behind` keeps the offsets below next_offset
+        Kafka hands out next from saying it again."""
+        state.behind = True
+        self.telemetry.add("errors", ("source_behind_store",))
+        log.error(
+            "source_behind_store",
+            topic=key[0],
+            partition=key[1],
+            next_offset=state.next_offset,
+            **fields,
+        )
 
     def past_removed(self, key: Key, state: PartitionState, offset: int) -> bool:
         """Records fetched for the partition start at `offset`, past next_offset. Compaction,
