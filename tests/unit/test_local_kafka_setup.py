@@ -77,8 +77,10 @@ def test_free_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice()
 
 
 def test_a_port_something_listens_on_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random pick is made to land on a port another socket listens on, first and
+    second: the port after those is handed out."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
-        taken.bind(("127.0.0.1", free_port()))
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         picks = iter([port, port])
@@ -89,6 +91,7 @@ def test_a_port_something_listens_on_is_not_picked(monkeypatch: pytest.MonkeyPat
             lambda a, b: next(picks, None) or real(processes._PICK, a, b),
         )
         assert free_port() != port
+        assert next(picks, None) is None  # both taken picks were tried
 
 
 def test_only_brokers_count_as_brokers() -> None:
