@@ -14,7 +14,12 @@ import structlog
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bridge.consume.batches import Key
-from bridge.consume.positions import BEHIND_REASON, RECREATED_REASON, removed_by_retention
+from bridge.consume.positions import (
+    BEHIND_REASON,
+    RECREATED_REASON,
+    recreated_fields,
+    removed_by_retention,
+)
 from bridge.consume.state import PartitionState
 from bridge.consume.topic_ids import TopicIds
 from bridge.ops.telemetry import WorkerTelemetry
@@ -107,14 +112,8 @@ class OffsetChecks:
             recorded = self.manifest.source_topic(state.plateau_topic, key[1])
             if recorded is None or recorded == (key[0], now) or recorded != asked[key]:
                 continue
-            self._say_behind(
-                key,
-                state,
-                recorded_topic_id=recorded[1],
-                topic_id=now,
-                **({"recorded_topic": recorded[0]} if recorded[0] != key[0] else {}),
-                reason=RECREATED_REASON,
-            )
+            fields = recreated_fields(recorded, key[0], now)
+            self._say_behind(key, state, **fields, reason=RECREATED_REASON)
             self.manifest.record_source_topic(state.plateau_topic, key[1], key[0], now)
 
     def _say_behind(self, key: Key, state: PartitionState, **fields: Any) -> None:

@@ -89,10 +89,7 @@ def start_offset(
     low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
     recreated: dict[str, str] = {}
     if source.changed is not None:
-        recorded_topic, recorded_id = source.changed
-        recreated = {"recorded_topic_id": recorded_id, "topic_id": str(topic_id)}
-        if recorded_topic != tp.topic:
-            recreated["recorded_topic"] = recorded_topic
+        recreated = recreated_fields(source.changed, tp.topic, str(topic_id))
     if high < watermark or recreated:
         # The partition ends before what the store already holds of it, or it is another
         # topic than the one the watermark was recorded for: the topic was deleted and
@@ -116,6 +113,16 @@ def start_offset(
     if low > watermark:
         return Start(int(low), recreated=bool(recreated))
     return Start(watermark, behind=high < watermark, recreated=bool(recreated))
+
+
+def recreated_fields(recorded: tuple[str, str], topic: str, topic_id: str) -> dict[str, str]:
+    """source_behind_store's fields for a partition whose recorded (Kafka topic, id) is not
+    `topic`'s `topic_id`: both ids, and the recorded topic when the mapping names another."""
+    recorded_topic, recorded_id = recorded
+    fields = {"recorded_topic_id": recorded_id, "topic_id": topic_id}
+    if recorded_topic != topic:
+        fields["recorded_topic"] = recorded_topic
+    return fields
 
 
 class _Source:

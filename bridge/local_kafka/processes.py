@@ -24,7 +24,7 @@ _PR_SET_PDEATHSIG = 1
 # services are usually configured on.
 _LOWEST_PORT = 10_000
 _EPHEMERAL_PATH = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LINUX_EPHEMERAL = (32_768, 60_999)
+_LINUX_EPHEMERAL_LOW = 32_768
 # Its own generator: a process that seeds `random` (a test) would otherwise pick the same
 # ports as another process seeded alike.
 _PICK = random.Random()  # noqa: S311 (a port, not a secret)
@@ -37,7 +37,7 @@ def free_port() -> int:
     that range to outgoing connections and to binds to port 0, and one of those could take
     a port picked there in the seconds before its server binds it. Not handed out twice by
     one process, as its first taker may not have bound it yet."""
-    low = _ephemeral_range()[0]
+    low = _ephemeral_low()
     if low - _LOWEST_PORT >= 1_000:
         for _ in range(100):
             port = _PICK.randrange(_LOWEST_PORT, low)
@@ -49,12 +49,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _ephemeral_low() -> int:
     try:
-        low, high = _EPHEMERAL_PATH.read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return _LINUX_EPHEMERAL
+        return int(_EPHEMERAL_PATH.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _LINUX_EPHEMERAL_LOW
 
 
 def _bindable(port: int) -> bool:
