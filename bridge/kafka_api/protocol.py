@@ -187,6 +187,11 @@ def error_response(request: UnsupportedRequestError | Request, code: ErrorCode) 
     return encode_response(api_key, version, request.correlation_id, body)
 
 
+def negotiating(request: UnsupportedRequestError) -> bool:
+    """An ApiVersions newer than the listener's: answered with the versions it has, in v0."""
+    return request.api_key == API_VERSIONS and request.api_version > SUPPORTED[API_VERSIONS][2]
+
+
 def api_versions() -> list[dict[str, int]]:
     return [
         {"api_key": key, "min_version": low, "max_version": high}

@@ -60,8 +60,15 @@ class RequestHandler:
                 raise ProtocolError(
                     f"{protocol.api_name(exc.api_key)} before SASL authentication"
                 ) from None
-            self.stats.errors[(protocol.api_name(exc.api_key), "unsupported_version")] += 1
             response = protocol.error_response(exc, ErrorCode.unsupported_version)
+            if protocol.negotiating(exc):
+                # A client newer than this listener asks its own newest ApiVersions first
+                # and asks again in a version of the answer's list (franz-go does on every
+                # connection): the protocol's way to agree, not an error to count or warn of.
+                log.debug("kafka_api_versions_newer", peer=conn.peer, version=exc.api_version)
+                done.set_result(response)
+                return done
+            self.stats.errors[(protocol.api_name(exc.api_key), "unsupported_version")] += 1
             log.warning(
                 "kafka_request_unsupported",
                 peer=conn.peer,

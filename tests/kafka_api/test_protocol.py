@@ -108,16 +108,38 @@ def test_a_batch_sent_again_is_answered_with_its_offsets_even_after_a_restart(
 
 
 def test_api_versions_it_does_not_know_are_answered_in_v0(tmp_path: Path) -> None:
-    with listening(api_config(tmp_path / "store")) as (_server, bootstrap):
+    """How a newer client learns the versions (franz-go asks v5 on every connection): not
+    an error, so neither a warning nor a count in plateau_kafka_api_errors_total."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
         client = RawClient(bootstrap)
         frame = struct.pack(">hhi", API_VERSIONS, 99, 7) + struct.pack(">h", -1) + b"\0" * 4
-        client.send_frame(frame)
-        body = client.read_frame()
+        with capture_logs() as logs:
+            client.send_frame(frame)
+            body = client.read_frame()
+        assert [e for e in logs if e["log_level"] == "warning"] == []
+        assert server.stats.errors == {}
         correlation, error = struct.unpack_from(">ih", body)
         assert (correlation, error) == (7, ErrorCode.unsupported_version)
         (count,) = struct.unpack_from(">i", body, 6)
         keys = {struct.unpack_from(">hhh", body, 10 + 6 * i)[0] for i in range(count)}
         assert {PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID} <= keys
+        client.close()
+        still_serving(bootstrap)
+
+
+def test_other_versions_it_does_not_know_are_errors(tmp_path: Path) -> None:
+    """Unlike ApiVersions, a Produce v2 (below the range) is a client plateau cannot serve:
+    warned of, counted, and its connection closed (Produce has no top-level error code)."""
+    with listening(api_config(tmp_path / "store")) as (server, bootstrap):
+        client = RawClient(bootstrap)
+        frame = struct.pack(">hhi", PRODUCE, 2, 7) + struct.pack(">h", -1) + b"\0" * 10
+        with capture_logs() as logs:
+            client.send_frame(frame)
+            assert client.closed_by_peer()
+        assert [e["error"] for e in logs if e["event"] == "kafka_request_unsupported"] == [
+            "Produce v2 is not supported"
+        ]
+        assert server.stats.errors == {("Produce", "unsupported_version"): 1}
         client.close()
         still_serving(bootstrap)
 
