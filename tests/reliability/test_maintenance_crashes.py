@@ -306,8 +306,9 @@ def _deleting(data_dir: Path) -> list[SegmentRecord]:
         return store.manifest.segments(states=(SegmentState.DELETING,))
 
 
-def _work_left(data_dir: Path, work: str) -> bool:
-    """Whether the next run still has the killed runs' work to do."""
+def _work_left(data_dir: Path, work: str) -> str | None:
+    """What the next run still has to do of the killed runs' work (None: nothing), said so
+    that a run that does not finish it names what is left."""
     with Store.open(data_dir) as store:
         rows = store.manifest.segments("events", states=tuple(SegmentState))
         deleting = store.manifest.segments(states=(SegmentState.DELETING,))
@@ -318,15 +319,36 @@ def _work_left(data_dir: Path, work: str) -> bool:
                 for p in range(3)
                 for run in plan_runs([r for r in rows if r.partition == p], policy, now_ms())
             ]
-            return bool(runs or deleting)
+            if runs or deleting:
+                return f"{len(runs)} runs to merge, {len(deleting)} segments deleting"
+            return None
         if work == "retention":
-            return bool(deleting) or any(
-                sum(1 for r in rows if r.partition == p and r.state != SegmentState.DELETING) > 12
+            over = {
+                p: n
                 for p in range(3)
-            )
-        raw = {(r.partition, r.start_offset) for r in rows}
-        rolled = {(r.partition, r.start_offset) for r in store.manifest.segments(ROLLUP)}
-        return raw != rolled
+                if (
+                    n := sum(
+                        1 for r in rows if r.partition == p and r.state != SegmentState.DELETING
+                    )
+                )
+                > 12
+            }
+            if deleting or over:
+                return f"{len(deleting)} segments deleting, segments over 12 kept: {over}"
+            return None
+        raw = {(r.partition, r.start_offset): r.state.name for r in rows}
+        rolled = {
+            (r.partition, r.start_offset): r.state.name for r in store.manifest.segments(ROLLUP)
+        }
+        if raw.keys() == rolled.keys():
+            return None
+        unrolled = sorted((k, v) for k, v in raw.items() if k not in rolled)
+        orphans = sorted((k, v) for k, v in rolled.items() if k not in raw)
+        return (
+            f"raw segments without a roll-up: {len(unrolled)} {unrolled[:5]}; roll-ups "
+            f"without a raw segment: {len(orphans)} {orphans[:5]}; "
+            f"{len(deleting)} segments deleting"
+        )
 
 
 def _kill_point(data_dir: Path, work: str) -> dict[str, int]:
@@ -396,8 +418,8 @@ def test_kill_9_during_background_work(tmp_path: Path, reliability: Recorder, wo
     process = _serve(config, port)
     try:
         deadline = time.monotonic() + 90
-        while _work_left(data_dir, work):
-            assert time.monotonic() < deadline, f"the {work} left by the kills was not finished"
+        while (left := _work_left(data_dir, work)) is not None:
+            assert time.monotonic() < deadline, f"the {work} left by the kills: {left}"
             time.sleep(0.2)
         recover_s = time.monotonic() - started
     finally:
