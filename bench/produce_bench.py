@@ -13,6 +13,8 @@ One run, one machine, one broker; per record size (128 B and 1 KiB by default):
      the records are in a sealed segment recorded in the manifest)
   c. the same -> local Kafka broker, with `plateau serve` consuming the topic: the time until
      every record is queryable in plateau
+  c'. the same with the consumed topic's `roll.max_age` at 1 s, what produced topics get
+     (a consumed topic's default is 10 s, which alone sets (c)'s time for a short run)
   and the perf test with 256 KiB batches, at a moderate 10,000 records/s, and a librdkafka
   producer (confluent-kafka, acks=all, idempotent), into (a) and (b).
 
@@ -423,6 +425,7 @@ def _one_size(
             )
         )
     found.append(_through_kafka(work, kafka, records, size))
+    found.append(_through_kafka(work, kafka, records, size, roll_max_age="1s"))
     for target in (kafka, listener):
         topic = f"l-{target.label[0]}-{size}"
         if target.kafka:
@@ -447,26 +450,34 @@ def _one_size(
     return found
 
 
-def _through_kafka(work: Path, kafka: Target, records: int, size: int) -> Case:
-    """c: the perf test into Kafka while `plateau serve` consumes the topic."""
-    topic = f"c-{size}"
+def _through_kafka(
+    work: Path, kafka: Target, records: int, size: int, roll_max_age: str | None = None
+) -> Case:
+    """c: the perf test into Kafka while `plateau serve` consumes the topic (c': with
+    `roll_max_age` for the consumed topic)."""
+    suffix = "" if roll_max_age is None else "-roll"
+    topic = f"c{suffix}-{size}"
     create_topic(kafka.bootstrap, topic, PARTITIONS)
-    consume_dir = work / f"consume-{size}"
+    consume_dir = work / f"consume{suffix}-{size}"
+    consumed: dict[str, Any] = {"source": topic}
+    if roll_max_age is not None:
+        consumed["roll"] = {"max_age": roll_max_age}
     consumer = start_serve(
         {
-            "kafka": {"bootstrap_servers": kafka.bootstrap, "group_id": f"bench-{size}"},
+            "kafka": {"bootstrap_servers": kafka.bootstrap, "group_id": f"bench{suffix}-{size}"},
             "storage": {"data_dir": str(consume_dir), "memory_budget": "512MiB"},
             "metrics": {"enabled": False},
-            "topics": [{"source": topic}],
+            "topics": [consumed],
         },
         work,
-        f"consume-{size}",
+        f"consume{suffix}-{size}",
     )
     try:
         time.sleep(3)  # joined the group before the first record
         both = Target("kafka+serve", kafka.bootstrap, [*kafka.pids, consumer.pid], kafka=False)
         return perf_case(
-            "perf-test -> kafka -> plateau serve",
+            "perf-test -> kafka -> plateau serve"
+            + ("" if roll_max_age is None else f" (roll.max_age {roll_max_age})"),
             both,
             topic,
             records,
