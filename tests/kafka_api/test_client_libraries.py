@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from bridge.config import Config
 from plateau_core import Store
 from tests.kafka_api import go_producers
-from tests.kafka_api.support import api_config, listening
+from tests.kafka_api.support import api_config, listening, stored
 
 N = 200
 FIRST_MS = 1_700_000_000_000  # record i's timestamp is FIRST_MS + i
@@ -47,9 +47,8 @@ def config(data_dir: Path, *, sasl: bool = False) -> Config:
 def check_landed(data_dir: Path, acked: Acked) -> None:
     assert sorted(key for key, _, _ in acked) == sorted(b"key-%d" % i for i in range(N))
     placed = {key: (partition, offset) for key, partition, offset in acked}
-    store = Store.open(data_dir)
-    try:
-        landed = 0
+    landed = 0
+    with Store.open(data_dir) as store:
         for partition in range(PARTITIONS):
             rows = store.read("events", partitions=[partition]).to_table().to_pylist()
             # A new topic's offsets: contiguous from 0 in each partition.
@@ -61,9 +60,7 @@ def check_landed(data_dir: Path, acked: Acked) -> None:
                 assert row["headers"] == [{"key": "n", "value": str(i).encode()}]
                 assert int(row["timestamp"].timestamp() * 1000) == FIRST_MS + i
             landed += len(rows)
-        assert landed == N
-    finally:
-        store.close()
+    assert landed == N
 
 
 def records() -> list[tuple[bytes, bytes, list[tuple[str, bytes]], int]]:
@@ -174,8 +171,4 @@ def test_a_wrong_password_lands_nothing(tmp_path: Path, client: str) -> None:
         )
     refused = {e["error"] for e in logs if e["event"] == "sasl_failed"}
     assert refused == {f"wrong password for user '{USER}'"}
-    store = Store.open(tmp_path / "store")
-    try:
-        assert store.read("events").to_table().num_rows == 0
-    finally:
-        store.close()
+    assert stored(tmp_path / "store", "events").num_rows == 0

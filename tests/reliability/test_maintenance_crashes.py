@@ -323,16 +323,11 @@ def _work_left(data_dir: Path, work: str) -> str | None:
                 return f"{len(runs)} runs to merge, {len(deleting)} segments deleting"
             return None
         if work == "retention":
-            over = {
-                p: n
+            kept = {
+                p: sum(1 for r in rows if r.partition == p and r.state != SegmentState.DELETING)
                 for p in range(3)
-                if (
-                    n := sum(
-                        1 for r in rows if r.partition == p and r.state != SegmentState.DELETING
-                    )
-                )
-                > 12
             }
+            over = {p: n for p, n in kept.items() if n > 12}
             if deleting or over:
                 return f"{len(deleting)} segments deleting, segments over 12 kept: {over}"
             return None
